@@ -1,1 +1,25 @@
-int main() { return 0; }
+// specstack: LLM inference engine. Subcommands: generate, logits (serve,
+// bench and eval arrive with the serving and speculative-prefill work).
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"specstack: LLM inference with speculative prefill"};
+  app.require_subcommand(1);
+  std::function<int()> run_generate = specstack::cli::add_generate_command(app);
+  std::function<int()> run_logits = specstack::cli::add_logits_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error);
+  }
+  try {
+    if (app.got_subcommand("generate")) return run_generate();
+    if (app.got_subcommand("logits")) return run_logits();
+  } catch (const std::exception& error) {
+    return specstack::cli::report_error(error.what());
+  }
+  return 1;
+}

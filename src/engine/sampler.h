@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -23,13 +24,35 @@ class Sampler {
   // Records the token as an output token.
   int32_t sample(std::span<float> logits);
 
+  // The penalty step of sample() on its own (repetition over prompt + output,
+  // then frequency/presence over output), exposed so tests can check values.
+  void apply_penalties(std::span<float> logits) const;
+
  private:
+  void track_vocab(size_t vocab);
+  void record(int32_t token);
+  double uniform01();  // [0, 1) from rng_, the same on every platform
+  // The three ways to draw after temperature; each applies min-p last.
+  // No top-k / top-p: one pass over the vocab, nothing sorted.
+  int32_t draw_dense(std::span<const float> logits, float max_logit, float inv_temperature);
+  // top-k (then top-p within it): only the k best are selected and sorted.
+  int32_t draw_top_k(std::span<const float> logits, float max_logit, float inv_temperature);
+  // top-p alone: only the tokens at the edge of the nucleus are sorted.
+  int32_t draw_top_p(std::span<const float> logits, float max_logit, float inv_temperature);
+  // Fills order_ with the k best tokens, sorted, without sorting the vocab.
+  void select_top(std::span<const float> logits, size_t k);
+  // Drops order_[0, n) entries below min-p; returns the new n (>= 1).
+  size_t apply_min_p(size_t n);
+  // Draws one of order_[0, n) with probability proportional to scratch_.
+  int32_t draw_among(size_t n);
+
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::unordered_map<int32_t, int32_t> output_counts_;  // token -> times generated
-  std::vector<int32_t> seen_tokens_;                     // prompt + output, deduplicated
-  std::vector<uint8_t> seen_mask_;                       // grows with vocab on first use
-  std::vector<float> scratch_;
+  std::vector<int32_t> seen_tokens_;                    // prompt + output, deduplicated
+  std::vector<uint8_t> seen_mask_;                      // grows with vocab on first use
+  std::vector<float> scratch_;  // [vocab] exp((logit - max) / T) by token id; max -> 1
+  std::vector<int32_t> order_;  // [<= vocab] candidate token ids (best first once sorted)
 };
 
 // Watches the detokenized output for stop strings. push() returns the text that

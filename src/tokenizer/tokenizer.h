@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,6 +36,7 @@ class Tokenizer {
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const;
   // HF decode(ids, skip_special_tokens) semantics. Invalid UTF-8 pieces become U+FFFD.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
+  std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
 
   int32_t vocab_size() const;  // including added tokens
   std::optional<int32_t> token_to_id(std::string_view token) const;
@@ -47,6 +49,9 @@ class Tokenizer {
   const std::string& eos_token() const;
   // tokenizer_config.json "chat_template" ("" if none).
   const std::string& chat_template() const;
+  // tokenizer_config.json "add_bos_token" (nullopt if absent). Informational:
+  // encode() follows tokenizer.json's post-processor, as HF does.
+  std::optional<bool> add_bos_token() const;
 
  private:
   explicit Tokenizer(std::unique_ptr<TokenizerImpl> impl);
@@ -55,20 +60,28 @@ class Tokenizer {
 
 // Incremental detokenizer for streaming: push ids one at a time and get back
 // only text that is final: never half a UTF-8 code point, and identical in sum
-// to decode(all ids) once flush() is called.
+// to decode(all ids) once flush() is called. Each push decodes only a short
+// window of recent ids (prefix_offset / read_offset technique), so its cost
+// does not grow with the length of the stream. The tokenizer must outlive it.
+//
+// Exactness holds whenever each run of byte-fallback tokens is valid UTF-8
+// (always true for ids that encode() produced). A model that emits a run that
+// turns invalid only after a valid prefix of it was streamed (HF then shows
+// every byte of the run as U+FFFD) gets the already-streamed prefix kept.
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = false);
   std::string push(int32_t id);
+  // Returns the text still held back and ends the stream (the decoder then
+  // starts a new one).
   std::string flush();
 
  private:
   const Tokenizer* tokenizer_;
   bool skip_special_tokens_;
-  std::vector<int32_t> ids_;
-  size_t emitted_bytes_ = 0;  // bytes of decode(ids_) already returned
-  size_t prefix_offset_ = 0;
-  size_t read_offset_ = 0;
+  std::vector<int32_t> ids_;  // the window: ids from the prefix offset on
+  std::string prefix_text_;   // decode(ids_[0, read_offset_)), already returned
+  size_t read_offset_ = 0;    // ids_[read_offset_, ...) are not returned yet
 };
 
 }  // namespace specstack

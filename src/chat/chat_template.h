@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
+#include "chat/render_limits.h"
 
 namespace specstack {
 
@@ -27,6 +28,8 @@ class ChatTemplate {
   // "eos_token": str, optional "tools", ...}. Runtime errors (raise_exception,
   // type errors) come back as an Error.
   Result<std::string> render(const nlohmann::json& context) const;
+  // Same, with explicit bounds (output size, nesting, recursion, work).
+  Result<std::string> render(const nlohmann::json& context, const ChatRenderLimits& limits) const;
 
  private:
   explicit ChatTemplate(std::unique_ptr<ChatTemplateProgram> program);

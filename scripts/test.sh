@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: the Release build's tests, the same tests under
+# AddressSanitizer + UBSan, and a short libFuzzer run of every fuzz target.
+# Usage: scripts/test.sh   (after scripts/setup.sh; FUZZ_SECONDS=0 skips fuzzing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+
+echo "== Release build and tests"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+echo "== AddressSanitizer + UBSan build and tests"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DSPECSTACK_SANITIZE=address,undefined -DSPECSTACK_BUILD_BENCH=OFF >/dev/null
+cmake --build build-asan -j"$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j"$jobs"
+
+if command -v clang++ >/dev/null && [ "${FUZZ_SECONDS:-10}" != 0 ]; then
+  echo "== libFuzzer targets (${FUZZ_SECONDS:-10} s each)"
+  FUZZ_SECONDS=${FUZZ_SECONDS:-10} bash scripts/fuzz.sh
+fi
+echo "== all test stages passed"

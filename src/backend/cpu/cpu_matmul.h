@@ -1,0 +1,42 @@
+// CPU matmul y = x · wᵀ (+ bias) in two shapes of work:
+//  * few rows (decode, speculative verification): a vectorised matvec that
+//    streams each weight row once and applies it to every x row, since the
+//    weights are the bandwidth cost and x stays in cache;
+//  * many rows (prefill): OpenBLAS sgemm over tiles of weight rows, with
+//    bf16/f16 tiles converted into a per-thread f32 buffer, never the whole
+//    matrix.
+// Both are parallelised over output features on the backend's ThreadPool.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/simd.h"
+#include "base/thread_pool.h"
+#include "tensor/tensor.h"
+
+namespace specstack::cpu {
+
+// Up to this many x rows the matvec path wins: it reads the weights once,
+// while the sgemm path first converts them (bf16/f16) and packs them. With
+// f32 weights there is no conversion to save, so sgemm wins sooner. (Measured
+// on 896x4864 and 4864x896 weights, 2 cores.)
+inline int64_t matmul_small_max_rows(DType weight_dtype) {
+  return weight_dtype == DType::kF32 ? 8 : 12;
+}
+
+// x [n, in] f32, w [out, in] f32/bf16/f16, bias [out] f32 or null, y [n, out] f32.
+void matmul_small(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
+                  Isa isa = kNativeIsa);
+void matmul_large(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
+                  Isa isa = kNativeIsa);
+
+// Picks matmul_small or matmul_large by the number of rows (see above).
+void matmul(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y);
+
+// out[r - row_begin, :] = w[r, :] as f32 for r in [row_begin, row_end).
+// w [rows, cols] f32/bf16/f16; out [(row_end - row_begin) * cols]. Used by
+// matmul_large per tile and by embedding per row.
+void convert_rows_to_f32(const Tensor& w, int64_t row_begin, int64_t row_end, float* out,
+                         Isa isa = kNativeIsa);
+
+}  // namespace specstack::cpu

@@ -1,0 +1,31 @@
+// JSON in and out of the interpreter: the render context arrives as
+// nlohmann::json, and the tojson filter must print exactly what Python's
+// json.dumps prints (transformers overrides jinja2's tojson with it).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+#include "chat/jinja_value.h"
+
+namespace specstack::jinja {
+
+// json.dumps keyword arguments; the defaults are transformers' tojson defaults.
+struct JsonDumpOptions {
+  std::optional<std::string> indent;  // nullopt: one line
+  std::string item_separator = ", ";  // json.dumps uses "," when indent is set
+  std::string key_separator = ": ";
+  bool sort_keys = false;
+  bool ensure_ascii = false;
+};
+
+// Errors on nesting deeper than max_depth (the context is untrusted input).
+Result<Value> value_from_json(const nlohmann::json& json, uint32_t max_depth);
+// json.dumps(value, ...); undefined, namespaces and functions are not serializable.
+Result<std::string> dump_json(const Value& value, const JsonDumpOptions& options);
+
+}  // namespace specstack::jinja

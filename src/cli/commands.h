@@ -1,0 +1,39 @@
+// The specstack subcommands. Each registers its flags on the CLI11 app and
+// returns the process exit code when run.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "base/status.h"
+#include "engine/model_instance.h"
+
+namespace specstack::cli {
+
+// Flags shared by every command that loads a model.
+struct ModelFlags {
+  std::string model_dir;
+  std::string config_path;
+  bool dummy_weights = false;
+  std::string dtype;
+  int threads = 0;
+  int64_t block_size = 16;
+
+  void add_to(CLI::App& command);
+  // Validates the combination and fills ModelInstanceOptions.
+  Result<ModelInstanceOptions> instance_options(int64_t kv_tokens) const;
+};
+
+// Parses "1,2,3" into ids; errors name the bad element.
+Result<std::vector<int32_t>> parse_int_list(const std::string& text, const std::string& flag);
+
+// Prints "specstack: error: ..." to stderr and returns exit code 1.
+int report_error(const std::string& message);
+
+std::function<int()> add_generate_command(CLI::App& app);
+std::function<int()> add_logits_command(CLI::App& app);
+
+}  // namespace specstack::cli

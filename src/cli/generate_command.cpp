@@ -1,0 +1,169 @@
+// specstack generate: stream a completion for one prompt to the terminal and
+// report prompt / generation throughput.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/cpu_backend.h"
+#include "chat/chat_template.h"
+#include "cli/commands.h"
+#include "engine/generator.h"
+#include "engine/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace specstack::cli {
+namespace {
+
+struct GenerateFlags {
+  ModelFlags model;
+  std::string prompt;
+  std::string tokens;
+  int32_t prompt_length = 0;
+  bool chat = false;
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  uint64_t seed = 0;
+  bool has_seed = false;
+  int32_t max_batched_tokens = 512;
+};
+
+Result<std::vector<int32_t>> build_prompt(const GenerateFlags& flags, const Tokenizer* tokenizer,
+                                          int64_t vocab) {
+  const int sources = !flags.prompt.empty() + !flags.tokens.empty() + (flags.prompt_length > 0);
+  if (sources != 1) return make_error("give exactly one of --prompt, --tokens, --prompt-length");
+  if (!flags.tokens.empty()) return parse_int_list(flags.tokens, "--tokens");
+  if (flags.prompt_length > 0) {  // seeded random ids: for dummy-weight runs
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int32_t> pick(3, static_cast<int32_t>(vocab - 1));
+    std::vector<int32_t> ids(static_cast<size_t>(flags.prompt_length));
+    for (auto& id : ids) id = pick(rng);
+    return ids;
+  }
+  if (tokenizer == nullptr) return make_error("--prompt needs a tokenizer.json in the model folder");
+  if (!flags.chat) return tokenizer->encode(flags.prompt, /*add_special_tokens=*/true);
+  if (tokenizer->chat_template().empty()) {
+    return make_error("--chat: the model's tokenizer_config.json has no chat_template");
+  }
+  SS_ASSIGN_OR_RETURN(ChatTemplate chat_template, ChatTemplate::parse(tokenizer->chat_template()));
+  nlohmann::json context = {
+      {"messages", nlohmann::json::array({{{"role", "user"}, {"content", flags.prompt}}})},
+      {"add_generation_prompt", true},
+      {"bos_token", tokenizer->bos_token()},
+      {"eos_token", tokenizer->eos_token()}};
+  SS_ASSIGN_OR_RETURN(std::string rendered, chat_template.render(context));
+  return tokenizer->encode(rendered, /*add_special_tokens=*/false);
+}
+
+int run_generate(GenerateFlags& flags) {
+  const auto load_start = std::chrono::steady_clock::now();
+  std::optional<Tokenizer> tokenizer;
+  if (!flags.model.model_dir.empty() &&
+      std::filesystem::exists(flags.model.model_dir + "/tokenizer.json")) {
+    auto loaded = Tokenizer::load_dir(flags.model.model_dir);
+    if (!loaded.ok()) return report_error(loaded.message());
+    tokenizer.emplace(std::move(loaded).value());
+  }
+  if (flags.has_seed) flags.sampling.seed = flags.seed;
+  flags.sampling.stop_strings = flags.stop;
+  if (Status status = flags.sampling.validate(); !status.ok()) return report_error(status.message());
+
+  // The config is read first to size the KV cache and check the context length.
+  auto options = flags.model.instance_options(0);
+  if (!options.ok()) return report_error(options.message());
+  auto config = load_model_config(options->config_path.empty() ? options->model_dir : options->config_path);
+  if (!config.ok()) return report_error(config.message());
+  auto prompt = build_prompt(flags, tokenizer ? &*tokenizer : nullptr, config->vocab_size);
+  if (!prompt.ok()) return report_error(prompt.message());
+  const int64_t total = static_cast<int64_t>(prompt->size()) + flags.sampling.max_tokens;
+  if (config->max_position_embeddings > 0 && total > config->max_position_embeddings) {
+    return report_error(fmt::format("prompt ({} tokens) + -n {} exceeds the model context of {} tokens",
+                                    prompt->size(), flags.sampling.max_tokens,
+                                    config->max_position_embeddings));
+  }
+  options->kv_tokens = total + options->block_size;
+
+  CpuBackend backend(CpuBackendOptions{flags.model.threads});
+  auto instance = ModelInstance::create(*options, backend);
+  if (!instance.ok()) return report_error(instance.message());
+  ModelInstance& model = **instance;
+  const double load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+  std::fprintf(stderr, "specstack: %s, %lld layers, hidden %lld, weights %.1f MiB, KV cache %.1f MiB, loaded in %.2f s\n",
+               architecture_name(model.config().arch), static_cast<long long>(model.config().n_layers),
+               static_cast<long long>(model.config().hidden_size),
+               model.model().weights().weight_bytes / 1048576.0, model.kv().nbytes() / 1048576.0,
+               load_seconds);
+
+  std::unique_ptr<StreamDecoder> decoder;
+  if (tokenizer) decoder = std::make_unique<StreamDecoder>(*tokenizer, /*skip_special_tokens=*/true);
+  StopStringMatcher stops(flags.stop);
+  auto emit = [&](const std::string& text) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  };
+  TokenCallback on_token = [&](size_t, int32_t token) {
+    if (!decoder) {
+      emit(std::to_string(token) + " ");
+      return true;
+    }
+    emit(stops.push(decoder->push(token)));
+    return !stops.stopped();
+  };
+
+  GeneratorOptions generator_options;
+  generator_options.max_batched_tokens = flags.max_batched_tokens;
+  Generator generator(model.runner(), model.pool(), generator_options);
+  GenerationRequest request;
+  request.prompt = std::move(prompt).value();
+  request.params = flags.sampling;
+  GenerationStats stats;
+  auto results = generator.generate({request}, on_token, &stats);
+  if (!results.ok()) return report_error(results.message());
+  if (decoder && !stops.stopped()) emit(stops.push(decoder->flush()) + stops.flush());
+  emit("\n");
+  const double prefill_rate = stats.prefill_seconds > 0 ? stats.prompt_tokens / stats.prefill_seconds : 0;
+  const int64_t decoded = std::max<int64_t>(0, stats.generated_tokens - 1);
+  const double decode_rate = stats.decode_seconds > 0 ? decoded / stats.decode_seconds : 0;
+  std::fprintf(stderr,
+               "specstack: prompt %lld tokens in %.3f s (%.1f tok/s); generation %lld tokens, "
+               "%lld decode steps in %.3f s (%.1f tok/s); finish: %s\n",
+               static_cast<long long>(stats.prompt_tokens), stats.prefill_seconds, prefill_rate,
+               static_cast<long long>(stats.generated_tokens), static_cast<long long>(decoded),
+               stats.decode_seconds, decode_rate,
+               (*results)[0].finish_reason == FinishReason::kFinishStop ? "stop" : "length");
+  return 0;
+}
+
+}  // namespace
+
+std::function<int()> add_generate_command(CLI::App& app) {
+  auto flags = std::make_shared<GenerateFlags>();
+  flags->sampling.temperature = 0.0f;
+  flags->sampling.max_tokens = 64;
+  CLI::App* command = app.add_subcommand("generate", "generate a completion for one prompt");
+  flags->model.add_to(*command);
+  command->add_option("-p,--prompt", flags->prompt, "prompt text");
+  command->add_option("--tokens", flags->tokens, "prompt as token ids, e.g. 1,2,3");
+  command->add_option("--prompt-length", flags->prompt_length, "random prompt of N token ids (seeded)");
+  command->add_flag("--chat", flags->chat, "wrap --prompt as a user message with the chat template");
+  command->add_option("-n,--max-tokens", flags->sampling.max_tokens, "tokens to generate")->check(CLI::PositiveNumber);
+  command->add_option("--temperature", flags->sampling.temperature, "0 = greedy (default)");
+  command->add_option("--top-k", flags->sampling.top_k, "top-k (0 = off)");
+  command->add_option("--top-p", flags->sampling.top_p, "nucleus sampling mass");
+  command->add_option("--min-p", flags->sampling.min_p, "min-p relative to the top token");
+  command->add_option("--repetition-penalty", flags->sampling.repetition_penalty, "HF-style repetition penalty");
+  command->add_option("--presence-penalty", flags->sampling.presence_penalty, "OpenAI presence penalty");
+  command->add_option("--frequency-penalty", flags->sampling.frequency_penalty, "OpenAI frequency penalty");
+  command->add_option("--seed", flags->seed, "sampling seed")->each([flags](const std::string&) { flags->has_seed = true; });
+  command->add_option("--stop", flags->stop, "stop string (repeatable)");
+  command->add_flag("--ignore-eos", flags->sampling.ignore_eos, "keep generating past EOS");
+  command->add_option("--max-batched-tokens", flags->max_batched_tokens, "prefill chunk size")->check(CLI::PositiveNumber);
+  return [flags] { return run_generate(*flags); };
+}
+
+}  // namespace specstack::cli

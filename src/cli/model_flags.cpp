@@ -1,0 +1,56 @@
+#include <cstdio>
+#include <sstream>
+
+#include "cli/commands.h"
+
+namespace specstack::cli {
+
+void ModelFlags::add_to(CLI::App& command) {
+  command.add_option("-m,--model", model_dir, "HuggingFace model folder (config.json, *.safetensors, tokenizer.json)");
+  command.add_option("--config", config_path, "config.json for --dummy-weights (default: the model folder's)");
+  command.add_flag("--dummy-weights", dummy_weights, "seeded random weights from the config, no weight files (benchmarks)");
+  command.add_option("--dtype", dtype, "dtype of dummy weights: f32, bf16 or f16 (default: config torch_dtype)");
+  command.add_option("-t,--threads", threads, "CPU threads (default: all cores)");
+  command.add_option("--block-size", block_size, "KV cache block size in tokens")->check(CLI::Range(1, 1024));
+}
+
+Result<ModelInstanceOptions> ModelFlags::instance_options(int64_t kv_tokens) const {
+  if (model_dir.empty() && config_path.empty()) return make_error("--model is required");
+  if (!dummy_weights && model_dir.empty()) return make_error("--model is required (or --dummy-weights --config F)");
+  ModelInstanceOptions options;
+  options.model_dir = model_dir;
+  options.config_path = config_path;
+  options.dummy_weights = dummy_weights;
+  options.dtype_override = dtype;
+  options.block_size = block_size;
+  options.kv_tokens = kv_tokens;
+  return options;
+}
+
+Result<std::vector<int32_t>> parse_int_list(const std::string& text, const std::string& flag) {
+  std::vector<int32_t> values;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    size_t used = 0;
+    long long value = 0;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      return errorf("{}: '{}' is not an integer", flag, item);
+    }
+    if (used != item.size() || value < INT32_MIN || value > INT32_MAX) {
+      return errorf("{}: '{}' is not a 32-bit integer", flag, item);
+    }
+    values.push_back(static_cast<int32_t>(value));
+  }
+  if (values.empty()) return errorf("{}: empty list", flag);
+  return values;
+}
+
+int report_error(const std::string& message) {
+  std::fprintf(stderr, "specstack: error: %s\n", message.c_str());
+  return 1;
+}
+
+}  // namespace specstack::cli

@@ -1,0 +1,55 @@
+#include "engine/model_runner.h"
+
+#include <span>
+
+namespace specstack {
+
+ModelRunner::ModelRunner(Transformer& model, KvCache& kv) : model_(model), kv_(kv) {}
+
+void ModelRunner::check_plan(const StepPlan& plan) const {
+  const size_t n = plan.token_ids.size();
+  SS_CHECK_EQ(plan.positions.size(), n);
+  SS_CHECK_EQ(plan.seq_index.size(), n);
+  SS_CHECK_EQ(plan.slots.size(), n);
+  SS_CHECK_EQ(plan.seq_n_slots.size(), plan.block_tables.size());
+  const int64_t block_size = kv_.shape().block_size;
+  const int64_t vocab = model_.config().vocab_size;
+  for (size_t t = 0; t < n; ++t) {
+    SS_CHECK_LE(0, plan.token_ids[t]);
+    SS_CHECK_LT(plan.token_ids[t], vocab);
+    SS_CHECK_LE(0, plan.positions[t]);
+    const int32_t seq = plan.seq_index[t];
+    SS_CHECK_LE(0, seq);
+    SS_CHECK_LT(seq, static_cast<int32_t>(plan.block_tables.size()));
+    SS_CHECK_LE(0, plan.slots[t]);
+    SS_CHECK_LT(plan.slots[t], plan.seq_n_slots[static_cast<size_t>(seq)]);
+  }
+  for (size_t s = 0; s < plan.block_tables.size(); ++s) {
+    const int64_t needed = (plan.seq_n_slots[s] + block_size - 1) / block_size;
+    SS_CHECK_LE(needed, static_cast<int64_t>(plan.block_tables[s].size()));
+    for (int32_t block : plan.block_tables[s]) {
+      SS_CHECK_LE(0, block);
+      SS_CHECK_LT(block, kv_.shape().n_blocks);
+    }
+  }
+  for (size_t i = 1; i < plan.logit_rows.size(); ++i) {
+    SS_CHECK_LT(plan.logit_rows[i - 1], plan.logit_rows[i]);
+  }
+}
+
+StepOutput ModelRunner::run(const StepPlan& plan) {
+  check_plan(plan);
+  ForwardBatch batch;
+  batch.token_ids = plan.token_ids;
+  batch.attention.token_seq = plan.seq_index;
+  batch.attention.token_slot = plan.slots;
+  batch.attention.token_pos = plan.positions;
+  for (const auto& table : plan.block_tables) batch.attention.block_tables.emplace_back(table);
+  batch.attention.seq_n_slots = plan.seq_n_slots;
+  batch.logit_rows = plan.logit_rows;
+  StepOutput output;
+  model_.forward(batch, kv_, output.logits);
+  return output;
+}
+
+}  // namespace specstack

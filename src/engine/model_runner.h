@@ -1,0 +1,33 @@
+// ModelRunner: executes a StepPlan on one model and its paged KV cache.
+// It checks the plan's internal consistency (a broken plan is a scheduler
+// bug, so it is a check failure, not a user error) and returns the logits of
+// the rows the plan asked for.
+#pragma once
+
+#include "engine/step_plan.h"
+#include "kv/kv_cache.h"
+#include "model/transformer.h"
+
+namespace specstack {
+
+struct StepOutput {
+  Tensor logits;  // [plan.logit_rows.size(), vocab] f32
+};
+
+class ModelRunner {
+ public:
+  ModelRunner(Transformer& model, KvCache& kv);
+
+  StepOutput run(const StepPlan& plan);
+
+  Transformer& model() { return model_; }
+  KvCache& kv() { return kv_; }
+
+ private:
+  void check_plan(const StepPlan& plan) const;
+
+  Transformer& model_;
+  KvCache& kv_;
+};
+
+}  // namespace specstack

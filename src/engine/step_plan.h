@@ -1,0 +1,33 @@
+// StepPlan: one forward step as a flat batch. Every token says explicitly
+// which sequence it belongs to, its RoPE position and the KV slot it fills;
+// every sequence brings its block table. Prefill chunks, decode tokens and
+// sparse (speculative) prefills are all just rows of this plan.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace specstack {
+
+struct StepPlan {
+  // Per token [n_tokens]. Tokens of one sequence need not be contiguous, but
+  // their slots must be fresh (not yet written) and below seq_n_slots.
+  std::vector<int32_t> token_ids;
+  std::vector<int32_t> positions;   // RoPE position (original position for sparse prefill)
+  std::vector<int32_t> seq_index;   // index into the per-sequence vectors
+  std::vector<int32_t> slots;       // logical KV slot within the sequence; masks causally
+  std::vector<int32_t> logit_rows;  // ascending token indices whose logits are returned
+
+  // Per sequence [n_seqs].
+  std::vector<std::vector<int32_t>> block_tables;  // logical -> physical block
+  std::vector<int32_t> seq_n_slots;                // filled slots once this step is written
+
+  int64_t n_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  int64_t n_seqs() const { return static_cast<int64_t>(block_tables.size()); }
+
+  // Adds one token; returns its row index.
+  int32_t add_token(int32_t token_id, int32_t position, int32_t seq, int32_t slot,
+                    bool want_logits);
+};
+
+}  // namespace specstack

@@ -1,0 +1,29 @@
+#include "kv/kv_cache.h"
+
+namespace specstack {
+
+KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
+  positions_ = Tensor::zeros(DType::kI32, {shape.n_blocks, shape.block_size});
+  layers_.reserve(static_cast<size_t>(shape.n_layers));
+  for (int64_t l = 0; l < shape.n_layers; ++l) {
+    KvLayerView layer;
+    std::vector<int64_t> dims = {shape.n_blocks, shape.block_size, shape.n_kv_heads, shape.head_dim};
+    layer.k = Tensor::zeros(DType::kF32, dims);
+    layer.v = Tensor::zeros(DType::kF32, dims);
+    layer.positions = positions_;
+    layer.block_size = shape.block_size;
+    layer.n_kv_heads = shape.n_kv_heads;
+    layer.head_dim = shape.head_dim;
+    layers_.push_back(std::move(layer));
+  }
+}
+
+size_t KvCache::bytes_per_block(const KvCacheShape& shape) {
+  return static_cast<size_t>(shape.n_layers * 2 * shape.block_size * shape.n_kv_heads *
+                             shape.head_dim) * sizeof(float) +
+         static_cast<size_t>(shape.block_size) * sizeof(int32_t);
+}
+
+size_t KvCache::nbytes() const { return bytes_per_block(shape_) * static_cast<size_t>(shape_.n_blocks); }
+
+}  // namespace specstack

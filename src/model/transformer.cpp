@@ -1,0 +1,199 @@
+#include "model/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace specstack {
+namespace {
+
+enum ScratchSlot : size_t {
+  kScratchX,
+  kScratchH,
+  kScratchQ,
+  kScratchK,
+  kScratchV,
+  kScratchAttn,
+  kScratchOut,
+  kScratchGate,
+  kScratchUp,
+  kScratchRouter,
+  kScratchExpertIn,
+  kScratchExpertGate,
+  kScratchExpertUp,
+  kScratchExpertOut,
+  kScratchLogitIn,
+  kScratchCount,
+};
+
+}  // namespace
+
+Transformer::Transformer(ModelConfig config, ModelWeights weights, Backend& backend)
+    : config_(std::move(config)), weights_(std::move(weights)), backend_(backend) {
+  scratch_storage_.resize(kScratchCount);
+  scratch_views_.resize(kScratchCount);
+}
+
+KvCacheShape Transformer::kv_shape(int64_t n_blocks, int64_t block_size) const {
+  KvCacheShape shape;
+  shape.n_layers = config_.n_layers;
+  shape.n_blocks = n_blocks;
+  shape.block_size = block_size;
+  shape.n_kv_heads = config_.n_kv_heads;
+  shape.head_dim = config_.head_dim;
+  return shape;
+}
+
+Tensor& Transformer::scratch(size_t index, int64_t rows, int64_t cols) {
+  Tensor& storage = scratch_storage_[index];
+  if (!storage.defined() || storage.numel() < rows * cols) {
+    storage = Tensor::zeros(DType::kF32, {std::max<int64_t>(rows * cols, 1)});
+  }
+  scratch_views_[index] = storage.slice_rows(0, rows * cols).reshape({rows, cols});
+  return scratch_views_[index];
+}
+
+void Transformer::forward(const ForwardBatch& batch, KvCache& kv, Tensor& logits) {
+  const int64_t n_tokens = static_cast<int64_t>(batch.token_ids.size());
+  const int64_t hidden = config_.hidden_size;
+  SS_CHECK_GT(n_tokens, 0);
+  x_ = scratch(kScratchX, n_tokens, hidden);
+  h_ = scratch(kScratchH, n_tokens, hidden);
+  backend_.embedding(weights_.embed, batch.token_ids, x_);
+
+  for (int64_t l = 0; l < config_.n_layers; ++l) {
+    const LayerWeights& layer = weights_.layers[static_cast<size_t>(l)];
+    backend_.rmsnorm(x_, layer.attn_norm, static_cast<float>(config_.rms_norm_eps), h_);
+    attention_block(l, batch, kv);
+    backend_.rmsnorm(x_, layer.ffn_norm, static_cast<float>(config_.rms_norm_eps), h_);
+    if (config_.layer_is_moe(l)) {
+      moe_mlp(layer);
+    } else {
+      dense_mlp(layer);
+    }
+  }
+
+  // Only the requested rows go through the final norm and the vocab matmul.
+  const int64_t n_out = static_cast<int64_t>(batch.logit_rows.size());
+  logits = Tensor::zeros(DType::kF32, {n_out, config_.vocab_size});
+  if (n_out == 0) return;
+  Tensor& rows = scratch(kScratchLogitIn, n_out, hidden);
+  for (int64_t i = 0; i < n_out; ++i) {
+    const int32_t src = batch.logit_rows[static_cast<size_t>(i)];
+    SS_CHECK_LT(src, n_tokens);
+    std::copy_n(x_.f32() + src * hidden, hidden, rows.f32() + i * hidden);
+  }
+  backend_.rmsnorm(rows, weights_.final_norm, static_cast<float>(config_.rms_norm_eps), rows);
+  backend_.matmul(rows, weights_.lm_head, nullptr, logits);
+}
+
+void Transformer::attention_block(int64_t l, const ForwardBatch& batch, KvCache& kv) {
+  const LayerWeights& layer = weights_.layers[static_cast<size_t>(l)];
+  const int64_t n_tokens = h_.size(0);
+  const int64_t head_dim = config_.head_dim;
+  const int64_t q_width = config_.n_heads * head_dim;
+  const int64_t kv_width = config_.n_kv_heads * head_dim;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+
+  Tensor& q = scratch(kScratchQ, n_tokens, q_width);   // [n_tokens, n_heads * head_dim]
+  Tensor& k = scratch(kScratchK, n_tokens, kv_width);  // [n_tokens, n_kv_heads * head_dim]
+  Tensor& v = scratch(kScratchV, n_tokens, kv_width);  // [n_tokens, n_kv_heads * head_dim]
+  backend_.matmul(h_, layer.wq, layer.bq.defined() ? &layer.bq : nullptr, q);
+  backend_.matmul(h_, layer.wk, layer.bk.defined() ? &layer.bk : nullptr, k);
+  backend_.matmul(h_, layer.wv, layer.bv.defined() ? &layer.bv : nullptr, v);
+  if (config_.qk_norm) {  // per-head RMSNorm before RoPE (qwen3)
+    Tensor q_heads = q.reshape({n_tokens * config_.n_heads, head_dim});
+    Tensor k_heads = k.reshape({n_tokens * config_.n_kv_heads, head_dim});
+    backend_.rmsnorm(q_heads, layer.q_norm, eps, q_heads);
+    backend_.rmsnorm(k_heads, layer.k_norm, eps, k_heads);
+  }
+  backend_.rope(q, head_dim, batch.attention.token_pos, weights_.rope_inv_freq);
+  backend_.rope(k, head_dim, batch.attention.token_pos, weights_.rope_inv_freq);
+  backend_.write_kv(k, v, batch.attention, kv.layer(l));
+
+  AttentionParams params;
+  params.n_heads = config_.n_heads;
+  params.n_kv_heads = config_.n_kv_heads;
+  params.head_dim = head_dim;
+  params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  params.sliding_window = config_.layer_is_sliding(l) ? config_.sliding_window : 0;
+  Tensor& attn = scratch(kScratchAttn, n_tokens, q_width);
+  backend_.attention(q, batch.attention, kv.layer(l), params, attn);
+
+  Tensor& out = scratch(kScratchOut, n_tokens, config_.hidden_size);
+  backend_.matmul(attn, layer.wo, nullptr, out);
+  backend_.add_inplace(x_, out);
+}
+
+void Transformer::dense_mlp(const LayerWeights& layer) {
+  const int64_t n_tokens = h_.size(0);
+  const int64_t inter = config_.intermediate_size;
+  Tensor& gate = scratch(kScratchGate, n_tokens, inter);  // [n_tokens, inter]
+  Tensor& up = scratch(kScratchUp, n_tokens, inter);      // [n_tokens, inter]
+  backend_.matmul(h_, layer.w_gate, nullptr, gate);
+  backend_.matmul(h_, layer.w_up, nullptr, up);
+  backend_.silu_mul(gate, up, gate);
+  Tensor& out = scratch(kScratchOut, n_tokens, config_.hidden_size);
+  backend_.matmul(gate, layer.w_down, nullptr, out);
+  backend_.add_inplace(x_, out);
+}
+
+void Transformer::moe_mlp(const LayerWeights& layer) {
+  const int64_t n_tokens = h_.size(0);
+  const int64_t hidden = config_.hidden_size;
+  const int64_t n_experts = config_.moe.n_experts;
+  const int64_t top_k = config_.moe.n_experts_per_token;
+  const int64_t inter = config_.moe.expert_intermediate_size;
+
+  // Routing: softmax over all experts in fp32, top-k, optional renormalisation.
+  Tensor& router = scratch(kScratchRouter, n_tokens, n_experts);  // [n_tokens, n_experts]
+  backend_.matmul(h_, layer.router, nullptr, router);
+  backend_.softmax_rows(router);
+  std::vector<std::vector<std::pair<int32_t, float>>> routed(static_cast<size_t>(n_experts));
+  std::vector<int32_t> order(static_cast<size_t>(n_experts));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* probs = router.f32() + t * n_experts;
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + top_k, order.end(), [&](int32_t a, int32_t b) {
+      return probs[a] > probs[b] || (probs[a] == probs[b] && a < b);
+    });
+    float total = 0.0f;
+    for (int64_t i = 0; i < top_k; ++i) total += probs[order[static_cast<size_t>(i)]];
+    for (int64_t i = 0; i < top_k; ++i) {
+      int32_t e = order[static_cast<size_t>(i)];
+      float w = config_.moe.norm_topk_prob ? probs[e] / total : probs[e];
+      routed[static_cast<size_t>(e)].emplace_back(static_cast<int32_t>(t), w);
+    }
+  }
+
+  // Each expert runs once on the tokens routed to it; results are scattered back weighted.
+  Tensor& out = scratch(kScratchOut, n_tokens, hidden);
+  std::fill_n(out.f32(), out.numel(), 0.0f);
+  for (int64_t e = 0; e < n_experts; ++e) {
+    const auto& tokens = routed[static_cast<size_t>(e)];
+    if (tokens.empty()) continue;
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    const ExpertWeights& expert = layer.experts[static_cast<size_t>(e)];
+    Tensor& in = scratch(kScratchExpertIn, n, hidden);       // [n, hidden]
+    Tensor& gate = scratch(kScratchExpertGate, n, inter);    // [n, inter]
+    Tensor& up = scratch(kScratchExpertUp, n, inter);        // [n, inter]
+    Tensor& down = scratch(kScratchExpertOut, n, hidden);    // [n, hidden]
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy_n(h_.f32() + tokens[static_cast<size_t>(i)].first * hidden, hidden,
+                  in.f32() + i * hidden);
+    }
+    backend_.matmul(in, expert.w_gate, nullptr, gate);
+    backend_.matmul(in, expert.w_up, nullptr, up);
+    backend_.silu_mul(gate, up, gate);
+    backend_.matmul(gate, expert.w_down, nullptr, down);
+    for (int64_t i = 0; i < n; ++i) {
+      const auto [t, w] = tokens[static_cast<size_t>(i)];
+      float* dst = out.f32() + t * hidden;
+      const float* src = down.f32() + i * hidden;
+      for (int64_t d = 0; d < hidden; ++d) dst[d] += w * src[d];
+    }
+  }
+  backend_.add_inplace(x_, out);
+}
+
+}  // namespace specstack

@@ -1,0 +1,66 @@
+// ModelWeights: every tensor of a decoder-only transformer, by role, with HF
+// shapes. Large matrices are views into the mmap'd safetensors (or seeded
+// random buffers for --dummy-weights) in their stored dtype; the small
+// vectors (norm weights, biases) are converted to f32 once at load.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "model/config.h"
+#include "tensor/tensor.h"
+
+namespace specstack {
+
+struct ExpertWeights {
+  Tensor w_gate;  // [expert_inter, hidden]
+  Tensor w_up;    // [expert_inter, hidden]
+  Tensor w_down;  // [hidden, expert_inter]
+};
+
+struct LayerWeights {
+  Tensor attn_norm;  // [hidden] f32
+  Tensor wq;         // [n_heads * head_dim, hidden]
+  Tensor wk;         // [n_kv_heads * head_dim, hidden]
+  Tensor wv;         // [n_kv_heads * head_dim, hidden]
+  Tensor bq;         // [n_heads * head_dim] f32, only with attention_bias
+  Tensor bk;         // [n_kv_heads * head_dim] f32, only with attention_bias
+  Tensor bv;         // [n_kv_heads * head_dim] f32, only with attention_bias
+  Tensor wo;         // [hidden, n_heads * head_dim]
+  Tensor q_norm;     // [head_dim] f32, only with qk_norm
+  Tensor k_norm;     // [head_dim] f32, only with qk_norm
+  Tensor ffn_norm;   // [hidden] f32
+  // Dense MLP (non-MoE layers).
+  Tensor w_gate;  // [intermediate, hidden]
+  Tensor w_up;    // [intermediate, hidden]
+  Tensor w_down;  // [hidden, intermediate]
+  // Routed experts (MoE layers).
+  Tensor router;                       // [n_experts, hidden]
+  std::vector<ExpertWeights> experts;  // [n_experts]
+};
+
+struct ModelWeights {
+  Tensor embed;       // [vocab, hidden]
+  std::vector<LayerWeights> layers;  // [n_layers]
+  Tensor final_norm;  // [hidden] f32
+  Tensor lm_head;     // [vocab, hidden]; shares storage with embed when tied
+  Tensor rope_inv_freq;  // [head_dim / 2] f32, RoPE frequencies after any scaling
+  size_t weight_bytes = 0;  // bytes of all distinct weight tensors, for start-up reporting
+};
+
+// Loads the weights of `config` from the safetensors in model_dir (mmap'd,
+// zero-copy). Every expected tensor must exist with the expected shape;
+// errors name the tensor and both shapes.
+Result<ModelWeights> load_weights(const ModelConfig& config, const std::string& model_dir);
+
+// Seeded random weights in config.weight_dtype (norm weights 1, others small
+// uniform noise), no files: for benchmarks on published shapes.
+ModelWeights make_dummy_weights(const ModelConfig& config, uint64_t seed);
+
+// RoPE inverse frequencies exactly as transformers computes them in fp32.
+Tensor compute_rope_inv_freq(const ModelConfig& config);
+
+}  // namespace specstack

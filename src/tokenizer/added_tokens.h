@@ -1,0 +1,88 @@
+// tokenizer.json "added_tokens": tokens matched in the text before the model
+// sees it, longest match first, as HF's AddedVocabulary does. Tokens with
+// "normalized": false are matched in the raw text; tokens with "normalized":
+// true are matched, in their normalized form, in the normalized pieces left
+// between the former (so a Prepend normalizer makes TinyStories'
+// "<|start_story|>" match only at the start of a piece or after a space).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "tokenizer/json_fields.h"
+#include "tokenizer/normalizer.h"
+#include "tokenizer/regex.h"
+
+namespace specstack::tok {
+
+struct AddedToken {
+  std::string content;
+  // What decode() shows: the normalized content for "normalized" tokens (as
+  // HF tokenizers 0.23 does, so TinyStories' "<unk>" decodes as " <unk>").
+  std::string decode_form;
+  int32_t id = 0;
+  bool special = false;
+  bool normalized = false;
+  bool lstrip = false;
+  bool rstrip = false;
+  bool single_word = false;
+};
+
+// A piece of text, or an added token that was found in it.
+struct Segment {
+  std::string text;
+  int32_t token_id = -1;  // >= 0: an added token
+  bool at_start = false;  // starts at offset 0 of the original text
+};
+
+// A byte trie over the patterns for leftmost-longest matching.
+class TokenTrie {
+ public:
+  void insert(std::string_view pattern, int32_t value);
+  // Longest pattern that starts at text[pos]: (length, value).
+  std::optional<std::pair<size_t, int32_t>> longest_match(std::string_view text, size_t pos) const;
+  bool empty() const { return nodes_.size() <= 1; }
+
+ private:
+  struct Node {
+    std::vector<std::pair<unsigned char, int32_t>> children;  // byte -> node index
+    int32_t value = -1;
+  };
+  std::vector<Node> nodes_ = std::vector<Node>(1);
+};
+
+class AddedVocabulary {
+ public:
+  // normalizer (may be null) gives the matched form of normalized tokens.
+  static Result<AddedVocabulary> parse(const Json& added_tokens, const std::string& path,
+                                       const Normalizer* normalizer);
+
+  // Step 1: splits raw text on the non-normalized tokens.
+  std::vector<Segment> split_raw(std::string_view text) const;
+  // Step 2: splits one normalized piece on the normalized tokens (appends).
+  void split_normalized(Segment piece, std::vector<Segment>& out) const;
+
+  const AddedToken* find_by_id(int32_t id) const;
+  std::optional<int32_t> token_to_id(std::string_view content) const;
+  int32_t id_limit() const;  // max id + 1 (0 if none)
+
+ private:
+  void split(std::string_view text, bool at_start, const TokenTrie& trie,
+             std::vector<Segment>& out) const;
+  bool is_word_char_at(std::string_view text, size_t pos) const;
+  bool is_word_char_before(std::string_view text, size_t pos) const;
+
+  std::vector<AddedToken> tokens_;
+  std::unordered_map<int32_t, size_t> by_id_;  // id -> index in tokens_
+  std::unordered_map<std::string, int32_t> by_content_;
+  TokenTrie raw_trie_;         // value: index in tokens_
+  TokenTrie normalized_trie_;  // value: index in tokens_
+  std::optional<Regex> word_char_;  // \w, only when some token is single_word
+};
+
+}  // namespace specstack::tok

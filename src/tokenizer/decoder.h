@@ -1,0 +1,26 @@
+// tokenizer.json "decoder": ByteLevel, Metaspace, and Sequence of Replace /
+// ByteFallback / Fuse / Strip (the SentencePiece-style chain). A decoder maps
+// the token strings of the ids to the final text pieces, which are joined.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "tokenizer/json_fields.h"
+
+namespace specstack::tok {
+
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  // HF's decode_chain: token strings in, text pieces out (same vector).
+  virtual void decode_chain(std::vector<std::string>& tokens) const = 0;
+};
+
+// A null json gives a nullptr decoder (HF then joins the tokens with " ").
+Result<std::unique_ptr<Decoder>> parse_decoder(const Json& json, const std::string& path,
+                                               int depth = 0);
+
+}  // namespace specstack::tok

@@ -1,0 +1,195 @@
+#include "tokenizer/tokenizer.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "tokenizer/json_fields.h"
+#include "tokenizer/tokenizer_impl.h"
+#include "tokenizer/utf8.h"
+
+namespace specstack {
+
+namespace {
+
+using tok::Json;
+
+Result<std::string> read_file(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return errorf("cannot open {}", path);
+  std::ostringstream text;
+  text << file.rdbuf();
+  if (file.bad()) return errorf("cannot read {}", path);
+  return text.str();
+}
+
+Result<tok::BpeModel> parse_model(const Json& root) {
+  SS_ASSIGN_OR_RETURN(const Json* model, tok::require_field(root, "model", ""));
+  if (!model->is_object()) return make_error("model: expected an object");
+  SS_ASSIGN_OR_RETURN(auto type, tok::optional_string(*model, "type", "model"));
+  // Files written by old versions of tokenizers omit the BPE model's type.
+  if (type.value_or("BPE") != "BPE") {
+    return errorf("model.type: \"{}\" is not supported (only BPE models are)", *type);
+  }
+  return tok::BpeModel::parse(*model, "model");
+}
+
+Result<std::unique_ptr<TokenizerImpl>> parse_tokenizer_json(std::string_view text) {
+  Json root;
+  try {
+    root = Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    return errorf("not valid JSON ({})", e.what());
+  }
+  if (!root.is_object()) return make_error("expected a JSON object at the top level");
+  SS_ASSIGN_OR_RETURN(tok::BpeModel model, parse_model(root));
+
+  static const Json kNull;
+  auto section = [&](const char* key) -> const Json& {
+    const Json* value = tok::find_field(root, key);
+    return value != nullptr ? *value : kNull;
+  };
+  SS_ASSIGN_OR_RETURN(auto normalizer, tok::parse_normalizer(section("normalizer"), "normalizer"));
+  // Added tokens marked "normalized" are matched in their normalized form.
+  SS_ASSIGN_OR_RETURN(auto added, tok::AddedVocabulary::parse(section("added_tokens"), "added_tokens",
+                                                              normalizer.get()));
+  auto impl = std::make_unique<TokenizerImpl>(std::move(model), std::move(added));
+  impl->normalizer = std::move(normalizer);
+  SS_ASSIGN_OR_RETURN(impl->pre_tokenizer,
+                      tok::parse_pre_tokenizer(section("pre_tokenizer"), "pre_tokenizer"));
+  SS_ASSIGN_OR_RETURN(impl->post_processor,
+                      tok::parse_post_processor(section("post_processor"), "post_processor"));
+  SS_ASSIGN_OR_RETURN(impl->decoder, tok::parse_decoder(section("decoder"), "decoder"));
+  impl->vocab_size = std::max(impl->model.id_limit(), impl->added.id_limit());
+  return impl;
+}
+
+}  // namespace
+
+Result<Tokenizer> Tokenizer::from_json(std::string_view tokenizer_json,
+                                       std::string_view tokenizer_config_json) {
+  std::unique_ptr<TokenizerImpl> impl;
+  try {
+    auto parsed = parse_tokenizer_json(tokenizer_json);
+    if (!parsed.ok()) return errorf("tokenizer.json: {}", parsed.message());
+    impl = std::move(parsed).value();
+    auto config = parse_tokenizer_config(tokenizer_config_json);
+    if (!config.ok()) return errorf("tokenizer_config.json: {}", config.message());
+    impl->config = std::move(config).value();
+  } catch (const std::exception& e) {
+    // A field shape no check above anticipated; still the file's fault.
+    return errorf("tokenizer.json: malformed ({})", e.what());
+  }
+  return Tokenizer(std::move(impl));
+}
+
+Result<Tokenizer> Tokenizer::load_dir(const std::string& model_dir) {
+  SS_ASSIGN_OR_RETURN(std::string tokenizer_json, read_file(model_dir + "/tokenizer.json"));
+  std::string config_json;
+  const std::string config_path = model_dir + "/tokenizer_config.json";
+  if (std::ifstream(config_path).good()) {
+    SS_ASSIGN_OR_RETURN(config_json, read_file(config_path));
+  }
+  auto tokenizer = from_json(tokenizer_json, config_json);
+  if (!tokenizer.ok()) return errorf("{}: {}", model_dir, tokenizer.message());
+  return tokenizer;
+}
+
+Tokenizer::Tokenizer(std::unique_ptr<TokenizerImpl> impl) : impl_(std::move(impl)) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  // Everything downstream relies on valid UTF-8 (HF takes a Rust &str).
+  std::string valid;
+  if (!tok::is_valid_utf8(text)) {
+    valid = tok::utf8_lossy(text);
+    text = valid;
+  }
+  const TokenizerImpl& t = *impl_;
+  std::vector<int32_t> ids;
+  std::vector<tok::Segment> pieces;
+  std::vector<tok::PreToken> words;
+  for (tok::Segment& raw : t.added.split_raw(text)) {
+    if (raw.token_id >= 0) {
+      ids.push_back(raw.token_id);
+      continue;
+    }
+    if (t.normalizer) t.normalizer->normalize(raw.text);
+    pieces.clear();
+    t.added.split_normalized(std::move(raw), pieces);
+    for (tok::Segment& piece : pieces) {
+      if (piece.token_id >= 0) {
+        ids.push_back(piece.token_id);
+        continue;
+      }
+      words.clear();
+      words.push_back({std::move(piece.text), piece.at_start});
+      if (t.pre_tokenizer) t.pre_tokenizer->pre_tokenize(words);
+      for (const tok::PreToken& word : words) t.model.encode_word(word.text, ids);
+    }
+  }
+  if (add_special_tokens && t.post_processor) t.post_processor->process(ids);
+  return ids;
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+  return decode(std::span<const int32_t>(ids), skip_special_tokens);
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
+  const TokenizerImpl& t = *impl_;
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (const int32_t id : ids) {
+    if (const tok::AddedToken* added = t.added.find_by_id(id)) {
+      // HF 0.23 compares the decode form with the special-token names, so it
+      // fails to skip normalized special tokens; we skip by id.
+      if (!(skip_special_tokens && added->special)) tokens.push_back(added->decode_form);
+    } else if (const std::string* token = t.model.id_to_token(id)) {
+      tokens.push_back(*token);
+    }  // unknown ids are skipped, as HF does
+  }
+  if (t.decoder) t.decoder->decode_chain(tokens);
+  std::string text;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (i > 0 && !t.decoder) text += ' ';
+    text += tokens[i];
+  }
+  return text;
+}
+
+int32_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
+
+std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
+  if (auto id = impl_->added.token_to_id(token)) return id;
+  return impl_->model.token_to_id(token);
+}
+
+std::string Tokenizer::id_to_token(int32_t id) const {
+  if (const tok::AddedToken* added = impl_->added.find_by_id(id)) return added->content;
+  if (const std::string* token = impl_->model.id_to_token(id)) return *token;
+  return std::string();
+}
+
+bool Tokenizer::is_special(int32_t id) const {
+  const tok::AddedToken* added = impl_->added.find_by_id(id);
+  return added != nullptr && added->special;
+}
+
+std::optional<int32_t> Tokenizer::bos_id() const {
+  if (impl_->config.bos_token.empty()) return std::nullopt;
+  return token_to_id(impl_->config.bos_token);
+}
+
+std::optional<int32_t> Tokenizer::eos_id() const {
+  if (impl_->config.eos_token.empty()) return std::nullopt;
+  return token_to_id(impl_->config.eos_token);
+}
+
+const std::string& Tokenizer::bos_token() const { return impl_->config.bos_token; }
+const std::string& Tokenizer::eos_token() const { return impl_->config.eos_token; }
+const std::string& Tokenizer::chat_template() const { return impl_->config.chat_template; }
+std::optional<bool> Tokenizer::add_bos_token() const { return impl_->config.add_bos_token; }
+
+}  // namespace specstack
