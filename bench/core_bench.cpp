@@ -38,6 +38,13 @@ std::vector<int32_t> random_prompt(int32_t length, int64_t vocab, uint32_t seed)
   return ids;
 }
 
+void accumulate(OpProfile& into, const OpProfile& from) {
+  for (size_t i = 0; i < static_cast<size_t>(BackendOp::kOpCount); ++i) {
+    into.seconds[i] += from.seconds[i];
+    into.calls[i] += from.calls[i];
+  }
+}
+
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   return values[values.size() / 2];
@@ -48,6 +55,7 @@ struct Row {
   int64_t tokens;
   double seconds;
   double tokens_per_second;
+  OpProfile profile;  // summed over the timed repeats
 };
 
 }  // namespace
@@ -92,23 +100,30 @@ int main(int argc, char** argv) {
   GeneratorOptions generator_options;
   generator_options.max_batched_tokens = 4096;
   Generator generator(model.runner(), model.pool(), generator_options);
+  backend.set_profiling(true);
   for (int32_t length : flags.prefill_lengths) {
     std::vector<double> times;
+    OpProfile profile;
     for (int r = 0; r <= flags.repeats; ++r) {
       GenerationRequest request;
       request.prompt = random_prompt(length, vocab, 11 + r);
       request.params.temperature = 0;
       request.params.max_tokens = 1;
       GenerationStats stats;
+      backend.profile().reset();
       auto result = generator.generate({request}, {}, &stats);
       if (!result.ok()) return std::fprintf(stderr, "%s\n", result.message().c_str()), 1;
-      if (r > 0) times.push_back(stats.prefill_seconds);  // r == 0 is the warm-up
+      if (r > 0) {  // r == 0 is the warm-up
+        times.push_back(stats.prefill_seconds);
+        accumulate(profile, backend.profile());
+      }
     }
     double t = median(times);
-    rows.push_back({fmt::format("prefill {}", length), length, t, length / t});
+    rows.push_back({fmt::format("prefill {}", length), length, t, length / t, profile});
   }
   for (int32_t batch : flags.decode_batches) {
     std::vector<double> times;
+    OpProfile profile;
     for (int r = 0; r <= flags.repeats; ++r) {
       std::vector<GenerationRequest> requests(static_cast<size_t>(batch));
       for (int32_t b = 0; b < batch; ++b) {
@@ -118,13 +133,17 @@ int main(int argc, char** argv) {
         requests[b].params.max_tokens = flags.decode_steps + 1;
       }
       GenerationStats stats;
+      backend.profile().reset();
       auto result = generator.generate(requests, {}, &stats);
       if (!result.ok()) return std::fprintf(stderr, "%s\n", result.message().c_str()), 1;
-      if (r > 0) times.push_back(stats.decode_seconds);
+      if (r > 0) {
+        times.push_back(stats.decode_seconds);
+        accumulate(profile, backend.profile());  // includes the prefill of the context
+      }
     }
     double t = median(times);
     int64_t tokens = static_cast<int64_t>(batch) * flags.decode_steps;
-    rows.push_back({fmt::format("decode batch {}", batch), tokens, t, tokens / t});
+    rows.push_back({fmt::format("decode batch {}", batch), tokens, t, tokens / t, profile});
   }
 
   std::ofstream csv(flags.csv);
@@ -134,6 +153,23 @@ int main(int argc, char** argv) {
     std::printf("| %s | %lld | %.4f | %.1f |\n", row.name.c_str(), static_cast<long long>(row.tokens),
                 row.seconds, row.tokens_per_second);
     csv << row.name << "," << row.tokens << "," << row.seconds << "," << row.tokens_per_second << "\n";
+  }
+  // Where the time goes: share of op time per benchmark (decode rows include
+  // the prefill of their context, which the step timing excludes).
+  std::printf("\n| benchmark |");
+  for (size_t i = 0; i < static_cast<size_t>(BackendOp::kOpCount); ++i) {
+    std::printf(" %s |", backend_op_name(static_cast<BackendOp>(i)));
+  }
+  std::printf("\n|---|");
+  for (size_t i = 0; i < static_cast<size_t>(BackendOp::kOpCount); ++i) std::printf("---|");
+  std::printf("\n");
+  for (const Row& row : rows) {
+    std::printf("| %s |", row.name.c_str());
+    const double total = row.profile.total_seconds();
+    for (size_t i = 0; i < static_cast<size_t>(BackendOp::kOpCount); ++i) {
+      std::printf(" %.1f%% |", total > 0 ? 100.0 * row.profile.seconds[i] / total : 0.0);
+    }
+    std::printf("\n");
   }
   return 0;
 }

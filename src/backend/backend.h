@@ -16,10 +16,38 @@
 
 namespace specstack {
 
+enum class BackendOp : uint8_t {
+  kOpEmbedding,
+  kOpMatmul,
+  kOpRmsnorm,
+  kOpAdd,
+  kOpRope,
+  kOpSiluMul,
+  kOpSoftmax,
+  kOpWriteKv,
+  kOpAttention,
+  kOpCount,
+};
+
+const char* backend_op_name(BackendOp op);
+
+// Wall time spent in each op, for "where does the time go" reports.
+struct OpProfile {
+  double seconds[static_cast<size_t>(BackendOp::kOpCount)] = {};
+  int64_t calls[static_cast<size_t>(BackendOp::kOpCount)] = {};
+  void reset() { *this = OpProfile(); }
+  double total_seconds() const;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual Device device() const = 0;
+
+  // Profiling is off by default; when on, each op's wall time is accumulated.
+  void set_profiling(bool enabled) { profiling_ = enabled; }
+  bool profiling() const { return profiling_; }
+  OpProfile& profile() { return profile_; }
 
   // out[i, :] = table[ids[i], :] as f32.      table [vocab, dim], out [n, dim]
   virtual void embedding(const Tensor& table, std::span<const int32_t> ids, Tensor& out) = 0;
@@ -58,6 +86,10 @@ class Backend {
   // q [n_tokens, n_heads * head_dim] (post-RoPE), out [n_tokens, n_heads * head_dim]
   virtual void attention(const Tensor& q, const AttentionBatch& batch, const KvLayerView& layer,
                          const AttentionParams& params, Tensor& out) = 0;
+
+ protected:
+  bool profiling_ = false;
+  OpProfile profile_;
 };
 
 }  // namespace specstack

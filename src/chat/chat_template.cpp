@@ -1,5 +1,6 @@
 #include "chat/chat_template.h"
 
+#include <algorithm>
 #include <new>
 #include <stdexcept>
 
@@ -30,17 +31,16 @@ Result<ChatTemplate> ChatTemplate::parse(std::string_view source) {
   return ChatTemplate(std::make_unique<ChatTemplateProgram>(std::move(tmpl)));
 }
 
-Result<std::string> ChatTemplate::render(const nlohmann::json& context) const {
-  return render(context, ChatRenderLimits{});
-}
-
-Result<std::string> ChatTemplate::render(const nlohmann::json& context,
+Result<std::string> ChatTemplate::render(const nlohmann::ordered_json& context,
                                          const ChatRenderLimits& limits) const {
   if (!context.is_object()) return make_error("chat template context must be a JSON object");
   try {
+    // Printing is capped at kMaxPrintedBytes, so larger outputs cannot be exact.
+    ChatRenderLimits effective = limits;
+    effective.max_output_bytes = std::min(limits.max_output_bytes, jinja::kMaxPrintedBytes);
     SS_ASSIGN_OR_RETURN(jinja::Value variables,
-                        jinja::value_from_json(context, limits.max_value_depth));
-    return jinja::render_template(program_->tmpl, variables.as_dict(), limits);
+                        jinja::value_from_json(context, effective.max_value_depth));
+    return jinja::render_template(program_->tmpl, variables.as_dict(), effective);
   } catch (const std::bad_alloc&) {
     // Last line of defence; the limits should stop a template long before.
     return make_error("chat template ran out of memory");

@@ -26,10 +26,12 @@ class ChatTemplate {
 
   // context: {"messages": [...], "add_generation_prompt": bool, "bos_token": str,
   // "eos_token": str, optional "tools", ...}. Runtime errors (raise_exception,
-  // type errors) come back as an Error.
-  Result<std::string> render(const nlohmann::json& context) const;
-  // Same, with explicit bounds (output size, nesting, recursion, work).
-  Result<std::string> render(const nlohmann::json& context, const ChatRenderLimits& limits) const;
+  // type errors, exceeded limits) come back as an Error. The context is an
+  // ordered_json because Python dicts keep insertion order and `tojson` prints
+  // tool schemas in it; a nlohmann::json converts implicitly, but its keys are
+  // already sorted, so parse request bodies as ordered_json to match HF exactly.
+  Result<std::string> render(const nlohmann::ordered_json& context,
+                             const ChatRenderLimits& limits = {}) const;
 
  private:
   explicit ChatTemplate(std::unique_ptr<ChatTemplateProgram> program);

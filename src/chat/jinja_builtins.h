@@ -17,6 +17,10 @@
 
 namespace specstack::jinja {
 
+// Builtins that can multiply their input's size (indent, join, replace,
+// tojson) stop at this many bytes; the interpreter's own limit is lower.
+inline constexpr size_t kMaxBuiltinBytes = size_t{64} << 20;
+
 using FilterFn = Result<Value> (*)(const Value& input, const CallArgs& args);
 using TestFn = Result<bool> (*)(const Value& input, const CallArgs& args);
 

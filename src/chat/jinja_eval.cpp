@@ -7,11 +7,12 @@
 namespace specstack::jinja {
 namespace {
 
-// Kinds whose result is a fresh container (so building it cost its size),
-// as opposed to lookups that share an existing one.
-bool builds_container(ExprKind kind) {
+// Kinds whose result is a fresh string or container (so building it cost
+// its size), as opposed to lookups that share an existing one.
+bool builds_value(ExprKind kind) {
   return kind == ExprKind::kList || kind == ExprKind::kDict || kind == ExprKind::kSlice ||
-         kind == ExprKind::kCall || kind == ExprKind::kFilter || kind == ExprKind::kBinary;
+         kind == ExprKind::kCall || kind == ExprKind::kFilter || kind == ExprKind::kBinary ||
+         kind == ExprKind::kGetItem;  // a string index decodes the string
 }
 
 }  // namespace
@@ -25,17 +26,16 @@ Result<Value> Interpreter::eval(const Expr& expr, Scope& scope) {
 Status Interpreter::account(const Value& v, ExprKind kind, size_t offset) {
   uint64_t units = 1;
   if (v.is_string()) {
-    // Strings are copied by value, so every evaluation costs their length.
     if (v.as_string().size() > limits_.max_output_bytes) {
       return at(offset, fmt::format("string value exceeds {} bytes", limits_.max_output_bytes));
     }
-    units += v.as_string().size() / 64;
+    if (builds_value(kind)) units += v.as_string().size() / 64;
   } else if (v.is_list() || v.is_dict()) {
     const size_t n = v.is_list() ? v.as_list().items.size() : v.as_dict().entries.size();
     if (n > limits_.max_list_items) {
       return at(offset, fmt::format("value holds more than {} items", limits_.max_list_items));
     }
-    if (builds_container(kind)) units += n / 8;
+    if (builds_value(kind)) units += n / 8;
   }
   if (v.depth() > limits_.max_value_depth) {
     return at(offset, fmt::format("value nested deeper than {}", limits_.max_value_depth));

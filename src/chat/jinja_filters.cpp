@@ -48,8 +48,19 @@ Result<Value> f_length(const Value& in, const CallArgs& args) {
   return Value::integer(n);
 }
 
+// first/last of a string without splitting all of it into characters.
+std::optional<Value> end_char(const Value& in, bool last) {
+  if (!in.is_string()) return std::nullopt;
+  const std::u32string chars = decode_utf8(in.as_string());
+  if (chars.empty()) return Value::undefined("No first item, sequence was empty.");
+  std::string one;
+  append_utf8(one, last ? chars.back() : chars.front());
+  return Value::string(std::move(one));
+}
+
 Result<Value> f_first(const Value& in, const CallArgs& args) {
   SS_TRY(bind_args(args, {}, "first"));
+  if (auto c = end_char(in, false)) return *c;
   SS_ASSIGN_OR_RETURN(auto items, iterate(in));
   if (items.empty()) return Value::undefined("No first item, sequence was empty.");
   return items.front();
@@ -57,6 +68,7 @@ Result<Value> f_first(const Value& in, const CallArgs& args) {
 
 Result<Value> f_last(const Value& in, const CallArgs& args) {
   SS_TRY(bind_args(args, {}, "last"));
+  if (auto c = end_char(in, true)) return *c;
   SS_ASSIGN_OR_RETURN(auto items, iterate(in));
   if (items.empty()) return Value::undefined("No last item, sequence was empty.");
   return items.back();
@@ -87,6 +99,7 @@ Result<Value> f_join(const Value& in, const CallArgs& args) {
     }
     if (i > 0) out += sep;
     out += to_str(item);
+    if (out.size() > kMaxBuiltinBytes) return errorf("join result exceeds {} bytes", kMaxBuiltinBytes);
   }
   return Value::string(std::move(out));
 }
@@ -94,7 +107,7 @@ Result<Value> f_join(const Value& in, const CallArgs& args) {
 Result<Value> f_replace(const Value& in, const CallArgs& args) {
   SS_ASSIGN_OR_RETURN(auto a, bind_args(args, {"old", "new", "count"}, "replace"));
   SS_ASSIGN_OR_RETURN(int64_t count, int_or(a[2], -1, "replace count"));
-  return Value::string(py_replace(to_str(in), to_str(a[0]), to_str(a[1]), count));
+  return checked_replace(to_str(in), to_str(a[0]), to_str(a[1]), count);
 }
 
 Result<Value> f_trim(const Value& in, const CallArgs& args) {
@@ -142,14 +155,18 @@ Result<Value> f_tojson(const Value& in, const CallArgs& args) {
                                         "tojson"));
   JsonDumpOptions options;
   options.ensure_ascii = a[0].truthy();
+  // Indents wider than kMaxIndent only serve to blow up the output.
+  constexpr int64_t kMaxIndent = 256;
   if (a[1].is_int()) {
-    options.indent = std::string(static_cast<size_t>(std::clamp<int64_t>(a[1].as_int(), 0, 64)), ' ');
+    if (a[1].as_int() > kMaxIndent) return errorf("tojson indent is larger than {}", kMaxIndent);
+    options.indent = std::string(static_cast<size_t>(std::max<int64_t>(a[1].as_int(), 0)), ' ');
   } else if (a[1].is_string()) {
+    if (a[1].as_string().size() > kMaxIndent) return errorf("tojson indent is longer than {}", kMaxIndent);
     options.indent = a[1].as_string();
   } else if (!a[1].is_undefined() && !a[1].is_none()) {
     return errorf("tojson indent must be an int or str, not {}", a[1].type_name());
   }
-  if (options.indent) options.item_separator = ",";
+  if (options.indent) options.item_separator.assign(1, ',');
   if (a[2].is_list()) {
     const auto& seps = a[2].as_list().items;
     if (seps.size() != 2 || !seps[0].is_string() || !seps[1].is_string()) {
@@ -220,18 +237,21 @@ Result<Value> f_indent(const Value& in, const CallArgs& args) {
     indentation = a[0].as_string();
   } else if (!a[0].is_undefined()) {
     SS_ASSIGN_OR_RETURN(int64_t width, int_or(a[0], 4, "indent width"));
-    indentation.assign(static_cast<size_t>(std::clamp<int64_t>(width, 0, 256)), ' ');
+    if (width > 256) return make_error("indent width is larger than 256");
+    indentation.assign(static_cast<size_t>(std::max<int64_t>(width, 0)), ' ');
   }
   // jinja2 appends a newline first so splitlines() keeps a trailing empty line.
   const std::vector<std::string> lines = py_splitlines(to_str(in) + "\n");
   std::string out;
   for (size_t i = 0; i < lines.size(); ++i) {
+    // The first line is indented only with first=True, the others unless
+    // they are empty (blank=True indents those too).
+    const bool indent_line = i == 0 ? a[1].truthy() : (a[2].truthy() || !lines[i].empty());
     if (i > 0) out += '\n';
-    const bool indent_line = (i > 0 || a[1].truthy()) && (a[2].truthy() || !lines[i].empty());
     if (indent_line) out += indentation;
     out += lines[i];
+    if (out.size() > kMaxBuiltinBytes) return errorf("indent result exceeds {} bytes", kMaxBuiltinBytes);
   }
-  if (lines.empty() && a[1].truthy()) out = indentation;
   return Value::string(std::move(out));
 }
 

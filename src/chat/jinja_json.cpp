@@ -11,8 +11,8 @@
 namespace specstack::jinja {
 namespace {
 
-Result<Value> convert(const nlohmann::json& json, uint32_t depth_left) {
-  using Type = nlohmann::json::value_t;
+Result<Value> convert(const nlohmann::ordered_json& json, uint32_t depth_left) {
+  using Type = nlohmann::ordered_json::value_t;
   switch (json.type()) {
     case Type::null:
       return Value::none();
@@ -113,6 +113,7 @@ class Dumper {
   explicit Dumper(const JsonDumpOptions& options) : options_(options) {}
 
   Status dump(const Value& v, int level, std::string& out) {
+    if (out.size() > kMaxPrintedBytes) return errorf("JSON output exceeds {} bytes", kMaxPrintedBytes);
     switch (v.kind()) {
       case Value::Kind::kNone:
         out += "null";
@@ -219,7 +220,7 @@ class Dumper {
 
 }  // namespace
 
-Result<Value> value_from_json(const nlohmann::json& json, uint32_t max_depth) {
+Result<Value> value_from_json(const nlohmann::ordered_json& json, uint32_t max_depth) {
   return convert(json, max_depth);
 }
 

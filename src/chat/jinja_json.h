@@ -24,7 +24,8 @@ struct JsonDumpOptions {
 };
 
 // Errors on nesting deeper than max_depth (the context is untrusted input).
-Result<Value> value_from_json(const nlohmann::json& json, uint32_t max_depth);
+// Object keys keep their order, as in the Python dicts transformers renders.
+Result<Value> value_from_json(const nlohmann::ordered_json& json, uint32_t max_depth);
 // json.dumps(value, ...); undefined, namespaces and functions are not serializable.
 Result<std::string> dump_json(const Value& value, const JsonDumpOptions& options);
 

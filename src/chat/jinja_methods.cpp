@@ -96,7 +96,7 @@ Result<Value> str_replace(const Value& self, const CallArgs& args) {
   SS_ASSIGN_OR_RETURN(auto a, bind_args(args, {"old", "new", "count"}, "replace"));
   if (!a[0].is_string() || !a[1].is_string()) return make_error("replace() arguments must be str");
   SS_ASSIGN_OR_RETURN(int64_t count, int_or(a[2], -1, "replace() count"));
-  return Value::string(py_replace(self.as_string(), a[0].as_string(), a[1].as_string(), count));
+  return checked_replace(self.as_string(), a[0].as_string(), a[1].as_string(), count);
 }
 
 Result<Value> str_find(const Value& self, const CallArgs& args) {
@@ -128,6 +128,7 @@ Result<Value> str_join(const Value& self, const CallArgs& args) {
     }
     if (i > 0) out += self.as_string();
     out += items[i].as_string();
+    if (out.size() > kMaxBuiltinBytes) return errorf("join result exceeds {} bytes", kMaxBuiltinBytes);
   }
   return Value::string(std::move(out));
 }

@@ -16,7 +16,7 @@ std::string quoted_list(std::initializer_list<std::string_view> names) {
   std::string out;
   for (std::string_view n : names) {
     if (!out.empty()) out += ", ";
-    out += "'" + std::string(n) + "'";
+    out += fmt::format("'{}'", n);
   }
   return out;
 }

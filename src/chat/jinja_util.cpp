@@ -1,5 +1,8 @@
 #include "chat/jinja_util.h"
 
+#include "chat/jinja_builtins.h"
+#include "chat/py_string.h"
+
 namespace specstack::jinja {
 
 std::string undefined_message(const Value& undefined) {
@@ -45,6 +48,26 @@ bool contains_namespace(const Value& v) {
     }
   }
   return false;
+}
+
+Result<Value> checked_replace(std::string_view text, std::string_view old, std::string_view with,
+                              int64_t count) {
+  // Count the replacements first so the result size is known before building it.
+  uint64_t n = 0;
+  const uint64_t limit = count < 0 ? UINT64_MAX : static_cast<uint64_t>(count);
+  if (old.empty()) {
+    n = std::min<uint64_t>(limit, utf8_length(text) + 1);
+  } else {
+    for (size_t p = text.find(old); p != std::string_view::npos && n < limit;
+         p = text.find(old, p + old.size())) {
+      ++n;
+    }
+  }
+  if (with.size() > old.size() && n > 0 &&
+      (with.size() - old.size()) > (kMaxBuiltinBytes - std::min(text.size(), kMaxBuiltinBytes)) / n) {
+    return errorf("replace result exceeds {} bytes", kMaxBuiltinBytes);
+  }
+  return Value::string(py_replace(text, old, with, count));
 }
 
 }  // namespace specstack::jinja

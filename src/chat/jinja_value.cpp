@@ -21,7 +21,7 @@ uint32_t max_depth(const DictData& dict) {
 
 std::string join_repr(const std::vector<Value>& items) {
   std::string out;
-  for (size_t i = 0; i < items.size(); ++i) {
+  for (size_t i = 0; i < items.size() && out.size() <= kMaxPrintedBytes; ++i) {
     if (i > 0) out += ", ";
     out += to_repr(items[i]);
   }
@@ -30,11 +30,14 @@ std::string join_repr(const std::vector<Value>& items) {
 
 std::string dict_repr(const DictData& dict) {
   std::string out = "{";
-  for (size_t i = 0; i < dict.entries.size(); ++i) {
+  for (size_t i = 0; i < dict.entries.size() && out.size() <= kMaxPrintedBytes; ++i) {
     if (i > 0) out += ", ";
-    out += to_repr(dict.entries[i].first) + ": " + to_repr(dict.entries[i].second);
+    out += to_repr(dict.entries[i].first);
+    out += ": ";
+    out += to_repr(dict.entries[i].second);
   }
-  return out + "}";
+  out += '}';
+  return out;
 }
 
 bool both_integral(const Value& a, const Value& b) {
@@ -57,12 +60,21 @@ const Value* DictData::find(std::string_view key) const {
   return nullptr;
 }
 
-Value Value::undefined(std::string hint) { return Value(Data(UndefinedData{std::move(hint)})); }
+Value Value::undefined(std::string hint) {
+  return Value(Data(UndefinedData{std::make_shared<const std::string>(std::move(hint))}));
+}
 Value Value::none() { return Value(Data(std::monostate{})); }
 Value Value::boolean(bool b) { return Value(Data(b)); }
 Value Value::integer(int64_t i) { return Value(Data(i)); }
 Value Value::floating(double f) { return Value(Data(f)); }
-Value Value::string(std::string s) { return Value(Data(std::move(s))); }
+Value Value::string(std::string s) {
+  return Value(Data(std::shared_ptr<const std::string>(std::make_shared<const std::string>(std::move(s)))));
+}
+
+std::string Value::undefined_hint() const {
+  const auto& hint = std::get<UndefinedData>(data_).hint;
+  return hint ? *hint : std::string();
+}
 
 Value Value::list(std::vector<Value> items, bool is_tuple) {
   auto data = std::make_shared<ListData>();
@@ -181,8 +193,8 @@ std::string to_str(const Value& value) {
       return value.as_string();
     case Value::Kind::kList: {
       const ListData& list = value.as_list();
-      if (!list.is_tuple) return "[" + join_repr(list.items) + "]";
-      return "(" + join_repr(list.items) + (list.items.size() == 1 ? ",)" : ")");
+      if (!list.is_tuple) return fmt::format("[{}]", join_repr(list.items));
+      return fmt::format("({}{})", join_repr(list.items), list.items.size() == 1 ? "," : "");
     }
     case Value::Kind::kDict:
       return dict_repr(value.as_dict());
@@ -271,6 +283,10 @@ Result<std::vector<Value>> iterate(const Value& value) {
       return keys;
     }
     case Value::Kind::kString: {
+      // One value per character is ~100 bytes each: refuse huge strings.
+      if (value.as_string().size() > kMaxIteratedChars) {
+        return errorf("string too long to iterate ({} bytes)", value.as_string().size());
+      }
       std::vector<Value> chars;
       for (char32_t c : decode_utf8(value.as_string())) {
         std::string one;

@@ -96,14 +96,14 @@ class Value {
   bool as_bool() const { return std::get<bool>(data_); }
   int64_t as_int() const;  // bool or int
   double as_double() const;  // any number
-  const std::string& as_string() const { return std::get<std::string>(data_); }
+  const std::string& as_string() const { return *std::get<std::shared_ptr<const std::string>>(data_); }
   const ListData& as_list() const { return *std::get<std::shared_ptr<const ListData>>(data_); }
   const DictData& as_dict() const { return *std::get<std::shared_ptr<const DictData>>(data_); }
   NamespaceData& as_namespace() const { return *std::get<std::shared_ptr<NamespaceData>>(data_); }
   const FunctionData& as_function() const {
     return *std::get<std::shared_ptr<const FunctionData>>(data_);
   }
-  const std::string& undefined_hint() const { return std::get<UndefinedData>(data_).hint; }
+  std::string undefined_hint() const;
 
   // Nesting depth of containers (0 for scalars).
   uint32_t depth() const;
@@ -116,16 +116,22 @@ class Value {
 
  private:
   struct UndefinedData {
-    std::string hint;
+    std::shared_ptr<const std::string> hint;  // null: no message
   };
-  using Data = std::variant<UndefinedData, std::monostate, bool, int64_t, double, std::string,
+  // Strings are shared like the containers: templates copy values freely
+  // (lookups, loop items), and a copy must never cost a string's length.
+  using Data = std::variant<UndefinedData, std::monostate, bool, int64_t, double,
+                            std::shared_ptr<const std::string>,
                             std::shared_ptr<const ListData>, std::shared_ptr<const DictData>,
                             std::shared_ptr<NamespaceData>, std::shared_ptr<const FunctionData>>;
   explicit Value(Data data) : data_(std::move(data)) {}
   Data data_;
 };
 
-// str(value) as Python prints it; undefined renders as "".
+// str(value) as Python prints it; undefined renders as "". Printing a
+// container stops growing past kMaxPrintedBytes (callers reject anything that
+// large), so a list holding one big string many times cannot exhaust memory.
+inline constexpr size_t kMaxPrintedBytes = size_t{64} << 20;
 std::string to_str(const Value& value);
 // repr(value), used for items inside printed containers.
 std::string to_repr(const Value& value);
@@ -135,6 +141,8 @@ bool values_equal(const Value& a, const Value& b);
 Result<int> compare_values(const Value& a, const Value& b);
 // The items a for-loop visits: list items, dict keys, string characters;
 // undefined iterates as empty (jinja2's Undefined), others are an Error.
+// Strings longer than kMaxIteratedChars bytes are an Error.
+inline constexpr size_t kMaxIteratedChars = size_t{1} << 20;
 Result<std::vector<Value>> iterate(const Value& value);
 // len(value); undefined has length 0.
 Result<int64_t> length_of(const Value& value);

@@ -389,7 +389,10 @@ std::string py_float_repr(double value) {
   const int decpt = exponent + 1;
   if (decpt <= -4 || decpt > 16) {
     out += digits[0];
-    if (n_digits > 1) out += "." + digits.substr(1);
+    if (n_digits > 1) {
+      out += '.';
+      out += digits.substr(1);
+    }
     out += fmt::format("e{}{:02d}", exponent < 0 ? '-' : '+', std::abs(exponent));
   } else if (decpt <= 0) {
     out += "0." + std::string(-decpt, '0') + digits;

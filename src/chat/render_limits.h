@@ -9,7 +9,7 @@
 namespace specstack {
 
 struct ChatRenderLimits {
-  size_t max_output_bytes = size_t{16} << 20;  // rendered text, and any one string value
+  size_t max_output_bytes = size_t{16} << 20;  // rendered text and any one string (<= 64 MiB)
   size_t max_list_items = size_t{1} << 20;      // any one list or dict
   uint32_t max_value_depth = 64;                // nesting of lists/dicts (context included)
   int max_call_depth = 20;                      // macro recursion

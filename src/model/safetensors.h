@@ -33,9 +33,10 @@ struct SafetensorsHeader {
 
 // Parses and validates the header of a whole safetensors file held in `file`
 // (8-byte little-endian header length, JSON header, data section). Checks:
-// length within the file, valid JSON object, known dtype (F32/BF16/F16; others
-// are reported by name), non-negative shape, end-begin == numel*dtype size,
-// offsets inside the data section and non-overlapping.
+// length within the file, valid JSON object, known dtype (F32/BF16/F16, and
+// I32 for reference tensors; others are reported by name), non-negative shape,
+// end-begin == numel*dtype size, offsets inside the data section and
+// non-overlapping.
 Result<SafetensorsHeader> parse_safetensors_header(std::string_view file);
 
 // The weight files of a model folder: model.safetensors, or the shards named by

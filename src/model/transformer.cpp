@@ -121,7 +121,7 @@ void Transformer::attention_block(int64_t l, const ForwardBatch& batch, KvCache&
   backend_.attention(q, batch.attention, kv.layer(l), params, attn);
 
   Tensor& out = scratch(kScratchOut, n_tokens, config_.hidden_size);
-  backend_.matmul(attn, layer.wo, nullptr, out);
+  backend_.matmul(attn, layer.wo, layer.bo.defined() ? &layer.bo : nullptr, out);
   backend_.add_inplace(x_, out);
 }
 

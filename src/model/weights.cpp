@@ -140,6 +140,9 @@ Result<ModelWeights> build_weights(const ModelConfig& config, WeightSource& sour
       SS_ASSIGN_OR_RETURN(layer.bq, vector_f32(p + "self_attn.q_proj.bias", q_width, false));
       SS_ASSIGN_OR_RETURN(layer.bk, vector_f32(p + "self_attn.k_proj.bias", kv_width, false));
       SS_ASSIGN_OR_RETURN(layer.bv, vector_f32(p + "self_attn.v_proj.bias", kv_width, false));
+      if (config.arch != Architecture::kArchitectureQwen2) {
+        SS_ASSIGN_OR_RETURN(layer.bo, vector_f32(p + "self_attn.o_proj.bias", hidden, false));
+      }
     }
     if (config.qk_norm) {
       SS_ASSIGN_OR_RETURN(layer.q_norm,

@@ -30,6 +30,7 @@ struct LayerWeights {
   Tensor bk;         // [n_kv_heads * head_dim] f32, only with attention_bias
   Tensor bv;         // [n_kv_heads * head_dim] f32, only with attention_bias
   Tensor wo;         // [hidden, n_heads * head_dim]
+  Tensor bo;         // [hidden] f32, only with attention_bias outside qwen2 (HF puts it on o_proj too)
   Tensor q_norm;     // [head_dim] f32, only with qk_norm
   Tensor k_norm;     // [head_dim] f32, only with qk_norm
   Tensor ffn_norm;   // [hidden] f32

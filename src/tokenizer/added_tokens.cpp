@@ -81,7 +81,8 @@ Result<AddedVocabulary> AddedVocabulary::parse(const Json& added_tokens, const s
     }
   }
   if (any_single_word) {
-    auto regex = Regex::compile(R"(\w)");
+    // Rust regex's Unicode \w (HF's word test), wider than PCRE2's \w.
+    auto regex = Regex::compile(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}])");
     if (!regex.ok()) return errorf("{}: {}", path, regex.message());
     vocab.word_char_ = std::move(regex).value();
   }

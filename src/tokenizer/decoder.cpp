@@ -14,6 +14,12 @@ class SequenceDecoder final : public Decoder {
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (const auto& part : parts_) part->decode_chain(tokens);
   }
+  bool joins_byte_tokens() const override {
+    for (const auto& part : parts_) {
+      if (part->joins_byte_tokens()) return true;
+    }
+    return false;
+  }
 
  private:
   std::vector<std::unique_ptr<Decoder>> parts_;
@@ -77,7 +83,7 @@ class ByteFallbackDecoder final : public Decoder {
       run_tokens = 0;
     };
     for (std::string& token : tokens) {
-      if (const int b = parse_byte_token(token); b >= 0) {
+      if (const int b = byte_token_value(token); b >= 0) {
         run += static_cast<char>(b);
         ++run_tokens;
       } else {
@@ -89,25 +95,7 @@ class ByteFallbackDecoder final : public Decoder {
     tokens = std::move(out);
   }
 
-  static int parse_byte_token(const std::string& token) {
-    if (token.size() != 6 || token.compare(0, 3, "<0x") != 0 || token[5] != '>') return -1;
-    int value = 0;
-    for (size_t i = 3; i < 5; ++i) {
-      const char c = token[i];
-      int digit;
-      if (c >= '0' && c <= '9') {
-        digit = c - '0';
-      } else if (c >= 'a' && c <= 'f') {
-        digit = c - 'a' + 10;
-      } else if (c >= 'A' && c <= 'F') {
-        digit = c - 'A' + 10;
-      } else {
-        return -1;
-      }
-      value = value * 16 + digit;
-    }
-    return value;
-  }
+  bool joins_byte_tokens() const override { return true; }
 };
 
 class FuseDecoder final : public Decoder {
@@ -208,6 +196,26 @@ Result<std::unique_ptr<Decoder>> parse_metaspace(const Json& json, const std::st
 }
 
 }  // namespace
+
+int byte_token_value(const std::string& token) {
+  if (token.size() != 6 || token.compare(0, 3, "<0x") != 0 || token[5] != '>') return -1;
+  int value = 0;
+  for (size_t i = 3; i < 5; ++i) {
+    const char c = token[i];
+    int digit;
+    if (c >= '0' && c <= '9') {
+      digit = c - '0';
+    } else if (c >= 'a' && c <= 'f') {
+      digit = c - 'a' + 10;
+    } else if (c >= 'A' && c <= 'F') {
+      digit = c - 'A' + 10;
+    } else {
+      return -1;
+    }
+    value = value * 16 + digit;
+  }
+  return value;
+}
 
 Result<std::unique_ptr<Decoder>> parse_decoder(const Json& json, const std::string& path,
                                                int depth) {

@@ -17,7 +17,13 @@ class Decoder {
   virtual ~Decoder() = default;
   // HF's decode_chain: token strings in, text pieces out (same vector).
   virtual void decode_chain(std::vector<std::string>& tokens) const = 0;
+  // Whether consecutive <0xXX> tokens are decoded together (ByteFallback), so
+  // that the text of such a run is final only once the run has ended.
+  virtual bool joins_byte_tokens() const { return false; }
 };
+
+// The byte a "<0xXX>" token stands for, or -1 for any other token.
+int byte_token_value(const std::string& token);
 
 // A null json gives a nullptr decoder (HF then joins the tokens with " ").
 Result<std::unique_ptr<Decoder>> parse_decoder(const Json& json, const std::string& path,

@@ -11,6 +11,9 @@ class SequencePostProcessor final : public PostProcessor {
   void process(std::vector<int32_t>& ids) const override {
     for (const auto& part : parts_) part->process(ids);
   }
+  void added_ids(std::vector<int32_t>& out) const override {
+    for (const auto& part : parts_) part->added_ids(out);
+  }
 
  private:
   std::vector<std::unique_ptr<PostProcessor>> parts_;
@@ -19,6 +22,7 @@ class SequencePostProcessor final : public PostProcessor {
 class IdentityPostProcessor final : public PostProcessor {
  public:
   void process(std::vector<int32_t>&) const override {}
+  void added_ids(std::vector<int32_t>&) const override {}
 };
 
 // The single-sequence template flattened: ids before and after $A.
@@ -29,6 +33,10 @@ class WrapPostProcessor final : public PostProcessor {
   void process(std::vector<int32_t>& ids) const override {
     ids.insert(ids.begin(), before_.begin(), before_.end());
     ids.insert(ids.end(), after_.begin(), after_.end());
+  }
+  void added_ids(std::vector<int32_t>& out) const override {
+    out.insert(out.end(), before_.begin(), before_.end());
+    out.insert(out.end(), after_.begin(), after_.end());
   }
 
  private:

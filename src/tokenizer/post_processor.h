@@ -18,6 +18,8 @@ class PostProcessor {
   virtual ~PostProcessor() = default;
   // Single-sequence processing of the encoded ids.
   virtual void process(std::vector<int32_t>& ids) const = 0;
+  // Appends every id the processor may add (to check them against the vocab).
+  virtual void added_ids(std::vector<int32_t>& out) const = 0;
 };
 
 // A null json gives a nullptr post-processor (ids unchanged).

@@ -26,8 +26,8 @@ struct MatchData {
 }  // namespace
 
 Result<Regex> Regex::compile(std::string_view pattern, bool literal) {
-  uint32_t options = PCRE2_UTF | PCRE2_UCP;
-  if (literal) options |= PCRE2_LITERAL;
+  // PCRE2 refuses UCP together with LITERAL (and a literal needs no classes).
+  const uint32_t options = literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP;
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),

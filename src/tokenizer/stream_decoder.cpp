@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/utf8.h"
 
 namespace specstack {
@@ -18,10 +19,14 @@ StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special_token
     : tokenizer_(&tokenizer), skip_special_tokens_(skip_special_tokens) {}
 
 std::string StreamDecoder::push(int32_t id) {
+  const TokenizerImpl& impl = *tokenizer_->impl_;
   // Ids that decode drops anyway never enter the window.
-  if (id < 0 || id >= tokenizer_->vocab_size()) return std::string();
-  if (skip_special_tokens_ && tokenizer_->is_special(id)) return std::string();
+  const std::string* token = impl.token_for_decode(id, skip_special_tokens_);
+  if (token == nullptr) return std::string();
   ids_.push_back(id);
+  if (impl.decoder && impl.decoder->joins_byte_tokens() && tok::byte_token_value(*token) >= 0) {
+    return std::string();  // a byte run is final only once it ends
+  }
   std::string text = tokenizer_->decode(std::span<const int32_t>(ids_), skip_special_tokens_);
   // Hold back text that may still change: an incomplete UTF-8 sequence at the
   // end (shown as U+FFFD), or a window that no longer extends what was returned.

@@ -60,6 +60,16 @@ Result<std::unique_ptr<TokenizerImpl>> parse_tokenizer_json(std::string_view tex
                       tok::parse_post_processor(section("post_processor"), "post_processor"));
   SS_ASSIGN_OR_RETURN(impl->decoder, tok::parse_decoder(section("decoder"), "decoder"));
   impl->vocab_size = std::max(impl->model.id_limit(), impl->added.id_limit());
+  if (impl->post_processor) {
+    // Ids outside the vocabulary would index past the model's embeddings.
+    std::vector<int32_t> ids;
+    impl->post_processor->added_ids(ids);
+    for (const int32_t id : ids) {
+      if (impl->token_for_decode(id, false) == nullptr) {
+        return errorf("post_processor: token id {} is not in the vocabulary", id);
+      }
+    }
+  }
   return impl;
 }
 
@@ -142,13 +152,10 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (const int32_t id : ids) {
-    if (const tok::AddedToken* added = t.added.find_by_id(id)) {
-      // HF 0.23 compares the decode form with the special-token names, so it
-      // fails to skip normalized special tokens; we skip by id.
-      if (!(skip_special_tokens && added->special)) tokens.push_back(added->decode_form);
-    } else if (const std::string* token = t.model.id_to_token(id)) {
+    // Unknown ids are skipped, as HF does.
+    if (const std::string* token = t.token_for_decode(id, skip_special_tokens)) {
       tokens.push_back(*token);
-    }  // unknown ids are skipped, as HF does
+    }
   }
   if (t.decoder) t.decoder->decode_chain(tokens);
   std::string text;

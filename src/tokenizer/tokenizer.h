@@ -54,6 +54,7 @@ class Tokenizer {
   std::optional<bool> add_bos_token() const;
 
  private:
+  friend class StreamDecoder;  // reads the decoder's properties
   explicit Tokenizer(std::unique_ptr<TokenizerImpl> impl);
   std::unique_ptr<TokenizerImpl> impl_;
 };
@@ -64,10 +65,9 @@ class Tokenizer {
 // window of recent ids (prefix_offset / read_offset technique), so its cost
 // does not grow with the length of the stream. The tokenizer must outlive it.
 //
-// Exactness holds whenever each run of byte-fallback tokens is valid UTF-8
-// (always true for ids that encode() produced). A model that emits a run that
-// turns invalid only after a valid prefix of it was streamed (HF then shows
-// every byte of the run as U+FFFD) gets the already-streamed prefix kept.
+// With a ByteFallback decoder, the text of a run of <0xXX> tokens is held
+// until the run ends: HF decodes the run as a whole (one U+FFFD per byte when
+// it is not valid UTF-8), so a later byte can still change earlier text.
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = false);

@@ -38,6 +38,17 @@ class TokenizerImpl {
   std::unique_ptr<tok::Decoder> decoder;              // may be null
   TokenizerConfig config;
   int32_t vocab_size = 0;
+
+  // The string decode() feeds to the decoder for id, or nullptr when decode
+  // drops the id (unknown, or special while skipping special tokens).
+  const std::string* token_for_decode(int32_t id, bool skip_special_tokens) const {
+    if (const tok::AddedToken* added_token = added.find_by_id(id)) {
+      // HF 0.23 compares the decode form with the special-token names, so it
+      // fails to skip normalized special tokens; we skip by id.
+      return skip_special_tokens && added_token->special ? nullptr : &added_token->decode_form;
+    }
+    return model.id_to_token(id);
+  }
 };
 
 }  // namespace specstack

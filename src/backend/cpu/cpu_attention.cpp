@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/op_timer.h"
 
 namespace specstack {
 namespace {
@@ -36,6 +37,7 @@ inline float dot(const float* a, const float* b, int64_t n) {
 
 void CpuBackend::write_kv(const Tensor& k, const Tensor& v, const AttentionBatch& batch,
                           KvLayerView& layer) {
+  SS_PROFILE(kOpWriteKv);
   const int64_t n_tokens = static_cast<int64_t>(batch.token_seq.size());
   const int64_t row = layer.n_kv_heads * layer.head_dim;
   SS_CHECK_EQ(k.size(0), n_tokens);
@@ -55,6 +57,7 @@ void CpuBackend::write_kv(const Tensor& k, const Tensor& v, const AttentionBatch
 
 void CpuBackend::attention(const Tensor& q, const AttentionBatch& batch, const KvLayerView& layer,
                            const AttentionParams& params, Tensor& out) {
+  SS_PROFILE(kOpAttention);
   const int64_t n_tokens = static_cast<int64_t>(batch.token_seq.size());
   const int64_t head_dim = params.head_dim;
   const int64_t group = params.n_heads / params.n_kv_heads;  // query heads per kv head
