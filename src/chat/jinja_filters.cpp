@@ -204,6 +204,7 @@ std::optional<double> parse_py_float(const std::string& text) {
 Result<Value> f_float(const Value& in, const CallArgs& args) {
   SS_ASSIGN_OR_RETURN(auto a, bind_args(args, {"default"}, "float"));
   const Value fallback = a[0].is_undefined() ? Value::floating(0.0) : a[0];
+  if (in.is_undefined()) return make_error(undefined_message(in));  // float(Undefined) raises
   if (in.is_number()) return Value::floating(in.as_double());
   if (in.is_string()) {
     if (auto f = parse_py_float(in.as_string())) return Value::floating(*f);
@@ -215,6 +216,8 @@ Result<Value> f_int(const Value& in, const CallArgs& args) {
   SS_ASSIGN_OR_RETURN(auto a, bind_args(args, {"default", "base"}, "int"));
   const Value fallback = a[0].is_undefined() ? Value::integer(0) : a[0];
   SS_ASSIGN_OR_RETURN(int64_t base, int_or(a[1], 10, "int base"));
+  if (base < 2 || base > 36) return make_error("int() base must be >= 2 and <= 36");
+  if (in.is_undefined()) return make_error(undefined_message(in));  // int(Undefined) raises
   if (in.is_int() || in.is_bool()) return Value::integer(in.as_int());
   std::optional<double> f;
   if (in.is_float()) f = in.as_double();
@@ -232,6 +235,7 @@ Result<Value> f_int(const Value& in, const CallArgs& args) {
 
 Result<Value> f_indent(const Value& in, const CallArgs& args) {
   SS_ASSIGN_OR_RETURN(auto a, bind_args(args, {"width", "first", "blank"}, "indent"));
+  if (!in.is_string()) return errorf("indent expects a string, not {}", in.type_name());
   std::string indentation = "    ";
   if (a[0].is_string()) {
     indentation = a[0].as_string();
@@ -241,7 +245,7 @@ Result<Value> f_indent(const Value& in, const CallArgs& args) {
     indentation.assign(static_cast<size_t>(std::max<int64_t>(width, 0)), ' ');
   }
   // jinja2 appends a newline first so splitlines() keeps a trailing empty line.
-  const std::vector<std::string> lines = py_splitlines(to_str(in) + "\n");
+  const std::vector<std::string> lines = py_splitlines(in.as_string() + "\n");
   std::string out;
   for (size_t i = 0; i < lines.size(); ++i) {
     // The first line is indented only with first=True, the others unless

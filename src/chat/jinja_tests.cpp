@@ -49,7 +49,12 @@ SS_SIMPLE_TEST(t_test, "test", v.is_string() && find_test(v.as_string()) != null
 
 Result<bool> parity(const Value& v, const CallArgs& args, bool want_odd) {
   SS_TRY(no_args(args, want_odd ? "odd" : "even"));
-  if (v.is_float()) return (std::fmod(std::fabs(v.as_double()), 2.0) == 1.0) == want_odd;
+  // Python: odd is `value % 2 == 1`, even is `value % 2 == 0` (floats too).
+  if (v.is_float()) {
+    double m = std::fmod(v.as_double(), 2.0);
+    if (m < 0) m += 2.0;
+    return m == (want_odd ? 1.0 : 0.0);
+  }
   if (!v.is_int() && !v.is_bool()) return errorf("unsupported operand type for %: '{}'", v.type_name());
   return ((v.as_int() % 2) != 0) == want_odd;
 }

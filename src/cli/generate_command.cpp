@@ -36,7 +36,13 @@ Result<std::vector<int32_t>> build_prompt(const GenerateFlags& flags, const Toke
                                           int64_t vocab) {
   const int sources = !flags.prompt.empty() + !flags.tokens.empty() + (flags.prompt_length > 0);
   if (sources != 1) return make_error("give exactly one of --prompt, --tokens, --prompt-length");
-  if (!flags.tokens.empty()) return parse_int_list(flags.tokens, "--tokens");
+  if (!flags.tokens.empty()) {
+    SS_ASSIGN_OR_RETURN(std::vector<int32_t> ids, parse_int_list(flags.tokens, "--tokens"));
+    for (int32_t id : ids) {
+      if (id < 0 || id >= vocab) return errorf("--tokens: id {} out of range [0, {})", id, vocab);
+    }
+    return ids;
+  }
   if (flags.prompt_length > 0) {  // seeded random ids: for dummy-weight runs
     std::mt19937 rng(7);
     std::uniform_int_distribution<int32_t> pick(3, static_cast<int32_t>(vocab - 1));
