@@ -138,6 +138,7 @@ Result<Interpreter::Flow> Interpreter::exec_for(const ForStmt& stmt, Scope& scop
     items = std::move(kept);
   }
   for (size_t i = 0; i < items.size(); ++i) {
+    SS_TRY(charge(1, stmt.offset));
     Scope iteration(&scope);
     SS_TRY(assign(stmt.target, items[i], iteration, stmt.offset));
     iteration.set("loop", loop_object(items, i));

@@ -112,7 +112,8 @@ class DepthGuard {
   int& depth_;
 };
 
-constexpr int kMaxParseFrames = 3 * kMaxExprHeight;
+// Each parenthesis level costs two guarded frames (condexpr and unary).
+constexpr int kMaxParseFrames = 2 * kMaxExprHeight;
 
 }  // namespace
 

@@ -256,8 +256,9 @@ class StmtParser {
 }  // namespace
 
 Result<Template> parse_template(std::string_view source, const LexOptions& options) {
-  SS_ASSIGN_OR_RETURN(std::vector<Token> tokens, lex_template(source, options));
-  return StmtParser(std::move(tokens)).parse();
+  auto tokens = lex_template(source, options);
+  if (!tokens.ok()) return errorf("chat template syntax error: {}", tokens.message());
+  return StmtParser(std::move(tokens).value()).parse();
 }
 
 }  // namespace specstack::jinja

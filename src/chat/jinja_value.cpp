@@ -112,8 +112,9 @@ uint32_t Value::depth() const {
       return as_dict().depth;
     case Kind::kNamespace:
       // Namespaces never hold namespaces (the interpreter refuses), so this
-      // walk is bounded by the depth limit on ordinary containers.
-      return 1 + max_depth(as_namespace().attrs);
+      // walk is bounded by the depth limit on ordinary containers. The
+      // namespace itself does not count: what it stores was checked already.
+      return max_depth(as_namespace().attrs);
     default:
       return 0;
   }

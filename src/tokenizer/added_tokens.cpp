@@ -56,7 +56,8 @@ Result<AddedVocabulary> AddedVocabulary::parse(const Json& added_tokens, const s
     SS_ASSIGN_OR_RETURN(token.id, as_token_id(*id, field_path(item_path, "id")));
     SS_ASSIGN_OR_RETURN(token.content, require_string(item, "content", item_path));
     SS_ASSIGN_OR_RETURN(token.special, optional_bool(item, "special", false, item_path));
-    SS_ASSIGN_OR_RETURN(token.normalized, optional_bool(item, "normalized", !token.special, item_path));
+    SS_ASSIGN_OR_RETURN(token.normalized,
+                        optional_bool(item, "normalized", !token.special, item_path));
     SS_ASSIGN_OR_RETURN(token.lstrip, optional_bool(item, "lstrip", false, item_path));
     SS_ASSIGN_OR_RETURN(token.rstrip, optional_bool(item, "rstrip", false, item_path));
     SS_ASSIGN_OR_RETURN(token.single_word, optional_bool(item, "single_word", false, item_path));
@@ -106,7 +107,8 @@ void AddedVocabulary::split(std::string_view text, bool at_start, const TokenTri
                             std::vector<Segment>& out) const {
   if (text.empty()) return;
   auto add_text = [&](size_t start, size_t end) {
-    if (end > start) out.push_back({std::string(text.substr(start, end - start)), -1, at_start && start == 0});
+    if (end > start)
+      out.push_back({std::string(text.substr(start, end - start)), -1, at_start && start == 0});
   };
   if (trie.empty()) {
     add_text(0, text.size());
@@ -145,10 +147,13 @@ void AddedVocabulary::split(std::string_view text, bool at_start, const TokenTri
         if (!is_unicode_whitespace(next_code_point(text, next))) break;
         stop = next;
       }
-      pos = stop;  // HF would keep scanning inside the stripped whitespace; no token starts there sensibly
+      // HF resumes matching inside the stripped whitespace, which only a
+      // token starting with whitespace could use; we resume after it.
+      pos = stop;
     }
     add_text(done, start);
-    out.push_back({std::string(text.substr(start, stop - start)), token.id, at_start && start == 0});
+    out.push_back(
+        {std::string(text.substr(start, stop - start)), token.id, at_start && start == 0});
     done = stop;
   }
   add_text(done, text.size());
@@ -174,7 +179,7 @@ const AddedToken* AddedVocabulary::find_by_id(int32_t id) const {
 }
 
 std::optional<int32_t> AddedVocabulary::token_to_id(std::string_view content) const {
-  auto it = by_content_.find(std::string(content));
+  auto it = by_content_.find(content);
   if (it == by_content_.end()) return std::nullopt;
   return it->second;
 }

@@ -17,6 +17,7 @@
 #include "tokenizer/json_fields.h"
 #include "tokenizer/normalizer.h"
 #include "tokenizer/regex.h"
+#include "tokenizer/token_id_map.h"
 
 namespace specstack::tok {
 
@@ -79,9 +80,9 @@ class AddedVocabulary {
 
   std::vector<AddedToken> tokens_;
   std::unordered_map<int32_t, size_t> by_id_;  // id -> index in tokens_
-  std::unordered_map<std::string, int32_t> by_content_;
-  TokenTrie raw_trie_;         // value: index in tokens_
-  TokenTrie normalized_trie_;  // value: index in tokens_
+  TokenIdMap by_content_;
+  TokenTrie raw_trie_;              // value: index in tokens_
+  TokenTrie normalized_trie_;       // value: index in tokens_
   std::optional<Regex> word_char_;  // \w, only when some token is single_word
 };
 

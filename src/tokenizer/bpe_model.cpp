@@ -13,7 +13,8 @@ Result<BpeModel> BpeModel::parse(const Json& json, const std::string& path) {
   model.vocab_.reserve(vocab->size());
   int32_t max_id = -1;
   for (const auto& [token, value] : vocab->items()) {
-    SS_ASSIGN_OR_RETURN(int32_t id, as_token_id(value, field_path(path, "vocab") + "[\"" + token + "\"]"));
+    SS_ASSIGN_OR_RETURN(int32_t id,
+                        as_token_id(value, field_path(path, "vocab") + "[\"" + token + "\"]"));
     model.vocab_[token] = id;
     max_id = std::max(max_id, id);
   }
@@ -139,7 +140,8 @@ void BpeModel::initial_symbols(std::string_view word, std::vector<Symbol>& symbo
     }
     if (byte_fallback_) {
       bool all_bytes = true;
-      for (const char c : piece) all_bytes &= byte_fallback_ids_[static_cast<unsigned char>(c)] >= 0;
+      for (const char c : piece)
+        all_bytes &= byte_fallback_ids_[static_cast<unsigned char>(c)] >= 0;
       if (all_bytes) {
         // Like HF, a pending <unk> is not flushed here: it lands after these.
         for (const char c : piece) add(byte_fallback_ids_[static_cast<unsigned char>(c)]);

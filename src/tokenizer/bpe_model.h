@@ -13,14 +13,9 @@
 
 #include "base/status.h"
 #include "tokenizer/json_fields.h"
+#include "tokenizer/token_id_map.h"
 
 namespace specstack::tok {
-
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-using TokenIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
 class BpeModel {
  public:

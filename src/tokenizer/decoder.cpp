@@ -10,7 +10,8 @@ namespace {
 
 class SequenceDecoder final : public Decoder {
  public:
-  explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> parts) : parts_(std::move(parts)) {}
+  explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> parts)
+      : parts_(std::move(parts)) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (const auto& part : parts_) part->decode_chain(tokens);
   }

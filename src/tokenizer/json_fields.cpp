@@ -47,8 +47,9 @@ Result<int64_t> optional_int(const Json& obj, std::string_view key, int64_t fall
 
 Result<int32_t> as_token_id(const Json& value, const std::string& path) {
   if (!value.is_number_integer()) return errorf("{}: expected an integer token id", path);
-  if (value.is_number_unsigned() ? value.get<uint64_t>() > uint64_t(kMaxTokenId)
-                                 : (value.get<int64_t>() < 0 || value.get<int64_t>() > kMaxTokenId)) {
+  if (value.is_number_unsigned()
+          ? value.get<uint64_t>() > uint64_t(kMaxTokenId)
+          : (value.get<int64_t>() < 0 || value.get<int64_t>() > kMaxTokenId)) {
     return errorf("{}: token id {} is outside [0, {}]", path, value.dump(), kMaxTokenId);
   }
   return static_cast<int32_t>(value.get<int64_t>());

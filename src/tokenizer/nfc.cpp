@@ -19,8 +19,8 @@ constexpr char32_t kNCount = kVCount * kTCount, kSCount = kLCount * kNCount;
 uint8_t combining_class(char32_t cp) {
   if (cp < 0x300) return 0;
   const CccRange* end = kCccRanges + kCccRanges_size;
-  const CccRange* it =
-      std::upper_bound(kCccRanges, end, cp, [](char32_t c, const CccRange& r) { return c < r.first; });
+  const CccRange* it = std::upper_bound(kCccRanges, end, cp,
+                                        [](char32_t c, const CccRange& r) { return c < r.first; });
   if (it == kCccRanges) return 0;
   --it;
   return cp <= it->last ? it->ccc : 0;
@@ -35,8 +35,9 @@ void decompose(char32_t cp, std::vector<char32_t>& out) {
     return;
   }
   const Decomposition* end = kDecompositions + kDecompositions_size;
-  const Decomposition* it = std::lower_bound(
-      kDecompositions, end, cp, [](const Decomposition& d, char32_t c) { return d.code_point < c; });
+  const Decomposition* it =
+      std::lower_bound(kDecompositions, end, cp,
+                       [](const Decomposition& d, char32_t c) { return d.code_point < c; });
   if (it == end || it->code_point != cp) {
     out.push_back(cp);
     return;

@@ -72,8 +72,9 @@ Result<std::unique_ptr<Normalizer>> parse_normalizer(const Json& json, const std
     return std::unique_ptr<Normalizer>(std::make_unique<ReplaceNormalizer>(std::move(replacer)));
   }
   if (type == "NFC") return std::unique_ptr<Normalizer>(std::make_unique<NfcNormalizer>());
-  return errorf("{}: unsupported normalizer type \"{}\" (supported: Sequence, Prepend, Replace, NFC)",
-                path, type);
+  return errorf(
+      "{}: unsupported normalizer type \"{}\" (supported: Sequence, Prepend, Replace, NFC)", path,
+      type);
 }
 
 }  // namespace specstack::tok

@@ -54,7 +54,8 @@ Result<std::unique_ptr<PostProcessor>> parse_template(const Json& json, const st
     const std::string item_path = index_path(field_path(path, "single"), i);
     if (find_field(item, "Sequence") != nullptr) {
       // The single template has one sequence ($A); a $B there is ignored.
-      if (seen_sequence) return errorf("{}: more than one sequence in the single template", item_path);
+      if (seen_sequence)
+        return errorf("{}: more than one sequence in the single template", item_path);
       seen_sequence = true;
       continue;
     }
@@ -62,7 +63,8 @@ Result<std::unique_ptr<PostProcessor>> parse_template(const Json& json, const st
     if (special == nullptr) {
       return errorf("{}: expected {{\"SpecialToken\": ...}} or {{\"Sequence\": ...}}", item_path);
     }
-    SS_ASSIGN_OR_RETURN(std::string name, require_string(*special, "id", field_path(item_path, "SpecialToken")));
+    SS_ASSIGN_OR_RETURN(std::string name,
+                        require_string(*special, "id", field_path(item_path, "SpecialToken")));
     const Json* entry = special_tokens != nullptr ? find_field(*special_tokens, name) : nullptr;
     if (entry == nullptr) {
       return errorf("{}: special token \"{}\" is not in special_tokens", item_path, name);
@@ -70,7 +72,8 @@ Result<std::unique_ptr<PostProcessor>> parse_template(const Json& json, const st
     const std::string entry_path = field_path(field_path(path, "special_tokens"), name);
     SS_ASSIGN_OR_RETURN(const Json* ids, require_array(*entry, "ids", entry_path));
     for (size_t k = 0; k < ids->size(); ++k) {
-      SS_ASSIGN_OR_RETURN(int32_t id, as_token_id((*ids)[k], index_path(field_path(entry_path, "ids"), k)));
+      SS_ASSIGN_OR_RETURN(int32_t id,
+                          as_token_id((*ids)[k], index_path(field_path(entry_path, "ids"), k)));
       (seen_sequence ? after : before).push_back(id);
     }
   }
@@ -87,8 +90,8 @@ Result<std::unique_ptr<PostProcessor>> parse_cls_sep(const Json& json, const std
     SS_ASSIGN_OR_RETURN(int32_t id, as_token_id((*pair)[1], index_path(field_path(path, key), 1)));
     ids.push_back(id);
   }
-  return std::unique_ptr<PostProcessor>(
-      std::make_unique<WrapPostProcessor>(std::vector<int32_t>{ids[0]}, std::vector<int32_t>{ids[1]}));
+  return std::unique_ptr<PostProcessor>(std::make_unique<WrapPostProcessor>(
+      std::vector<int32_t>{ids[0]}, std::vector<int32_t>{ids[1]}));
 }
 
 }  // namespace
@@ -106,7 +109,8 @@ Result<std::unique_ptr<PostProcessor>> parse_post_processor(const Json& json,
       SS_ASSIGN_OR_RETURN(auto part, parse_post_processor((*list)[i], item_path, depth + 1));
       if (part) parts.push_back(std::move(part));
     }
-    return std::unique_ptr<PostProcessor>(std::make_unique<SequencePostProcessor>(std::move(parts)));
+    return std::unique_ptr<PostProcessor>(
+        std::make_unique<SequencePostProcessor>(std::move(parts)));
   }
   if (type == "TemplateProcessing") return parse_template(json, path);
   if (type == "BertProcessing" || type == "RobertaProcessing") return parse_cls_sep(json, path);

@@ -24,7 +24,6 @@ class PostProcessor {
 
 // A null json gives a nullptr post-processor (ids unchanged).
 Result<std::unique_ptr<PostProcessor>> parse_post_processor(const Json& json,
-                                                            const std::string& path,
-                                                            int depth = 0);
+                                                            const std::string& path, int depth = 0);
 
 }  // namespace specstack::tok

@@ -104,9 +104,10 @@ class MetaspacePreTokenizer final : public PreTokenizer {
           replaced += c;
         }
       }
-      const bool starts_with_replacement = replaced.compare(0, replacement_.size(), replacement_) == 0;
-      if (!starts_with_replacement &&
-          (scheme_ == PrependScheme::kAlways || (scheme_ == PrependScheme::kFirst && piece.at_start))) {
+      const bool starts_with_replacement =
+          replaced.compare(0, replacement_.size(), replacement_) == 0;
+      if (!starts_with_replacement && (scheme_ == PrependScheme::kAlways ||
+                                       (scheme_ == PrependScheme::kFirst && piece.at_start))) {
         replaced.insert(0, replacement_);
       }
       piece.text = std::move(replaced);
@@ -180,8 +181,8 @@ Result<std::unique_ptr<PreTokenizer>> parse_metaspace(const Json& json, const st
 
 }  // namespace
 
-Result<std::unique_ptr<PreTokenizer>> parse_pre_tokenizer(const Json& json,
-                                                          const std::string& path, int depth) {
+Result<std::unique_ptr<PreTokenizer>> parse_pre_tokenizer(const Json& json, const std::string& path,
+                                                          int depth) {
   if (json.is_null()) return std::unique_ptr<PreTokenizer>();
   if (depth > kMaxComponentDepth) return errorf("{}: nested too deeply", path);
   SS_ASSIGN_OR_RETURN(std::string type, require_string(json, "type", path));

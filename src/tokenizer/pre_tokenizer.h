@@ -27,8 +27,7 @@ class PreTokenizer {
 };
 
 // A null json gives a nullptr pre-tokenizer (the whole piece is one word).
-Result<std::unique_ptr<PreTokenizer>> parse_pre_tokenizer(const Json& json,
-                                                          const std::string& path,
+Result<std::unique_ptr<PreTokenizer>> parse_pre_tokenizer(const Json& json, const std::string& path,
                                                           int depth = 0);
 
 }  // namespace specstack::tok

@@ -20,7 +20,7 @@ class Replacer {
   std::string apply(std::string_view text) const;
 
  private:
-  std::string literal_;          // when regex_ is empty
+  std::string literal_;  // when regex_ is empty
   std::optional<Regex> regex_;
   std::string content_;
 };

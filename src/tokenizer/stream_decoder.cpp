@@ -39,7 +39,8 @@ std::string StreamDecoder::push(int32_t id) {
   // decode to something: decoders that strip the first character of their
   // output (SentencePiece's leading space) then strip the same character in
   // every later window, so differences between windows stay exact.
-  const std::span<const int32_t> tail(ids_.begin() + static_cast<ptrdiff_t>(read_offset_), ids_.end());
+  const std::span<const int32_t> tail(ids_.begin() + static_cast<ptrdiff_t>(read_offset_),
+                                      ids_.end());
   std::string tail_text = tokenizer_->decode(tail, skip_special_tokens_);
   if (!tail_text.empty()) {
     ids_.erase(ids_.begin(), ids_.begin() + static_cast<ptrdiff_t>(read_offset_));
@@ -54,7 +55,8 @@ std::string StreamDecoder::push(int32_t id) {
 std::string StreamDecoder::flush() {
   std::string fresh;
   if (ids_.size() > read_offset_) {
-    const std::string text = tokenizer_->decode(std::span<const int32_t>(ids_), skip_special_tokens_);
+    const std::string text =
+        tokenizer_->decode(std::span<const int32_t>(ids_), skip_special_tokens_);
     if (text.size() > prefix_text_.size() &&
         text.compare(0, prefix_text_.size(), prefix_text_) == 0) {
       fresh = text.substr(prefix_text_.size());

@@ -50,8 +50,8 @@ Result<std::unique_ptr<TokenizerImpl>> parse_tokenizer_json(std::string_view tex
   };
   SS_ASSIGN_OR_RETURN(auto normalizer, tok::parse_normalizer(section("normalizer"), "normalizer"));
   // Added tokens marked "normalized" are matched in their normalized form.
-  SS_ASSIGN_OR_RETURN(auto added, tok::AddedVocabulary::parse(section("added_tokens"), "added_tokens",
-                                                              normalizer.get()));
+  SS_ASSIGN_OR_RETURN(auto added, tok::AddedVocabulary::parse(section("added_tokens"),
+                                                              "added_tokens", normalizer.get()));
   auto impl = std::make_unique<TokenizerImpl>(std::move(model), std::move(added));
   impl->normalizer = std::move(normalizer);
   SS_ASSIGN_OR_RETURN(impl->pre_tokenizer,
@@ -166,7 +166,9 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
   return text;
 }
 
-int32_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
+int32_t Tokenizer::vocab_size() const {
+  return impl_->vocab_size;
+}
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
   if (auto id = impl_->added.token_to_id(token)) return id;
@@ -194,9 +196,17 @@ std::optional<int32_t> Tokenizer::eos_id() const {
   return token_to_id(impl_->config.eos_token);
 }
 
-const std::string& Tokenizer::bos_token() const { return impl_->config.bos_token; }
-const std::string& Tokenizer::eos_token() const { return impl_->config.eos_token; }
-const std::string& Tokenizer::chat_template() const { return impl_->config.chat_template; }
-std::optional<bool> Tokenizer::add_bos_token() const { return impl_->config.add_bos_token; }
+const std::string& Tokenizer::bos_token() const {
+  return impl_->config.bos_token;
+}
+const std::string& Tokenizer::eos_token() const {
+  return impl_->config.eos_token;
+}
+const std::string& Tokenizer::chat_template() const {
+  return impl_->config.chat_template;
+}
+std::optional<bool> Tokenizer::add_bos_token() const {
+  return impl_->config.add_bos_token;
+}
 
 }  // namespace specstack

@@ -18,7 +18,7 @@
 
 namespace specstack {
 
-class TokenizerImpl;
+struct TokenizerImpl;
 
 class Tokenizer {
  public:
@@ -35,6 +35,8 @@ class Tokenizer {
   // add_special_tokens: apply the post-processor (e.g. prepend BOS) as HF does.
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const;
   // HF decode(ids, skip_special_tokens) semantics. Invalid UTF-8 pieces become U+FFFD.
+  // Unknown ids are skipped. skip_special_tokens skips by id (HF 0.23 keeps
+  // special tokens marked "normalized", e.g. TinyStories' <|start_story|>).
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
 

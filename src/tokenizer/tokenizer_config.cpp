@@ -1,8 +1,6 @@
-// tokenizer_config.json: the bos/eos token names, add_bos_token and the chat
-// template. Other keys (added_tokens_decoder, model_max_length ...) are not
-// needed: tokenizer.json is authoritative for encoding.
+#include "tokenizer/tokenizer_config.h"
+
 #include "tokenizer/json_fields.h"
-#include "tokenizer/tokenizer_impl.h"
 
 namespace specstack {
 
@@ -16,7 +14,8 @@ Result<std::string> token_name(const Json& config, std::string_view key) {
   const Json* value = find_field(config, key);
   if (value == nullptr || value->is_null()) return std::string();
   if (value->is_string()) return value->get<std::string>();
-  if (const Json* content = find_field(*value, "content"); content != nullptr && content->is_string()) {
+  if (const Json* content = find_field(*value, "content");
+      content != nullptr && content->is_string()) {
     return content->get<std::string>();
   }
   return errorf("{}: expected a string or {{\"content\": ...}}", key);
@@ -51,7 +50,8 @@ Result<TokenizerConfig> parse_tokenizer_config(std::string_view json_text) {
   SS_ASSIGN_OR_RETURN(config.bos_token, token_name(json, "bos_token"));
   SS_ASSIGN_OR_RETURN(config.eos_token, token_name(json, "eos_token"));
   SS_ASSIGN_OR_RETURN(config.chat_template, chat_template(json));
-  if (const Json* add_bos = find_field(json, "add_bos_token"); add_bos != nullptr && !add_bos->is_null()) {
+  if (const Json* add_bos = find_field(json, "add_bos_token");
+      add_bos != nullptr && !add_bos->is_null()) {
     if (!add_bos->is_boolean()) return make_error("add_bos_token: expected true or false");
     config.add_bos_token = add_bos->get<bool>();
   }

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "tokenizer/added_tokens.h"
@@ -13,29 +12,20 @@
 #include "tokenizer/normalizer.h"
 #include "tokenizer/post_processor.h"
 #include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/tokenizer_config.h"
 
 namespace specstack {
 
-// What tokenizer_config.json contributes.
-struct TokenizerConfig {
-  std::string bos_token;
-  std::string eos_token;
-  std::string chat_template;
-  std::optional<bool> add_bos_token;
-};
-
-Result<TokenizerConfig> parse_tokenizer_config(std::string_view json_text);
-
-class TokenizerImpl {
- public:
-  TokenizerImpl(tok::BpeModel model, tok::AddedVocabulary added) : model(std::move(model)), added(std::move(added)) {}
+struct TokenizerImpl {
+  TokenizerImpl(tok::BpeModel model, tok::AddedVocabulary added)
+      : model(std::move(model)), added(std::move(added)) {}
 
   tok::BpeModel model;
   tok::AddedVocabulary added;
-  std::unique_ptr<tok::Normalizer> normalizer;        // may be null
-  std::unique_ptr<tok::PreTokenizer> pre_tokenizer;   // may be null
-  std::unique_ptr<tok::PostProcessor> post_processor; // may be null
-  std::unique_ptr<tok::Decoder> decoder;              // may be null
+  std::unique_ptr<tok::Normalizer> normalizer;         // may be null
+  std::unique_ptr<tok::PreTokenizer> pre_tokenizer;    // may be null
+  std::unique_ptr<tok::PostProcessor> post_processor;  // may be null
+  std::unique_ptr<tok::Decoder> decoder;               // may be null
   TokenizerConfig config;
   int32_t vocab_size = 0;
 

@@ -115,7 +115,7 @@ TEST_P(MixedBatchTest, PrefillChunksAndDecodesInOneStepMatchSoloRuns) {
     const auto long_prompt = prompt_of(name, "p2");   // 333 tokens
 
     // Solo: A prefilled at once then 6 decodes; B prefilled at once then 3 decodes.
-    Feed solo_a{short_prompt, BlockTable(bs)}, solo_b{long_prompt, BlockTable(bs)};
+    Feed solo_a{short_prompt, BlockTable(bs), 0, -1, {}}, solo_b{long_prompt, BlockTable(bs), 0, -1, {}};
     step(*model, {&solo_a}, {64}, false);
     for (int i = 0; i < 6; ++i) step(*model, {&solo_a}, {1}, false);
     step(*model, {&solo_b}, {333}, false);
@@ -124,7 +124,7 @@ TEST_P(MixedBatchTest, PrefillChunksAndDecodesInOneStepMatchSoloRuns) {
     solo_b.table.release(model->pool());
 
     // Mixed: B's prompt arrives in chunks while A prefills and then decodes.
-    Feed a{short_prompt, BlockTable(bs)}, b{long_prompt, BlockTable(bs)};
+    Feed a{short_prompt, BlockTable(bs), 0, -1, {}}, b{long_prompt, BlockTable(bs), 0, -1, {}};
     step(*model, {&a, &b}, {64, 100}, interleave);
     step(*model, {&a, &b}, {1, 150}, interleave);
     step(*model, {&b, &a}, {83, 1}, interleave);  // B's last chunk; order of sequences swapped

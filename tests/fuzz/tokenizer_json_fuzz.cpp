@@ -54,7 +54,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // Arbitrary ids, including unknown ones, must decode too.
   std::vector<int32_t> ids;
-  for (size_t i = 0; i < 16; ++i) ids.push_back(static_cast<int32_t>(i * 7919 % (vocab_size + 3)) - 1);
+  for (size_t i = 0; i < 16; ++i)
+    ids.push_back(static_cast<int32_t>(i * 7919 % (vocab_size + 3)) - 1);
   check_stream(t, ids, false);
   check_stream(t, ids, true);
   return 0;

@@ -8,9 +8,12 @@ namespace specstack {
 namespace {
 
 // A valid minimal file with `model` spliced in.
-std::string with_model(const std::string& model) { return R"({"model": )" + model + "}"; }
+std::string with_model(const std::string& model) {
+  return R"({"model": )" + model + "}";
+}
 
-const char* kGoodModel = R"({"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]})";
+const char* kGoodModel =
+    R"({"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]})";
 
 void expect_error(const std::string& tokenizer_json, const std::string& needle,
                   const std::string& config_json = "") {
@@ -79,30 +82,38 @@ TEST(TokenizerErrors, BadComponents) {
                    model + "}",
                "normalizer.normalizers[0].prepend: missing");
   expect_error(R"({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(unclosed"},
-                  "behavior": "Isolated"}, )" + model + "}",
+                  "behavior": "Isolated"}, )" +
+                   model + "}",
                "pre_tokenizer.pattern: bad regex");
   expect_error(R"({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "a"},
-                  "behavior": "Sideways"}, )" + model + "}",
+                  "behavior": "Sideways"}, )" +
+                   model + "}",
                "unknown split behavior \"Sideways\"");
   expect_error(R"({"pre_tokenizer": {"type": "Split", "pattern": "a", "behavior": "Isolated"}, )" +
                    model + "}",
                "pre_tokenizer.pattern: expected {\"String\"");
-  expect_error(R"({"decoder": {"type": "CTC"}, )" + model + "}", "unsupported decoder type \"CTC\"");
-  expect_error(R"({"decoder": {"type": "Strip", "content": "ab", "start": 1, "stop": 0}, )" + model + "}",
-               "decoder.content: expected one character");
+  expect_error(R"({"decoder": {"type": "CTC"}, )" + model + "}",
+               "unsupported decoder type \"CTC\"");
+  expect_error(
+      R"({"decoder": {"type": "Strip", "content": "ab", "start": 1, "stop": 0}, )" + model + "}",
+      "decoder.content: expected one character");
   expect_error(R"({"post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken":
-                  {"id": "<s>", "type_id": 0}}], "special_tokens": {}}, )" + model + "}",
+                  {"id": "<s>", "type_id": 0}}], "special_tokens": {}}, )" +
+                   model + "}",
                "special token \"<s>\" is not in special_tokens");
   expect_error(R"({"post_processor": {"type": "BertProcessing", "cls": ["[CLS]", 7],
-                  "sep": ["[SEP]", 1]}, )" + model + "}",
+                  "sep": ["[SEP]", 1]}, )" +
+                   model + "}",
                "post_processor: token id 7 is not in the vocabulary");
-  expect_error(R"({"added_tokens": [{"id": 5}], )" + model + "}", "added_tokens[0].content: missing");
+  expect_error(R"({"added_tokens": [{"id": 5}], )" + model + "}",
+               "added_tokens[0].content: missing");
   expect_error(R"({"added_tokens": {"id": 5}, )" + model + "}", "added_tokens: expected an array");
 }
 
 TEST(TokenizerErrors, DeeplyNestedSequencesAreRefused) {
   std::string normalizer = R"({"type": "NFC"})";
-  for (int i = 0; i < 40; ++i) normalizer = R"({"type": "Sequence", "normalizers": [)" + normalizer + "]}";
+  for (int i = 0; i < 40; ++i)
+    normalizer = R"({"type": "Sequence", "normalizers": [)" + normalizer + "]}";
   expect_error(R"({"normalizer": )" + normalizer + R"(, "model": )" + kGoodModel + "}",
                "nested too deeply");
 }

@@ -7,9 +7,8 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -63,7 +62,9 @@ json golden_cases(const std::string& name) {
   return cases;
 }
 
-std::vector<int32_t> ids_of(const json& value) { return value.get<std::vector<int32_t>>(); }
+std::vector<int32_t> ids_of(const json& value) {
+  return value.get<std::vector<int32_t>>();
+}
 
 std::string stream_decode(const Tokenizer& tokenizer, const std::vector<int32_t>& ids,
                           bool skip_special_tokens) {
@@ -100,7 +101,8 @@ TEST_P(GoldenTokenizer, DecodeMatchesHf) {
   const json cases = golden_cases(GetParam());
   for (size_t i = 0; i < cases["cases"].size(); ++i) {
     const json& c = cases["cases"][i];
-    SCOPED_TRACE(::testing::Message() << "case " << i << ": " << c["text"].get<std::string>().substr(0, 60));
+    SCOPED_TRACE(::testing::Message()
+                 << "case " << i << ": " << c["text"].get<std::string>().substr(0, 60));
     EXPECT_EQ(tokenizer->decode(ids_of(c["ids"])), c["decoded"].get<std::string>());
     EXPECT_EQ(tokenizer->decode(ids_of(c["ids_with_special"])),
               c["decoded_with_special"].get<std::string>());
@@ -113,7 +115,8 @@ TEST_P(GoldenTokenizer, StreamingDecodeEqualsDecode) {
   const json cases = golden_cases(GetParam());
   for (size_t i = 0; i < cases["cases"].size(); ++i) {
     const json& c = cases["cases"][i];
-    SCOPED_TRACE(::testing::Message() << "case " << i << ": " << c["text"].get<std::string>().substr(0, 60));
+    SCOPED_TRACE(::testing::Message()
+                 << "case " << i << ": " << c["text"].get<std::string>().substr(0, 60));
     for (const char* field : {"ids", "ids_with_special"}) {
       const std::vector<int32_t> ids = ids_of(c[field]);
       for (const bool skip : {false, true}) {
@@ -130,7 +133,8 @@ TEST_P(GoldenTokenizer, VocabSizeAndSpecialTokensMatchHf) {
   const json cases = golden_cases(GetParam());
   EXPECT_EQ(tokenizer->vocab_size(), cases["vocab_size_with_added"].get<int32_t>());
   const json& special = cases["hf_fast_special"];
-  const std::string bos = special["bos_token"].is_null() ? "" : special["bos_token"].get<std::string>();
+  const std::string bos =
+      special["bos_token"].is_null() ? "" : special["bos_token"].get<std::string>();
   EXPECT_EQ(tokenizer->bos_token(), bos);
   EXPECT_EQ(tokenizer->eos_token(), special["eos_token"].get<std::string>());
   ASSERT_TRUE(tokenizer->eos_id().has_value());
@@ -143,7 +147,8 @@ INSTANTIATE_TEST_SUITE_P(All, GoldenTokenizer,
                          ::testing::Values("llama3", "qwen3", "mistral-v0.1", "tinystories"),
                          [](const auto& info) {
                            std::string name = info.param;
-                           for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           for (char& c : name)
+                             c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
                            return name;
                          });
 
@@ -176,6 +181,19 @@ TEST(GoldenTokenizerFacts, ConfigFields) {
   EXPECT_EQ(tinystories->add_bos_token(), true);
   EXPECT_EQ(qwen3->add_bos_token(), false);
   EXPECT_EQ(tinystories->bos_id(), 1);
+}
+
+TEST(GoldenTokenizerFacts, Llama3RenderedChatsEncodeLikeHf) {
+  const Tokenizer* llama3 = golden_tokenizer("llama3");
+  ASSERT_NE(llama3, nullptr);
+  const json chat = json::parse(read_text(golden_dir("llama3") + "/chat.json"));
+  ASSERT_EQ(chat["conversations"].size(), 3u);
+  EXPECT_EQ(llama3->chat_template(), chat["chat_template"].get<std::string>());
+  for (const json& conversation : chat["conversations"]) {
+    const std::string rendered = conversation["rendered"].get<std::string>();
+    EXPECT_EQ(llama3->encode(rendered, false), ids_of(conversation["ids_of_rendered"]));
+    EXPECT_EQ(llama3->decode(ids_of(conversation["ids_of_rendered"])), rendered);
+  }
 }
 
 TEST(GoldenTokenizerFacts, LoadDirReadsBothFiles) {

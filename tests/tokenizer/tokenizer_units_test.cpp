@@ -16,7 +16,7 @@ TEST(Utf8, LossyMatchesRustFromUtf8Lossy) {
   EXPECT_EQ(tok::utf8_lossy("\xE4\xBD"), kFffd);  // incomplete at the end: one
   EXPECT_EQ(tok::utf8_lossy("\xE4\xBDx"), kFffd + "x");
   EXPECT_EQ(tok::utf8_lossy("\xFF\xFE"), kFffd + kFffd);
-  EXPECT_EQ(tok::utf8_lossy("\xC0\x80"), kFffd + kFffd);          // overlong
+  EXPECT_EQ(tok::utf8_lossy("\xC0\x80"), kFffd + kFffd);              // overlong
   EXPECT_EQ(tok::utf8_lossy("\xED\xA0\x80"), kFffd + kFffd + kFffd);  // surrogate
   EXPECT_EQ(tok::utf8_lossy("\xF0\x9F\x98"), kFffd);
   EXPECT_EQ(tok::utf8_lossy("\xF4\x90\x80\x80"), kFffd + kFffd + kFffd + kFffd);  // > U+10FFFF
@@ -29,11 +29,14 @@ TEST(Nfc, ComposesReordersAndHandlesHangul) {
   EXPECT_EQ(tok::to_nfc("e\xCC\x81"), "\xC3\xA9");  // e + U+0301 -> é
   // a + U+0301 + U+0323: reordered (220 before 230), a+U+0323 -> U+1EA1.
   EXPECT_EQ(tok::to_nfc("a\xCC\x81\xCC\xA3"), "\xE1\xBA\xA1\xCC\x81");
-  EXPECT_EQ(tok::to_nfc("\xE2\x84\xAB"), "\xC3\x85");  // U+212B ANGSTROM SIGN -> Å (singleton)
+  EXPECT_EQ(tok::to_nfc("\xE2\x84\xAB"), "\xC3\x85");      // U+212B ANGSTROM SIGN -> Å (singleton)
   EXPECT_EQ(tok::to_nfc("\xCD\x84"), "\xCC\x88\xCC\x81");  // U+0344 -> U+0308 U+0301
   EXPECT_EQ(tok::to_nfc("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8"), "\xEA\xB0\x81");  // jamo -> 각
   EXPECT_EQ(tok::to_nfc("\xEA\xB0\x81"), "\xEA\xB0\x81");
-  EXPECT_EQ(tok::to_nfc("\xCC\x81" "a"), "\xCC\x81" "a");  // leading combining mark stays
+  EXPECT_EQ(tok::to_nfc("\xCC\x81"
+                        "a"),
+            "\xCC\x81"
+            "a");  // leading combining mark stays
 }
 
 // A SentencePiece-style tokenizer (Strip decoder, byte fallback) built inline.
@@ -93,15 +96,18 @@ TEST(StreamDecoder, FlushStartsANewStream) {
   StreamDecoder stream(tokenizer);
   EXPECT_EQ(stream.push(4), "");
   EXPECT_EQ(stream.flush(), kFffd);  // an unfinished run is shown as HF would
-  EXPECT_EQ(stream.push(3), "a");     // the new stream strips its leading space again
-  EXPECT_EQ(stream.push(-5), "");     // unknown ids are dropped, like decode does
+  EXPECT_EQ(stream.push(3), "a");    // the new stream strips its leading space again
+  EXPECT_EQ(stream.push(-5), "");    // unknown ids are dropped, like decode does
   EXPECT_EQ(stream.push(1000), "");
   EXPECT_EQ(stream.flush(), "");
 }
 
 TEST(Encode, InvalidUtf8InputIsReplacedFirst) {
   const Tokenizer tokenizer = sentencepiece_like();
-  EXPECT_EQ(tokenizer.encode("a\xFF" "a", false), tokenizer.encode("a" + kFffd + "a", false));
+  EXPECT_EQ(tokenizer.encode("a\xFF"
+                             "a",
+                             false),
+            tokenizer.encode("a" + kFffd + "a", false));
   EXPECT_EQ(tokenizer.decode(tokenizer.encode("a\xF0\x9F", false)), "a");  // no bytes for U+FFFD
 }
 

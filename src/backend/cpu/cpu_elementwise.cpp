@@ -119,7 +119,7 @@ float row_max(const float* x, int64_t n, Isa isa) {
   return best;
 }
 
-void softmax_row(float* x, int64_t n, Isa isa) {
+void softmax_row_impl(float* x, int64_t n, Isa isa) {
   const float max = row_max(x, n, isa);
   if (max == -std::numeric_limits<float>::infinity()) {  // nothing visible: no NaN from -inf - -inf
     std::fill(x, x + n, 0.0f);
@@ -269,6 +269,8 @@ void silu_mul(ThreadPool& pool, const Tensor& gate, const Tensor& up, Tensor& ou
   });
 }
 
+void softmax_row(float* x, int64_t n, Isa isa) { softmax_row_impl(x, n, isa); }
+
 void softmax_rows(ThreadPool& pool, Tensor& x, Isa isa) {
   check_isa(isa);
   check_f32_cpu(x);
@@ -278,7 +280,7 @@ void softmax_rows(ThreadPool& pool, Tensor& x, Isa isa) {
   const int64_t rows = x.numel() / cols;
   float* data = x.f32();
   pool.parallel_for(rows, rows_grain(4 * cols), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) softmax_row(data + r * cols, cols, isa);
+    for (int64_t r = begin; r < end; ++r) softmax_row_impl(data + r * cols, cols, isa);
   });
 }
 

@@ -38,6 +38,10 @@ void silu_mul(ThreadPool& pool, const Tensor& gate, const Tensor& up, Tensor& ou
 // -inf becomes all zeros.   x [rows, cols] f32
 void softmax_rows(ThreadPool& pool, Tensor& x, Isa isa = kNativeIsa);
 
+// One row of softmax_rows, for kernels that build their own score rows
+// (attention). x [n] f32, in place.
+void softmax_row(float* x, int64_t n, Isa isa = kNativeIsa);
+
 // out[i] = e^x[i] (the vectorised exp the kernels use, exposed for tests).
 void exp_f32(const float* x, int64_t n, float* out, Isa isa = kNativeIsa);
 
