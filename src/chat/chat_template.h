@@ -1,14 +1,16 @@
 // Chat templates: a Jinja2 subset interpreter sufficient to render
 // tokenizer_config.json chat_template strings of the Llama-3 and ChatML (Qwen2,
-// Qwen2.5, Qwen3) families exactly as transformers' apply_chat_template does.
-// Unsupported syntax is a parse error that names the construct and offset.
+// Qwen2.5, Qwen3) families exactly as transformers' apply_chat_template does
+// (trim_blocks, lstrip_blocks, json.dumps-style tojson, raise_exception,
+// strftime_now). Unsupported syntax is a parse error that names the construct
+// and offset. The interpreter lives in jinja_*.{h,cpp}: lexer -> parser (AST)
+// -> tree-walking interpreter over Python-like values.
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 #include "chat/render_limits.h"

@@ -44,6 +44,10 @@ struct Expr {
 };
 using ExprPtr = std::unique_ptr<Expr>;
 
+// Height of the tallest child subtree (0 for leaves); the parser sets
+// Expr::height from it.
+uint32_t children_height(const Expr& e);
+
 struct CallArgExprs {
   std::vector<ExprPtr> positional;
   std::vector<std::pair<std::string, ExprPtr>> keyword;
@@ -105,7 +109,8 @@ struct FilterExpr : Expr {
 };
 
 struct TestExpr : Expr {
-  TestExpr(size_t o, std::string n, TestFn f) : Expr(ExprKind::kTest, o), name(std::move(n)), fn(f) {}
+  TestExpr(size_t o, std::string n, TestFn f)
+      : Expr(ExprKind::kTest, o), name(std::move(n)), fn(f) {}
   ExprPtr operand;
   std::string name;
   TestFn fn;
@@ -114,7 +119,8 @@ struct TestExpr : Expr {
 };
 
 struct UnaryExpr : Expr {
-  UnaryExpr(size_t o, UnaryOp p, ExprPtr e) : Expr(ExprKind::kUnary, o), op(p), operand(std::move(e)) {}
+  UnaryExpr(size_t o, UnaryOp p, ExprPtr e)
+      : Expr(ExprKind::kUnary, o), op(p), operand(std::move(e)) {}
   UnaryOp op;
   ExprPtr operand;
 };

@@ -28,6 +28,8 @@ using TestFn = Result<bool> (*)(const Value& input, const CallArgs& args);
 // in this subset.
 FilterFn find_filter(std::string_view name);
 TestFn find_test(std::string_view name);
+// The sequence filters' half of find_filter (jinja_seq_filters.cpp).
+FilterFn find_sequence_filter(std::string_view name);
 
 // Python-style argument binding: positional then keyword onto `params`.
 // Unbound parameters come back undefined; extra or unknown arguments are an Error.

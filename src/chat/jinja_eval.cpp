@@ -129,7 +129,8 @@ Result<Value> Interpreter::eval_node(const Expr& expr, Scope& scope) {
       SS_ASSIGN_OR_RETURN(Value condition, eval(*node.condition, scope));
       if (condition.truthy()) return eval(*node.then_expr, scope);
       if (node.else_expr) return eval(*node.else_expr, scope);
-      return Value::undefined("the inline if-expression evaluated to false and no else section was defined");
+      return Value::undefined(
+          "the inline if-expression evaluated to false and no else section was defined");
     }
   }
   return at(expr.offset, "unknown expression");

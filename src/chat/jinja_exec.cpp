@@ -58,7 +58,12 @@ Result<Interpreter::Flow> Interpreter::exec(const Stmt& stmt, Scope& scope, std:
       return Flow::kNormal;
     case StmtKind::kOutput: {
       SS_ASSIGN_OR_RETURN(Value v, eval(*static_cast<const OutputStmt&>(stmt).expr, scope));
-      SS_TRY(append(out, v.is_string() ? v.as_string() : to_str(v), stmt.offset));
+      // Strings append in place; the ternary would copy them.
+      if (v.is_string()) {
+        SS_TRY(append(out, v.as_string(), stmt.offset));
+      } else {
+        SS_TRY(append(out, to_str(v), stmt.offset));
+      }
       return Flow::kNormal;
     }
     case StmtKind::kIf:
@@ -102,7 +107,9 @@ Value Interpreter::loop_object(const std::vector<Value>& items, size_t index) {
   const auto n = static_cast<int64_t>(items.size());
   const auto i = static_cast<int64_t>(index);
   DictData loop;
-  auto put = [&loop](const char* name, Value v) { loop.entries.emplace_back(Value::string(name), std::move(v)); };
+  auto put = [&loop](const char* name, Value v) {
+    loop.entries.emplace_back(Value::string(name), std::move(v));
+  };
   put("index", Value::integer(i + 1));
   put("index0", Value::integer(i));
   put("revindex", Value::integer(n - i));
@@ -121,7 +128,8 @@ Value Interpreter::loop_object(const std::vector<Value>& items, size_t index) {
   return Value::dict(std::move(loop));
 }
 
-Result<Interpreter::Flow> Interpreter::exec_for(const ForStmt& stmt, Scope& scope, std::string& out) {
+Result<Interpreter::Flow> Interpreter::exec_for(const ForStmt& stmt, Scope& scope,
+                                                std::string& out) {
   SS_ASSIGN_OR_RETURN(Value iterable, eval(*stmt.iterable, scope));
   auto listed = iterate(iterable);
   if (!listed.ok()) return at(stmt.iterable->offset, listed.message());
@@ -225,8 +233,8 @@ Value Interpreter::make_macro(const MacroStmt& stmt) {
 
 Result<Value> Interpreter::call_macro(const MacroStmt& stmt, const CallArgs& args) {
   if (call_depth_ >= limits_.max_call_depth) {
-    return at(stmt.offset, fmt::format("macro '{}' recursed deeper than {}", stmt.name,
-                                       limits_.max_call_depth));
+    return at(stmt.offset,
+              fmt::format("macro '{}' recursed deeper than {}", stmt.name, limits_.max_call_depth));
   }
   if (args.positional.size() > stmt.params.size()) {
     return at(stmt.offset, fmt::format("macro '{}' takes not more than {} argument(s)", stmt.name,

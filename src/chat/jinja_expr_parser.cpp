@@ -5,98 +5,9 @@
 namespace specstack::jinja {
 namespace {
 
-std::string describe(const Token& t) {
-  switch (t.kind) {
-    case TokenKind::kEnd:
-      return "end of template";
-    case TokenKind::kText:
-      return "template text";
-    case TokenKind::kVariableBegin:
-      return "'{{'";
-    case TokenKind::kVariableEnd:
-      return "'}}'";
-    case TokenKind::kBlockBegin:
-      return "'{%'";
-    case TokenKind::kBlockEnd:
-      return "'%}'";
-    case TokenKind::kString:
-      return "string literal";
-    default:
-      return "'" + t.text + "'";
-  }
-}
-
 bool is_constant_name(std::string_view name) {
-  return name == "true" || name == "false" || name == "none" || name == "True" ||
-         name == "False" || name == "None";
-}
-
-uint32_t height_of(const ExprPtr& e) { return e ? e->height : 0; }
-
-uint32_t height_of(const CallArgExprs& args) {
-  uint32_t h = 0;
-  for (const auto& a : args.positional) h = std::max(h, height_of(a));
-  for (const auto& [name, a] : args.keyword) h = std::max(h, height_of(a));
-  return h;
-}
-
-uint32_t children_height(const Expr& e) {
-  switch (e.kind) {
-    case ExprKind::kLiteral:
-    case ExprKind::kName:
-      return 0;
-    case ExprKind::kList: {
-      uint32_t h = 0;
-      for (const auto& item : static_cast<const ListExpr&>(e).items) h = std::max(h, height_of(item));
-      return h;
-    }
-    case ExprKind::kDict: {
-      uint32_t h = 0;
-      for (const auto& [k, v] : static_cast<const DictExpr&>(e).entries) {
-        h = std::max({h, height_of(k), height_of(v)});
-      }
-      return h;
-    }
-    case ExprKind::kGetAttr:
-      return height_of(static_cast<const GetAttrExpr&>(e).object);
-    case ExprKind::kGetItem: {
-      const auto& n = static_cast<const GetItemExpr&>(e);
-      return std::max(height_of(n.object), height_of(n.index));
-    }
-    case ExprKind::kSlice: {
-      const auto& n = static_cast<const SliceExpr&>(e);
-      return std::max({height_of(n.object), height_of(n.start), height_of(n.stop), height_of(n.step)});
-    }
-    case ExprKind::kCall: {
-      const auto& n = static_cast<const CallExpr&>(e);
-      return std::max(height_of(n.callee), height_of(n.args));
-    }
-    case ExprKind::kFilter: {
-      const auto& n = static_cast<const FilterExpr&>(e);
-      return std::max(height_of(n.operand), height_of(n.args));
-    }
-    case ExprKind::kTest: {
-      const auto& n = static_cast<const TestExpr&>(e);
-      return std::max(height_of(n.operand), height_of(n.args));
-    }
-    case ExprKind::kUnary:
-      return height_of(static_cast<const UnaryExpr&>(e).operand);
-    case ExprKind::kBinary: {
-      const auto& n = static_cast<const BinaryExpr&>(e);
-      return std::max(height_of(n.lhs), height_of(n.rhs));
-    }
-    case ExprKind::kCompare: {
-      const auto& n = static_cast<const CompareExpr&>(e);
-      uint32_t h = height_of(n.lhs);
-      for (const auto& [op, rhs] : n.rest) h = std::max(h, height_of(rhs));
-      return h;
-    }
-    case ExprKind::kConditional: {
-      const auto& n = static_cast<const ConditionalExpr&>(e);
-      return std::max({height_of(n.condition), height_of(n.then_expr), height_of(n.else_expr)});
-    }
-  }
-  return 0;
+  return name == "true" || name == "false" || name == "none" || name == "True" || name == "False" ||
+         name == "None";
 }
 
 // Counts live recursive parser frames so ((((...)))) cannot overflow the stack
@@ -116,63 +27,6 @@ class DepthGuard {
 constexpr int kMaxParseFrames = 2 * kMaxExprHeight;
 
 }  // namespace
-
-TokenCursor::TokenCursor(std::vector<Token> tokens) : tokens_(std::move(tokens)) {
-  if (tokens_.empty() || tokens_.back().kind != TokenKind::kEnd) {
-    tokens_.push_back(Token{TokenKind::kEnd, 0, "", 0, 0.0});
-  }
-}
-
-const Token& TokenCursor::peek(size_t ahead) const {
-  return tokens_[std::min(index_ + ahead, tokens_.size() - 1)];
-}
-
-const Token& TokenCursor::next() {
-  const Token& t = peek();
-  if (index_ + 1 < tokens_.size()) ++index_;
-  return t;
-}
-
-bool TokenCursor::at_operator(std::string_view op) const {
-  return peek().kind == TokenKind::kOperator && peek().text == op;
-}
-
-bool TokenCursor::at_name(std::string_view name, size_t ahead) const {
-  return peek(ahead).kind == TokenKind::kName && peek(ahead).text == name;
-}
-
-bool TokenCursor::skip_operator(std::string_view op) {
-  if (!at_operator(op)) return false;
-  next();
-  return true;
-}
-
-bool TokenCursor::skip_name(std::string_view name) {
-  if (!at_name(name)) return false;
-  next();
-  return true;
-}
-
-Status TokenCursor::expect_operator(std::string_view op, std::string_view context) {
-  if (skip_operator(op)) return {};
-  return error_here(fmt::format("expected '{}' {}", op, context));
-}
-
-Status TokenCursor::expect(TokenKind kind, std::string_view context) {
-  if (peek().kind != kind) return error_here(fmt::format("expected {}", context));
-  next();
-  return {};
-}
-
-Result<std::string> TokenCursor::expect_name(std::string_view context) {
-  if (peek().kind != TokenKind::kName) return error_here(fmt::format("expected a name {}", context));
-  return next().text;
-}
-
-Error TokenCursor::error_here(std::string_view message) const {
-  return errorf("chat template syntax error: {} at offset {} (found {})", message, peek().offset,
-                describe(peek()));
-}
 
 Result<ExprPtr> ExprParser::finish(ExprPtr node) {
   node->height = 1 + children_height(*node);
@@ -208,8 +62,8 @@ Result<ExprPtr> ExprParser::parse_or() {
   while (cur_.at_name("or")) {
     const size_t offset = cur_.next().offset;
     SS_ASSIGN_OR_RETURN(ExprPtr right, parse_and());
-    SS_ASSIGN_OR_RETURN(left, finish(std::make_unique<BinaryExpr>(offset, BinaryOp::kOr,
-                                                                  std::move(left), std::move(right))));
+    SS_ASSIGN_OR_RETURN(left, finish(std::make_unique<BinaryExpr>(
+                                  offset, BinaryOp::kOr, std::move(left), std::move(right))));
   }
   return left;
 }
@@ -219,8 +73,8 @@ Result<ExprPtr> ExprParser::parse_and() {
   while (cur_.at_name("and")) {
     const size_t offset = cur_.next().offset;
     SS_ASSIGN_OR_RETURN(ExprPtr right, parse_not());
-    SS_ASSIGN_OR_RETURN(left, finish(std::make_unique<BinaryExpr>(offset, BinaryOp::kAnd,
-                                                                  std::move(left), std::move(right))));
+    SS_ASSIGN_OR_RETURN(left, finish(std::make_unique<BinaryExpr>(
+                                  offset, BinaryOp::kAnd, std::move(left), std::move(right))));
   }
   return left;
 }
@@ -242,7 +96,7 @@ Result<ExprPtr> ExprParser::parse_compare() {
     CompareOp op;
     if (t.kind == TokenKind::kOperator && (t.text == "==" || t.text == "!=" || t.text == "<" ||
                                            t.text == ">" || t.text == "<=" || t.text == ">=")) {
-      op = t.text == "==" ? CompareOp::kEq
+      op = t.text == "=="   ? CompareOp::kEq
            : t.text == "!=" ? CompareOp::kNe
            : t.text == "<"  ? CompareOp::kLt
            : t.text == ">"  ? CompareOp::kGt
@@ -284,8 +138,8 @@ Result<ExprPtr> ExprParser::parse_concat() {
   while (cur_.at_operator("~")) {
     const size_t offset = cur_.next().offset;
     SS_ASSIGN_OR_RETURN(ExprPtr right, parse_math2());
-    SS_ASSIGN_OR_RETURN(left, finish(std::make_unique<BinaryExpr>(offset, BinaryOp::kConcat,
-                                                                  std::move(left), std::move(right))));
+    SS_ASSIGN_OR_RETURN(left, finish(std::make_unique<BinaryExpr>(
+                                  offset, BinaryOp::kConcat, std::move(left), std::move(right))));
   }
   return left;
 }
@@ -295,8 +149,8 @@ Result<ExprPtr> ExprParser::parse_math2() {
   while (cur_.at_operator("*") || cur_.at_operator("/") || cur_.at_operator("//") ||
          cur_.at_operator("%")) {
     const Token& t = cur_.next();
-    const BinaryOp op = t.text == "*"   ? BinaryOp::kMul
-                        : t.text == "/" ? BinaryOp::kDiv
+    const BinaryOp op = t.text == "*"    ? BinaryOp::kMul
+                        : t.text == "/"  ? BinaryOp::kDiv
                         : t.text == "//" ? BinaryOp::kFloorDiv
                                          : BinaryOp::kMod;
     SS_ASSIGN_OR_RETURN(ExprPtr right, parse_pow());
@@ -312,8 +166,8 @@ Result<ExprPtr> ExprParser::parse_pow() {
   while (cur_.at_operator("**")) {
     const size_t offset = cur_.next().offset;
     SS_ASSIGN_OR_RETURN(ExprPtr right, parse_unary(true));
-    SS_ASSIGN_OR_RETURN(left, finish(std::make_unique<BinaryExpr>(offset, BinaryOp::kPow,
-                                                                  std::move(left), std::move(right))));
+    SS_ASSIGN_OR_RETURN(left, finish(std::make_unique<BinaryExpr>(
+                                  offset, BinaryOp::kPow, std::move(left), std::move(right))));
   }
   return left;
 }
@@ -325,9 +179,9 @@ Result<ExprPtr> ExprParser::parse_unary(bool with_filter) {
   if (cur_.at_operator("-") || cur_.at_operator("+")) {
     const Token& t = cur_.next();
     SS_ASSIGN_OR_RETURN(ExprPtr operand, parse_unary(false));
-    SS_ASSIGN_OR_RETURN(node, finish(std::make_unique<UnaryExpr>(
-                                  t.offset, t.text == "-" ? UnaryOp::kNeg : UnaryOp::kPos,
-                                  std::move(operand))));
+    SS_ASSIGN_OR_RETURN(
+        node, finish(std::make_unique<UnaryExpr>(
+                  t.offset, t.text == "-" ? UnaryOp::kNeg : UnaryOp::kPos, std::move(operand))));
   } else {
     SS_ASSIGN_OR_RETURN(node, parse_primary());
   }
@@ -343,11 +197,13 @@ Result<ExprPtr> ExprParser::parse_primary() {
   switch (t.kind) {
     case TokenKind::kName: {
       cur_.next();
-      if (t.text == "true" || t.text == "True") return ExprPtr(new LiteralExpr(t.offset, Value::boolean(true)));
+      if (t.text == "true" || t.text == "True")
+        return ExprPtr(new LiteralExpr(t.offset, Value::boolean(true)));
       if (t.text == "false" || t.text == "False") {
         return ExprPtr(new LiteralExpr(t.offset, Value::boolean(false)));
       }
-      if (t.text == "none" || t.text == "None") return ExprPtr(new LiteralExpr(t.offset, Value::none()));
+      if (t.text == "none" || t.text == "None")
+        return ExprPtr(new LiteralExpr(t.offset, Value::none()));
       return ExprPtr(new NameExpr(t.offset, t.text));
     }
     case TokenKind::kString: {
@@ -380,7 +236,8 @@ Result<ExprPtr> ExprParser::parse_tuple(bool with_condexpr, bool explicit_parent
                                         std::initializer_list<std::string_view> end_names) {
   const size_t offset = cur_.peek().offset;
   auto is_end = [&] {
-    if (cur_.at(TokenKind::kVariableEnd) || cur_.at(TokenKind::kBlockEnd) || cur_.at_operator(")")) {
+    if (cur_.at(TokenKind::kVariableEnd) || cur_.at(TokenKind::kBlockEnd) ||
+        cur_.at_operator(")")) {
       return true;
     }
     return std::any_of(end_names.begin(), end_names.end(),
@@ -471,10 +328,12 @@ Result<ExprPtr> ExprParser::parse_subscript(ExprPtr node) {
       cur_.next();
       return finish(std::make_unique<GetAttrExpr>(t.offset, std::move(node), attr.text));
     }
-    if (attr.kind != TokenKind::kInteger) return cur_.error_here("expected a name or number after '.'");
+    if (attr.kind != TokenKind::kInteger)
+      return cur_.error_here("expected a name or number after '.'");
     cur_.next();
     return finish(std::make_unique<GetItemExpr>(
-        t.offset, std::move(node), ExprPtr(new LiteralExpr(attr.offset, Value::integer(attr.int_value)))));
+        t.offset, std::move(node),
+        ExprPtr(new LiteralExpr(attr.offset, Value::integer(attr.int_value)))));
   }
   // '[': an index or a slice start:stop:step, each part optional.
   ExprPtr parts[3];
@@ -490,7 +349,8 @@ Result<ExprPtr> ExprParser::parse_subscript(ExprPtr node) {
   }
   if (cur_.at_operator(",")) return cur_.error_here("tuple subscripts are not supported");
   SS_TRY(cur_.expect_operator("]", "to close the subscript"));
-  if (n_colons == 0) return finish(std::make_unique<GetItemExpr>(t.offset, std::move(node), std::move(parts[0])));
+  if (n_colons == 0)
+    return finish(std::make_unique<GetItemExpr>(t.offset, std::move(node), std::move(parts[0])));
   auto slice = std::make_unique<SliceExpr>(t.offset);
   slice->object = std::move(node);
   slice->start = std::move(parts[0]);
@@ -577,7 +437,8 @@ Result<CallArgExprs> ExprParser::parse_call_args() {
       SS_ASSIGN_OR_RETURN(ExprPtr value, parse_expression());
       args.keyword.emplace_back(std::move(name), std::move(value));
     } else {
-      if (!args.keyword.empty()) return cur_.error_here("positional argument follows keyword argument");
+      if (!args.keyword.empty())
+        return cur_.error_here("positional argument follows keyword argument");
       SS_ASSIGN_OR_RETURN(ExprPtr value, parse_expression());
       args.positional.push_back(std::move(value));
     }
@@ -588,8 +449,8 @@ Result<CallArgExprs> ExprParser::parse_call_args() {
 
 Result<Target> ExprParser::parse_assign_target(bool with_namespace) {
   Target target;
-  if (with_namespace && cur_.peek().kind == TokenKind::kName && cur_.peek(1).kind == TokenKind::kOperator &&
-      cur_.peek(1).text == ".") {
+  if (with_namespace && cur_.peek().kind == TokenKind::kName &&
+      cur_.peek(1).kind == TokenKind::kOperator && cur_.peek(1).text == ".") {
     target.names.push_back(cur_.next().text);
     cur_.next();
     SS_ASSIGN_OR_RETURN(target.attr, cur_.expect_name("after '.' in an assignment"));

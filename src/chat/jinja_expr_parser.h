@@ -12,6 +12,7 @@
 #include "base/status.h"
 #include "chat/jinja_ast.h"
 #include "chat/jinja_lexer.h"
+#include "chat/jinja_token_cursor.h"
 
 namespace specstack::jinja {
 
@@ -19,28 +20,6 @@ namespace specstack::jinja {
 // interpreter recurses once per tree level.
 inline constexpr uint32_t kMaxExprHeight = 192;
 inline constexpr int kMaxStmtNesting = 48;
-
-class TokenCursor {
- public:
-  explicit TokenCursor(std::vector<Token> tokens);
-
-  const Token& peek(size_t ahead = 0) const;
-  const Token& next();
-  bool at_operator(std::string_view op) const;
-  bool at_name(std::string_view name, size_t ahead = 0) const;
-  bool at(TokenKind kind) const { return peek().kind == kind; }
-  bool skip_operator(std::string_view op);
-  bool skip_name(std::string_view name);
-  Status expect_operator(std::string_view op, std::string_view context);
-  Status expect(TokenKind kind, std::string_view context);
-  Result<std::string> expect_name(std::string_view context);
-  // "<message> at offset N", naming the token found there.
-  Error error_here(std::string_view message) const;
-
- private:
-  std::vector<Token> tokens_;
-  size_t index_ = 0;
-};
 
 class ExprParser {
  public:

@@ -1,5 +1,6 @@
-// jinja2's builtin filters (the subset chat templates use), with tojson
-// replaced by transformers' json.dumps version.
+// jinja2's builtin filters on scalars and strings (the subset chat templates
+// use), with tojson replaced by transformers' json.dumps version. Filters over
+// sequences live in jinja_seq_filters.cpp.
 #include <algorithm>
 #include <array>
 #include <charconv>
@@ -13,14 +14,6 @@
 namespace specstack::jinja {
 namespace {
 
-CallArgs rest_of(const CallArgs& args, size_t skip) {
-  CallArgs rest;
-  rest.positional.assign(args.positional.begin() + std::min(skip, args.positional.size()),
-                         args.positional.end());
-  rest.keyword = args.keyword;
-  return rest;
-}
-
 template <std::string (*Fn)(std::string_view)>
 Result<Value> string_filter(const Value& in, const CallArgs& args) {
   SS_TRY(bind_args(args, {}, "filter"));
@@ -29,7 +22,8 @@ Result<Value> string_filter(const Value& in, const CallArgs& args) {
 
 Result<Value> f_abs(const Value& in, const CallArgs& args) {
   if (in.is_float()) return Value::floating(std::fabs(in.as_double()));
-  if (!in.is_int() && !in.is_bool()) return errorf("bad operand type for abs(): '{}'", in.type_name());
+  if (!in.is_int() && !in.is_bool())
+    return errorf("bad operand type for abs(): '{}'", in.type_name());
   if (in.as_int() == INT64_MIN) return make_error("integer overflow in abs()");
   return Value::integer(std::abs(in.as_int()));
 }
@@ -46,62 +40,6 @@ Result<Value> f_length(const Value& in, const CallArgs& args) {
   SS_TRY(bind_args(args, {}, "length"));
   SS_ASSIGN_OR_RETURN(int64_t n, length_of(in));
   return Value::integer(n);
-}
-
-// first/last of a string without splitting all of it into characters.
-std::optional<Value> end_char(const Value& in, bool last) {
-  if (!in.is_string()) return std::nullopt;
-  const std::u32string chars = decode_utf8(in.as_string());
-  if (chars.empty()) return Value::undefined("No first item, sequence was empty.");
-  std::string one;
-  append_utf8(one, last ? chars.back() : chars.front());
-  return Value::string(std::move(one));
-}
-
-Result<Value> f_first(const Value& in, const CallArgs& args) {
-  SS_TRY(bind_args(args, {}, "first"));
-  if (auto c = end_char(in, false)) return *c;
-  SS_ASSIGN_OR_RETURN(auto items, iterate(in));
-  if (items.empty()) return Value::undefined("No first item, sequence was empty.");
-  return items.front();
-}
-
-Result<Value> f_last(const Value& in, const CallArgs& args) {
-  SS_TRY(bind_args(args, {}, "last"));
-  if (auto c = end_char(in, true)) return *c;
-  SS_ASSIGN_OR_RETURN(auto items, iterate(in));
-  if (items.empty()) return Value::undefined("No last item, sequence was empty.");
-  return items.back();
-}
-
-Result<Value> f_list(const Value& in, const CallArgs& args) {
-  SS_TRY(bind_args(args, {}, "list"));
-  SS_ASSIGN_OR_RETURN(auto items, iterate(in));
-  return Value::list(std::move(items));
-}
-
-Result<Value> f_items(const Value& in, const CallArgs& args) {
-  SS_TRY(bind_args(args, {}, "items"));
-  if (in.is_undefined()) return Value::list({});
-  if (!in.is_dict()) return make_error("Can only get item pairs from a mapping.");
-  return dict_item_list(in.as_dict());
-}
-
-Result<Value> f_join(const Value& in, const CallArgs& args) {
-  SS_ASSIGN_OR_RETURN(auto a, bind_args(args, {"d", "attribute"}, "join"));
-  SS_ASSIGN_OR_RETURN(auto items, iterate(in));
-  const std::string sep = a[0].is_undefined() ? "" : to_str(a[0]);
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) {
-    Value item = items[i];
-    if (!a[1].is_undefined()) {
-      SS_ASSIGN_OR_RETURN(item, get_attr_path(item, to_str(a[1])));
-    }
-    if (i > 0) out += sep;
-    out += to_str(item);
-    if (out.size() > kMaxBuiltinBytes) return errorf("join result exceeds {} bytes", kMaxBuiltinBytes);
-  }
-  return Value::string(std::move(out));
 }
 
 Result<Value> f_replace(const Value& in, const CallArgs& args) {
@@ -126,7 +64,8 @@ std::string jinja_title(std::string_view text) {
   std::string out;
   bool word_start = true;
   for (char32_t c : decode_utf8(text)) {
-    const bool separator = is_py_space(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
+    const bool separator =
+        is_py_space(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
     std::string one;
     append_utf8(one, c);
     out += separator ? one : (word_start ? py_upper(one) : py_lower(one));
@@ -139,20 +78,31 @@ std::string html_escape(std::string_view text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
 }
 
 Result<Value> f_tojson(const Value& in, const CallArgs& args) {
-  SS_ASSIGN_OR_RETURN(auto a, bind_args(args, {"ensure_ascii", "indent", "separators", "sort_keys"},
-                                        "tojson"));
+  SS_ASSIGN_OR_RETURN(
+      auto a, bind_args(args, {"ensure_ascii", "indent", "separators", "sort_keys"}, "tojson"));
   JsonDumpOptions options;
   options.ensure_ascii = a[0].truthy();
   // Indents wider than kMaxIndent only serve to blow up the output.
@@ -161,7 +111,8 @@ Result<Value> f_tojson(const Value& in, const CallArgs& args) {
     if (a[1].as_int() > kMaxIndent) return errorf("tojson indent is larger than {}", kMaxIndent);
     options.indent = std::string(static_cast<size_t>(std::max<int64_t>(a[1].as_int(), 0)), ' ');
   } else if (a[1].is_string()) {
-    if (a[1].as_string().size() > kMaxIndent) return errorf("tojson indent is longer than {}", kMaxIndent);
+    if (a[1].as_string().size() > kMaxIndent)
+      return errorf("tojson indent is longer than {}", kMaxIndent);
     options.indent = a[1].as_string();
   } else if (!a[1].is_undefined() && !a[1].is_none()) {
     return errorf("tojson indent must be an int or str, not {}", a[1].type_name());
@@ -187,7 +138,8 @@ std::optional<double> parse_py_float(const std::string& text) {
   std::string s = py_strip(text, std::nullopt, true, true);
   std::string digits;
   for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '_' && i > 0 && i + 1 < s.size() && std::isdigit(s[i - 1]) && std::isdigit(s[i + 1])) {
+    if (s[i] == '_' && i > 0 && i + 1 < s.size() && std::isdigit(s[i - 1]) &&
+        std::isdigit(s[i + 1])) {
       continue;
     }
     digits += s[i];
@@ -229,7 +181,8 @@ Result<Value> f_int(const Value& in, const CallArgs& args) {
     if (!s.empty() && r.ec == std::errc() && r.ptr == s.data() + s.size()) return Value::integer(i);
     f = parse_py_float(s);
   }
-  if (f && std::isfinite(*f) && std::fabs(*f) < 9.2e18) return Value::integer(static_cast<int64_t>(*f));
+  if (f && std::isfinite(*f) && std::fabs(*f) < 9.2e18)
+    return Value::integer(static_cast<int64_t>(*f));
   return fallback;
 }
 
@@ -254,234 +207,40 @@ Result<Value> f_indent(const Value& in, const CallArgs& args) {
     if (i > 0) out += '\n';
     if (indent_line) out += indentation;
     out += lines[i];
-    if (out.size() > kMaxBuiltinBytes) return errorf("indent result exceeds {} bytes", kMaxBuiltinBytes);
+    if (out.size() > kMaxBuiltinBytes)
+      return errorf("indent result exceeds {} bytes", kMaxBuiltinBytes);
   }
   return Value::string(std::move(out));
 }
 
-Result<Value> f_reverse(const Value& in, const CallArgs& args) {
-  SS_TRY(bind_args(args, {}, "reverse"));
-  if (in.is_string()) {
-    std::u32string s = decode_utf8(in.as_string());
-    std::reverse(s.begin(), s.end());
-    return Value::string(encode_utf8(s));
-  }
-  SS_ASSIGN_OR_RETURN(auto items, iterate(in));
-  std::reverse(items.begin(), items.end());
-  return Value::list(std::move(items));
+Result<Value> f_safe(const Value& in, const CallArgs& args) {
+  return f_string(in, args);
 }
-
-// Sort/compare key: the attribute if asked, lowercased unless case-sensitive.
-Result<Value> sort_key(const Value& item, const Value& attribute, bool case_sensitive) {
-  Value key = item;
-  if (!attribute.is_undefined() && !attribute.is_none()) {
-    SS_ASSIGN_OR_RETURN(key, get_attr_path(item, to_str(attribute)));
-  }
-  if (!case_sensitive && key.is_string()) return Value::string(py_lower(key.as_string()));
-  return key;
-}
-
-Result<std::vector<Value>> sorted_items(std::vector<Value> items, const Value& attribute,
-                                        bool case_sensitive, bool reverse) {
-  std::vector<std::pair<Value, Value>> keyed;
-  for (Value& item : items) {
-    SS_ASSIGN_OR_RETURN(Value key, sort_key(item, attribute, case_sensitive));
-    keyed.emplace_back(std::move(key), std::move(item));
-  }
-  std::optional<Error> failure;
-  std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
-    auto c = reverse ? compare_values(y.first, x.first) : compare_values(x.first, y.first);
-    if (!c.ok()) {
-      if (!failure) failure = c.error();
-      return false;
-    }
-    return *c < 0;
-  });
-  if (failure) return *failure;
-  std::vector<Value> out;
-  for (auto& entry : keyed) out.push_back(std::move(entry.second));
-  return out;
-}
-
-Result<Value> f_sort(const Value& in, const CallArgs& args) {
-  SS_ASSIGN_OR_RETURN(auto a, bind_args(args, {"reverse", "case_sensitive", "attribute"}, "sort"));
-  SS_ASSIGN_OR_RETURN(auto items, iterate(in));
-  SS_ASSIGN_OR_RETURN(auto sorted, sorted_items(std::move(items), a[2], a[1].truthy(), a[0].truthy()));
-  return Value::list(std::move(sorted));
-}
-
-Result<Value> f_dictsort(const Value& in, const CallArgs& args) {
-  SS_ASSIGN_OR_RETURN(auto a, bind_args(args, {"case_sensitive", "by", "reverse"}, "dictsort"));
-  if (!in.is_dict()) return make_error("dictsort expects a mapping");
-  const std::string by = a[1].is_undefined() ? "key" : to_str(a[1]);
-  if (by != "key" && by != "value") return make_error("You can only sort by either 'key' or 'value'");
-  // Items are (key, value) tuples, so the sort attribute is element 0 or 1.
-  SS_ASSIGN_OR_RETURN(auto sorted, sorted_items(dict_item_list(in.as_dict()).as_list().items,
-                                                Value::string(by == "key" ? "0" : "1"),
-                                                a[0].truthy(), a[2].truthy()));
-  return Value::list(std::move(sorted));
-}
-
-Result<Value> f_unique(const Value& in, const CallArgs& args) {
-  SS_ASSIGN_OR_RETURN(auto a, bind_args(args, {"case_sensitive", "attribute"}, "unique"));
-  SS_ASSIGN_OR_RETURN(auto items, iterate(in));
-  std::vector<Value> seen;
-  std::vector<Value> out;
-  for (const Value& item : items) {
-    SS_ASSIGN_OR_RETURN(Value key, sort_key(item, a[1], a[0].truthy()));
-    if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return values_equal(s, key); })) {
-      continue;
-    }
-    seen.push_back(key);
-    out.push_back(item);
-  }
-  return Value::list(std::move(out));
-}
-
-Result<Value> min_max(const Value& in, const CallArgs& args, bool want_max) {
-  SS_ASSIGN_OR_RETURN(auto a, bind_args(args, {"case_sensitive", "attribute"}, want_max ? "max" : "min"));
-  SS_ASSIGN_OR_RETURN(auto items, iterate(in));
-  if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
-  // Like Python's min/max: the first of equal extremes wins.
-  size_t best = 0;
-  SS_ASSIGN_OR_RETURN(Value best_key, sort_key(items[0], a[1], a[0].truthy()));
-  for (size_t i = 1; i < items.size(); ++i) {
-    SS_ASSIGN_OR_RETURN(Value key, sort_key(items[i], a[1], a[0].truthy()));
-    SS_ASSIGN_OR_RETURN(int c, compare_values(key, best_key));
-    if (want_max ? c > 0 : c < 0) {
-      best = i;
-      best_key = std::move(key);
-    }
-  }
-  return items[best];
-}
-
-Result<Value> f_max(const Value& in, const CallArgs& args) { return min_max(in, args, true); }
-Result<Value> f_min(const Value& in, const CallArgs& args) { return min_max(in, args, false); }
-
-Result<Value> f_sum(const Value& in, const CallArgs& args) {
-  SS_ASSIGN_OR_RETURN(auto a, bind_args(args, {"attribute", "start"}, "sum"));
-  SS_ASSIGN_OR_RETURN(auto items, iterate(in));
-  Value total = a[1].is_undefined() ? Value::integer(0) : a[1];
-  for (Value item : items) {
-    if (!a[0].is_undefined()) {
-      SS_ASSIGN_OR_RETURN(item, get_attr_path(item, to_str(a[0])));
-    }
-    if (!total.is_number() || !item.is_number()) {
-      return errorf("unsupported operand type(s) for +: '{}' and '{}'", total.type_name(), item.type_name());
-    }
-    if (total.is_float() || item.is_float()) {
-      total = Value::floating(total.as_double() + item.as_double());
-    } else {
-      int64_t sum = 0;
-      if (__builtin_add_overflow(total.as_int(), item.as_int(), &sum)) return make_error("integer overflow in sum");
-      total = Value::integer(sum);
-    }
-  }
-  return total;
-}
-
-Result<bool> apply_test(const Value& item, const std::string& name, const CallArgs& args) {
-  const TestFn test = find_test(name);
-  if (test == nullptr) return errorf("no test named '{}'", name);
-  return test(item, args);
-}
-
-// select/reject/selectattr/rejectattr: keep items whose test result == keep.
-Result<Value> select_impl(const Value& in, const CallArgs& args, bool by_attr, bool keep) {
-  SS_ASSIGN_OR_RETURN(auto items, iterate(in));
-  const size_t n_fixed = by_attr ? 2 : 1;
-  if (by_attr && args.positional.empty()) return make_error("selectattr/rejectattr need an attribute");
-  const std::string attr = by_attr ? to_str(args.positional[0]) : "";
-  const bool has_test = args.positional.size() >= n_fixed;
-  const std::string test_name = has_test ? to_str(args.positional[n_fixed - 1]) : "";
-  const CallArgs test_args = rest_of(args, n_fixed);
-  std::vector<Value> out;
-  for (const Value& item : items) {
-    Value subject = item;
-    if (by_attr) {
-      SS_ASSIGN_OR_RETURN(subject, get_attr_path(item, attr));
-    }
-    bool passed = subject.truthy();
-    if (has_test) {
-      SS_ASSIGN_OR_RETURN(passed, apply_test(subject, test_name, test_args));
-    }
-    if (passed == keep) out.push_back(item);
-  }
-  return Value::list(std::move(out));
-}
-
-Result<Value> f_select(const Value& in, const CallArgs& a) { return select_impl(in, a, false, true); }
-Result<Value> f_reject(const Value& in, const CallArgs& a) { return select_impl(in, a, false, false); }
-Result<Value> f_selectattr(const Value& in, const CallArgs& a) { return select_impl(in, a, true, true); }
-Result<Value> f_rejectattr(const Value& in, const CallArgs& a) { return select_impl(in, a, true, false); }
-
-Result<Value> f_map(const Value& in, const CallArgs& args) {
-  SS_ASSIGN_OR_RETURN(auto items, iterate(in));
-  std::vector<Value> out;
-  if (args.positional.empty()) {  // map(attribute='x', default=...)
-    SS_ASSIGN_OR_RETURN(auto a, bind_args(args, {"attribute", "default"}, "map"));
-    if (a[0].is_undefined()) return make_error("map() needs a filter name or attribute=");
-    for (const Value& item : items) {
-      SS_ASSIGN_OR_RETURN(Value v, get_attr_path(item, to_str(a[0])));
-      out.push_back(v.is_undefined() && !a[1].is_undefined() ? a[1] : v);
-    }
-  } else {
-    const std::string name = to_str(args.positional[0]);
-    const FilterFn filter = find_filter(name);
-    if (filter == nullptr) return errorf("no filter named '{}'", name);
-    const CallArgs filter_args = rest_of(args, 1);
-    for (const Value& item : items) {
-      SS_ASSIGN_OR_RETURN(Value v, filter(item, filter_args));
-      out.push_back(std::move(v));
-    }
-  }
-  return Value::list(std::move(out));
-}
-
-Result<Value> f_safe(const Value& in, const CallArgs& args) { return f_string(in, args); }
 
 struct NamedFilter {
   std::string_view name;
   FilterFn fn;
 };
 
-constexpr std::array<NamedFilter, 36> kFilters = {{
+constexpr std::array<NamedFilter, 19> kFilters = {{
     {"abs", f_abs},
     {"capitalize", string_filter<py_capitalize>},
     {"count", f_length},
     {"d", f_default},
     {"default", f_default},
-    {"dictsort", f_dictsort},
     {"e", string_filter<html_escape>},
     {"escape", string_filter<html_escape>},
-    {"first", f_first},
     {"float", f_float},
     {"indent", f_indent},
     {"int", f_int},
-    {"items", f_items},
-    {"join", f_join},
-    {"last", f_last},
     {"length", f_length},
-    {"list", f_list},
     {"lower", string_filter<py_lower>},
-    {"map", f_map},
-    {"max", f_max},
-    {"min", f_min},
-    {"reject", f_reject},
-    {"rejectattr", f_rejectattr},
     {"replace", f_replace},
-    {"reverse", f_reverse},
     {"safe", f_safe},
-    {"select", f_select},
-    {"selectattr", f_selectattr},
-    {"sort", f_sort},
     {"string", f_string},
-    {"sum", f_sum},
     {"title", string_filter<jinja_title>},
     {"tojson", f_tojson},
     {"trim", f_trim},
-    {"unique", f_unique},
     {"upper", string_filter<py_upper>},
 }};
 
@@ -491,7 +250,7 @@ FilterFn find_filter(std::string_view name) {
   for (const NamedFilter& f : kFilters) {
     if (f.name == name) return f.fn;
   }
-  return nullptr;
+  return find_sequence_filter(name);
 }
 
 }  // namespace specstack::jinja

@@ -46,7 +46,8 @@ Result<DictData> collect_mapping(const CallArgs& args, std::string_view fn_name)
     }
     out.entries.emplace_back(key, value);
   };
-  if (args.positional.size() > 1) return errorf("{}() takes at most 1 positional argument", fn_name);
+  if (args.positional.size() > 1)
+    return errorf("{}() takes at most 1 positional argument", fn_name);
   for (const Value& arg : args.positional) {
     if (!arg.is_dict()) return errorf("{}() positional argument must be a dict", fn_name);
     for (const auto& [key, value] : arg.as_dict().entries) put(key, value);

@@ -1,10 +1,10 @@
 #include "chat/jinja_json.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
-
-#include <fmt/format.h>
 
 #include "chat/py_string.h"
 
@@ -113,7 +113,8 @@ class Dumper {
   explicit Dumper(const JsonDumpOptions& options) : options_(options) {}
 
   Status dump(const Value& v, int level, std::string& out) {
-    if (out.size() > kMaxPrintedBytes) return errorf("JSON output exceeds {} bytes", kMaxPrintedBytes);
+    if (out.size() > kMaxPrintedBytes)
+      return errorf("JSON output exceeds {} bytes", kMaxPrintedBytes);
     switch (v.kind()) {
       case Value::Kind::kNone:
         out += "null";
@@ -192,7 +193,8 @@ class Dumper {
     for (const auto& entry : dict.entries) entries.push_back(&entry);
     if (options_.sort_keys) {
       for (const auto* entry : entries) {
-        if (!entry->first.is_string()) return make_error("tojson(sort_keys=true) needs string keys");
+        if (!entry->first.is_string())
+          return make_error("tojson(sort_keys=true) needs string keys");
       }
       std::stable_sort(entries.begin(), entries.end(), [](const auto* a, const auto* b) {
         return a->first.as_string() < b->first.as_string();

@@ -8,9 +8,15 @@
 namespace specstack::jinja {
 namespace {
 
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
-bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
-bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+bool is_name_start(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+bool is_name_char(char c) {
+  return is_name_start(c) || is_digit(c);
+}
 
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -67,7 +73,8 @@ Result<std::string> unescape(std::string_view body, size_t offset) {
           if (h < 0) return errorf("truncated \\{} escape in string at offset {}", c, offset);
           code = code * 16 + static_cast<uint32_t>(h);
         }
-        if (code > 0x10FFFF) return errorf("illegal Unicode character in string at offset {}", offset);
+        if (code > 0x10FFFF)
+          return errorf("illegal Unicode character in string at offset {}", offset);
         append_utf8(out, code);
         i += n_hex;
         break;
@@ -140,7 +147,8 @@ class Lexer {
   }
 
   void emit_text(std::string_view text, size_t offset) {
-    if (!text.empty()) tokens_.push_back(Token{TokenKind::kText, offset, std::string(text), 0, 0.0});
+    if (!text.empty())
+      tokens_.push_back(Token{TokenKind::kText, offset, std::string(text), 0, 0.0});
   }
 
   // The text before a tag, after the tag's "-" (strip all whitespace) or
@@ -150,7 +158,8 @@ class Lexer {
     if (sign == '+' || !block_like || !options_.lstrip_blocks) return std::string(text);
     const size_t line_start = text.rfind('\n') + 1;  // npos + 1 == 0
     if (line_start == 0 && !line_starting_) return std::string(text);
-    if (text.find_first_not_of(" \t", line_start) != std::string_view::npos) return std::string(text);
+    if (text.find_first_not_of(" \t", line_start) != std::string_view::npos)
+      return std::string(text);
     return std::string(text.substr(0, line_start));
   }
 
@@ -170,7 +179,8 @@ class Lexer {
   Status lex_tag(size_t tag) {
     const char kind = src_[tag + 1];
     size_t after = tag + 2;
-    const char sign = (after < src_.size() && (src_[after] == '-' || src_[after] == '+')) ? src_[after] : 0;
+    const char sign =
+        (after < src_.size() && (src_[after] == '-' || src_[after] == '+')) ? src_[after] : 0;
     if (sign != 0) ++after;
     emit_text(strip_before_tag(src_.substr(pos_, tag - pos_), sign, kind != '{'), pos_);
     if (kind == '#') return lex_comment(tag, after);
@@ -207,7 +217,8 @@ class Lexer {
   }
 
   Status lex_raw(size_t tag) {
-    for (size_t p = src_.find("{%", pos_); p != std::string_view::npos; p = src_.find("{%", p + 1)) {
+    for (size_t p = src_.find("{%", pos_); p != std::string_view::npos;
+         p = src_.find("{%", p + 1)) {
       size_t q = p + 2;
       const char sign = (q < src_.size() && (src_[q] == '-' || src_[q] == '+')) ? src_[q] : 0;
       if (sign != 0) ++q;

@@ -54,8 +54,12 @@ Result<Value> split_impl(const Value& self, const CallArgs& args, bool from_righ
   return string_list(parts);
 }
 
-Result<Value> str_split(const Value& self, const CallArgs& args) { return split_impl(self, args, false); }
-Result<Value> str_rsplit(const Value& self, const CallArgs& args) { return split_impl(self, args, true); }
+Result<Value> str_split(const Value& self, const CallArgs& args) {
+  return split_impl(self, args, false);
+}
+Result<Value> str_rsplit(const Value& self, const CallArgs& args) {
+  return split_impl(self, args, true);
+}
 
 Result<Value> strip_impl(const Value& self, const CallArgs& args, bool left, bool right) {
   SS_ASSIGN_OR_RETURN(auto a, bind_args(args, {"chars"}, "strip"));
@@ -63,9 +67,15 @@ Result<Value> strip_impl(const Value& self, const CallArgs& args, bool left, boo
   return Value::string(py_strip(self.as_string(), chars, left, right));
 }
 
-Result<Value> str_strip(const Value& self, const CallArgs& args) { return strip_impl(self, args, true, true); }
-Result<Value> str_lstrip(const Value& self, const CallArgs& args) { return strip_impl(self, args, true, false); }
-Result<Value> str_rstrip(const Value& self, const CallArgs& args) { return strip_impl(self, args, false, true); }
+Result<Value> str_strip(const Value& self, const CallArgs& args) {
+  return strip_impl(self, args, true, true);
+}
+Result<Value> str_lstrip(const Value& self, const CallArgs& args) {
+  return strip_impl(self, args, true, false);
+}
+Result<Value> str_rstrip(const Value& self, const CallArgs& args) {
+  return strip_impl(self, args, false, true);
+}
 
 template <std::string (*Fn)(std::string_view)>
 Result<Value> str_transform(const Value& self, const CallArgs& args) {
@@ -128,7 +138,8 @@ Result<Value> str_join(const Value& self, const CallArgs& args) {
     }
     if (i > 0) out += self.as_string();
     out += items[i].as_string();
-    if (out.size() > kMaxBuiltinBytes) return errorf("join result exceeds {} bytes", kMaxBuiltinBytes);
+    if (out.size() > kMaxBuiltinBytes)
+      return errorf("join result exceeds {} bytes", kMaxBuiltinBytes);
   }
   return Value::string(std::move(out));
 }
@@ -213,7 +224,8 @@ std::optional<Value> bind_method(const std::array<Method, N>& table, const Value
 }
 
 Value missing_attr(const Value& object, std::string_view name) {
-  return Value::undefined(fmt::format("'{} object' has no attribute '{}'", object.type_name(), name));
+  return Value::undefined(
+      fmt::format("'{} object' has no attribute '{}'", object.type_name(), name));
 }
 
 }  // namespace
@@ -259,7 +271,8 @@ Result<Value> get_item(const Value& object, const Value& key) {
         int64_t i = key.as_int();
         if (i < 0) i += n;
         if (i < 0 || i >= n) {
-          return Value::undefined(fmt::format("{} object has no element {}", object.type_name(), key.as_int()));
+          return Value::undefined(
+              fmt::format("{} object has no element {}", object.type_name(), key.as_int()));
         }
         if (is_list) return object.as_list().items[i];
         std::string one;
@@ -271,7 +284,8 @@ Result<Value> get_item(const Value& object, const Value& key) {
       break;
   }
   if (key.is_string()) return get_attr(object, key.as_string());
-  return Value::undefined(fmt::format("'{} object' has no item {}", object.type_name(), to_repr(key)));
+  return Value::undefined(
+      fmt::format("'{} object' has no item {}", object.type_name(), to_repr(key)));
 }
 
 Result<Value> get_slice(const Value& object, const Value& start, const Value& stop,
@@ -282,7 +296,8 @@ Result<Value> get_slice(const Value& object, const Value& start, const Value& st
   }
   SS_ASSIGN_OR_RETURN(int64_t step_v, int_or(step, 1, "slice step"));
   if (step_v == 0) return make_error("slice step cannot be zero");
-  const std::u32string chars = object.is_string() ? decode_utf8(object.as_string()) : std::u32string();
+  const std::u32string chars =
+      object.is_string() ? decode_utf8(object.as_string()) : std::u32string();
   const int64_t n = object.is_list() ? static_cast<int64_t>(object.as_list().items.size())
                                      : static_cast<int64_t>(chars.size());
   // CPython's PySlice_AdjustIndices.
@@ -317,8 +332,10 @@ Result<Value> get_attr_path(const Value& object, std::string_view path) {
   size_t begin = 0;
   while (true) {
     const size_t dot = path.find('.', begin);
-    const std::string_view part = path.substr(begin, dot == std::string_view::npos ? dot : dot - begin);
-    const bool numeric = !part.empty() && part.find_first_not_of("0123456789") == std::string_view::npos;
+    const std::string_view part =
+        path.substr(begin, dot == std::string_view::npos ? dot : dot - begin);
+    const bool numeric =
+        !part.empty() && part.find_first_not_of("0123456789") == std::string_view::npos;
     const Value key = numeric && part.size() < 18 ? Value::integer(std::stoll(std::string(part)))
                                                   : Value::string(std::string(part));
     SS_ASSIGN_OR_RETURN(current, get_item(current, key));

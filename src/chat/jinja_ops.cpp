@@ -9,16 +9,26 @@ namespace {
 
 const char* op_symbol(BinaryOp op) {
   switch (op) {
-    case BinaryOp::kAdd: return "+";
-    case BinaryOp::kSub: return "-";
-    case BinaryOp::kMul: return "*";
-    case BinaryOp::kDiv: return "/";
-    case BinaryOp::kFloorDiv: return "//";
-    case BinaryOp::kMod: return "%";
-    case BinaryOp::kPow: return "**";
-    case BinaryOp::kConcat: return "~";
-    case BinaryOp::kAnd: return "and";
-    case BinaryOp::kOr: return "or";
+    case BinaryOp::kAdd:
+      return "+";
+    case BinaryOp::kSub:
+      return "-";
+    case BinaryOp::kMul:
+      return "*";
+    case BinaryOp::kDiv:
+      return "/";
+    case BinaryOp::kFloorDiv:
+      return "//";
+    case BinaryOp::kMod:
+      return "%";
+    case BinaryOp::kPow:
+      return "**";
+    case BinaryOp::kConcat:
+      return "~";
+    case BinaryOp::kAnd:
+      return "and";
+    case BinaryOp::kOr:
+      return "or";
   }
   return "?";
 }
@@ -32,7 +42,9 @@ Error unsupported(BinaryOp op, const Value& a, const Value& b) {
                 b.type_name());
 }
 
-bool integral(const Value& v) { return v.is_int() || v.is_bool(); }
+bool integral(const Value& v) {
+  return v.is_int() || v.is_bool();
+}
 
 Result<Value> int_arith(BinaryOp op, int64_t x, int64_t y) {
   int64_t r = 0;
@@ -130,7 +142,8 @@ Result<Value> repeat(const Value& seq, int64_t n, size_t max_bytes, size_t max_i
   const uint64_t count = n > 0 ? static_cast<uint64_t>(n) : 0;
   if (seq.is_string()) {
     const size_t unit = seq.as_string().size();
-    if (unit != 0 && count > max_bytes / unit) return errorf("string repetition exceeds {} bytes", max_bytes);
+    if (unit != 0 && count > max_bytes / unit)
+      return errorf("string repetition exceeds {} bytes", max_bytes);
     std::string out;
     out.reserve(unit * count);
     for (uint64_t i = 0; i < count; ++i) out += seq.as_string();
@@ -181,8 +194,10 @@ Result<Value> binary_op(BinaryOp op, const Value& a, const Value& b, size_t max_
     return Value::list(std::move(out), a.as_list().is_tuple);
   }
   if (op == BinaryOp::kMul) {
-    if ((a.is_string() || a.is_list()) && integral(b)) return repeat(a, b.as_int(), max_bytes, max_items);
-    if (integral(a) && (b.is_string() || b.is_list())) return repeat(b, a.as_int(), max_bytes, max_items);
+    if ((a.is_string() || a.is_list()) && integral(b))
+      return repeat(a, b.as_int(), max_bytes, max_items);
+    if (integral(a) && (b.is_string() || b.is_list()))
+      return repeat(b, a.as_int(), max_bytes, max_items);
   }
   if (op == BinaryOp::kMod && a.is_string()) {
     return make_error("printf-style string formatting ('%') is not supported");
@@ -195,7 +210,8 @@ Result<Value> unary_op(UnaryOp op, const Value& a) {
   if (a.is_undefined()) return make_error(undefined_message(a));
   if (a.is_float()) return Value::floating(op == UnaryOp::kNeg ? -a.as_double() : a.as_double());
   if (!integral(a)) {
-    return errorf("bad operand type for unary {}: '{}'", op == UnaryOp::kNeg ? "-" : "+", a.type_name());
+    return errorf("bad operand type for unary {}: '{}'", op == UnaryOp::kNeg ? "-" : "+",
+                  a.type_name());
   }
   if (op == UnaryOp::kPos) return Value::integer(a.as_int());
   if (a.as_int() == INT64_MIN) return make_error("integer overflow in unary '-'");

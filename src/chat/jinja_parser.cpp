@@ -34,16 +34,17 @@ class StmtParser {
  private:
   // Parses statements until the end of the template or a `{% tag` with a name
   // in end_tags; the cursor is then on that tag's name.
-  Result<Body> parse_body(std::initializer_list<std::string_view> end_tags,
-                          std::string_view opener, size_t opener_offset) {
+  Result<Body> parse_body(std::initializer_list<std::string_view> end_tags, std::string_view opener,
+                          size_t opener_offset) {
     Body body;
     while (true) {
       const Token& t = cur_.peek();
       switch (t.kind) {
         case TokenKind::kEnd:
           if (end_tags.size() == 0) return body;
-          return errorf("chat template syntax error: unclosed '{{% {} %}}' at offset {}: expected {}",
-                        opener, opener_offset, quoted_list(end_tags));
+          return errorf(
+              "chat template syntax error: unclosed '{{% {} %}}' at offset {}: expected {}", opener,
+              opener_offset, quoted_list(end_tags));
         case TokenKind::kText:
           body.push_back(std::make_unique<TextStmt>(t.offset, t.text));
           cur_.next();
@@ -57,8 +58,9 @@ class StmtParser {
         }
         case TokenKind::kBlockBegin: {
           const Token& name = cur_.peek(1);
-          const bool is_end = name.kind == TokenKind::kName &&
-                              std::find(end_tags.begin(), end_tags.end(), name.text) != end_tags.end();
+          const bool is_end =
+              name.kind == TokenKind::kName &&
+              std::find(end_tags.begin(), end_tags.end(), name.text) != end_tags.end();
           cur_.next();
           if (is_end) return body;
           SS_ASSIGN_OR_RETURN(StmtPtr stmt, parse_statement(t.offset));
@@ -90,11 +92,13 @@ class StmtParser {
     if (tag == "macro") return parse_macro(offset);
     if (tag == "filter") return parse_filter_block(offset);
     if (tag == "with" || tag == "generation") return parse_scope(offset, tag);
-    if (std::find(kUnsupportedTags.begin(), kUnsupportedTags.end(), tag) != kUnsupportedTags.end()) {
+    if (std::find(kUnsupportedTags.begin(), kUnsupportedTags.end(), tag) !=
+        kUnsupportedTags.end()) {
       return errorf("chat template syntax error: unsupported tag '{}' at offset {}", tag, offset);
     }
     if (tag.starts_with("end") || tag == "else" || tag == "elif") {
-      return errorf("chat template syntax error: unexpected '{{% {} %}}' at offset {}", tag, offset);
+      return errorf("chat template syntax error: unexpected '{{% {} %}}' at offset {}", tag,
+                    offset);
     }
     return errorf("chat template syntax error: unknown tag '{}' at offset {}", tag, offset);
   }

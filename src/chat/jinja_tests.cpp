@@ -18,10 +18,10 @@ Result<Value> one_arg(const CallArgs& args, std::string_view name) {
   return a[0];
 }
 
-#define SS_SIMPLE_TEST(fn_name, test_name, expr)                     \
-  Result<bool> fn_name(const Value& v, const CallArgs& args) {       \
-    SS_TRY(no_args(args, test_name));                                \
-    return (expr);                                                   \
+#define SS_SIMPLE_TEST(fn_name, test_name, expr)               \
+  Result<bool> fn_name(const Value& v, const CallArgs& args) { \
+    SS_TRY(no_args(args, test_name));                          \
+    return (expr);                                             \
   }
 
 SS_SIMPLE_TEST(t_defined, "defined", !v.is_undefined())
@@ -37,8 +37,10 @@ SS_SIMPLE_TEST(t_float, "float", v.is_float())
 SS_SIMPLE_TEST(t_mapping, "mapping", v.is_dict())
 SS_SIMPLE_TEST(t_callable, "callable", v.is_function())
 // jinja2's Undefined has __len__, __getitem__ and __iter__, so it counts as both.
-SS_SIMPLE_TEST(t_sequence, "sequence", v.is_string() || v.is_list() || v.is_dict() || v.is_undefined())
-SS_SIMPLE_TEST(t_iterable, "iterable", v.is_string() || v.is_list() || v.is_dict() || v.is_undefined())
+SS_SIMPLE_TEST(t_sequence, "sequence",
+               v.is_string() || v.is_list() || v.is_dict() || v.is_undefined())
+SS_SIMPLE_TEST(t_iterable, "iterable",
+               v.is_string() || v.is_list() || v.is_dict() || v.is_undefined())
 SS_SIMPLE_TEST(t_lower, "lower", py_islower(to_str(v)))
 SS_SIMPLE_TEST(t_upper, "upper", py_isupper(to_str(v)))
 SS_SIMPLE_TEST(t_escaped, "escaped", false)
@@ -55,12 +57,17 @@ Result<bool> parity(const Value& v, const CallArgs& args, bool want_odd) {
     if (m < 0) m += 2.0;
     return m == (want_odd ? 1.0 : 0.0);
   }
-  if (!v.is_int() && !v.is_bool()) return errorf("unsupported operand type for %: '{}'", v.type_name());
+  if (!v.is_int() && !v.is_bool())
+    return errorf("unsupported operand type for %: '{}'", v.type_name());
   return ((v.as_int() % 2) != 0) == want_odd;
 }
 
-Result<bool> t_odd(const Value& v, const CallArgs& args) { return parity(v, args, true); }
-Result<bool> t_even(const Value& v, const CallArgs& args) { return parity(v, args, false); }
+Result<bool> t_odd(const Value& v, const CallArgs& args) {
+  return parity(v, args, true);
+}
+Result<bool> t_even(const Value& v, const CallArgs& args) {
+  return parity(v, args, false);
+}
 
 Result<bool> t_divisibleby(const Value& v, const CallArgs& args) {
   SS_ASSIGN_OR_RETURN(Value n, one_arg(args, "divisibleby"));

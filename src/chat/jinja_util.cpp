@@ -18,7 +18,8 @@ Result<std::optional<std::string>> optional_string(const Value& v, std::string_v
 
 Result<int64_t> int_or(const Value& v, int64_t fallback, std::string_view what) {
   if (v.is_undefined() || v.is_none()) return fallback;
-  if (!v.is_int() && !v.is_bool()) return errorf("{} must be an integer, not {}", what, v.type_name());
+  if (!v.is_int() && !v.is_bool())
+    return errorf("{} must be an integer, not {}", what, v.type_name());
   return v.as_int();
 }
 
@@ -64,7 +65,8 @@ Result<Value> checked_replace(std::string_view text, std::string_view old, std::
     }
   }
   if (with.size() > old.size() && n > 0 &&
-      (with.size() - old.size()) > (kMaxBuiltinBytes - std::min(text.size(), kMaxBuiltinBytes)) / n) {
+      (with.size() - old.size()) >
+          (kMaxBuiltinBytes - std::min(text.size(), kMaxBuiltinBytes)) / n) {
     return errorf("replace result exceeds {} bytes", kMaxBuiltinBytes);
   }
   return Value::string(py_replace(text, old, with, count));

@@ -15,7 +15,8 @@ uint32_t max_depth(const std::vector<Value>& items) {
 
 uint32_t max_depth(const DictData& dict) {
   uint32_t depth = 0;
-  for (const auto& [key, value] : dict.entries) depth = std::max({depth, key.depth(), value.depth()});
+  for (const auto& [key, value] : dict.entries)
+    depth = std::max({depth, key.depth(), value.depth()});
   return depth;
 }
 
@@ -63,12 +64,21 @@ const Value* DictData::find(std::string_view key) const {
 Value Value::undefined(std::string hint) {
   return Value(Data(UndefinedData{std::make_shared<const std::string>(std::move(hint))}));
 }
-Value Value::none() { return Value(Data(std::monostate{})); }
-Value Value::boolean(bool b) { return Value(Data(b)); }
-Value Value::integer(int64_t i) { return Value(Data(i)); }
-Value Value::floating(double f) { return Value(Data(f)); }
+Value Value::none() {
+  return Value(Data(std::monostate{}));
+}
+Value Value::boolean(bool b) {
+  return Value(Data(b));
+}
+Value Value::integer(int64_t i) {
+  return Value(Data(i));
+}
+Value Value::floating(double f) {
+  return Value(Data(f));
+}
 Value Value::string(std::string s) {
-  return Value(Data(std::shared_ptr<const std::string>(std::make_shared<const std::string>(std::move(s)))));
+  return Value(
+      Data(std::shared_ptr<const std::string>(std::make_shared<const std::string>(std::move(s)))));
 }
 
 std::string Value::undefined_hint() const {
@@ -94,11 +104,13 @@ Value Value::make_namespace(DictData attrs) {
 }
 
 Value Value::function(std::string name, NativeFn fn, bool errors_are_final) {
-  return Value(Data(std::shared_ptr<const FunctionData>(
-      std::make_shared<FunctionData>(FunctionData{std::move(name), std::move(fn), errors_are_final}))));
+  return Value(Data(std::shared_ptr<const FunctionData>(std::make_shared<FunctionData>(
+      FunctionData{std::move(name), std::move(fn), errors_are_final}))));
 }
 
-int64_t Value::as_int() const { return is_bool() ? (as_bool() ? 1 : 0) : std::get<int64_t>(data_); }
+int64_t Value::as_int() const {
+  return is_bool() ? (as_bool() ? 1 : 0) : std::get<int64_t>(data_);
+}
 
 double Value::as_double() const {
   return is_float() ? std::get<double>(data_) : static_cast<double>(as_int());
@@ -251,7 +263,8 @@ bool values_equal(const Value& a, const Value& b) {
 
 Result<int> compare_values(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) {
-    if (both_integral(a, b)) return a.as_int() < b.as_int() ? -1 : (a.as_int() > b.as_int() ? 1 : 0);
+    if (both_integral(a, b))
+      return a.as_int() < b.as_int() ? -1 : (a.as_int() > b.as_int() ? 1 : 0);
     const double x = a.as_double();
     const double y = b.as_double();
     return x < y ? -1 : (x > y ? 1 : 0);

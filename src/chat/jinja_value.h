@@ -94,9 +94,11 @@ class Value {
   bool is_number() const { return is_bool() || is_int() || is_float(); }
 
   bool as_bool() const { return std::get<bool>(data_); }
-  int64_t as_int() const;  // bool or int
+  int64_t as_int() const;    // bool or int
   double as_double() const;  // any number
-  const std::string& as_string() const { return *std::get<std::shared_ptr<const std::string>>(data_); }
+  const std::string& as_string() const {
+    return *std::get<std::shared_ptr<const std::string>>(data_);
+  }
   const ListData& as_list() const { return *std::get<std::shared_ptr<const ListData>>(data_); }
   const DictData& as_dict() const { return *std::get<std::shared_ptr<const DictData>>(data_); }
   NamespaceData& as_namespace() const { return *std::get<std::shared_ptr<NamespaceData>>(data_); }
@@ -121,9 +123,9 @@ class Value {
   // Strings are shared like the containers: templates copy values freely
   // (lookups, loop items), and a copy must never cost a string's length.
   using Data = std::variant<UndefinedData, std::monostate, bool, int64_t, double,
-                            std::shared_ptr<const std::string>,
-                            std::shared_ptr<const ListData>, std::shared_ptr<const DictData>,
-                            std::shared_ptr<NamespaceData>, std::shared_ptr<const FunctionData>>;
+                            std::shared_ptr<const std::string>, std::shared_ptr<const ListData>,
+                            std::shared_ptr<const DictData>, std::shared_ptr<NamespaceData>,
+                            std::shared_ptr<const FunctionData>>;
   explicit Value(Data data) : data_(std::move(data)) {}
   Data data_;
 };

@@ -1,10 +1,10 @@
 #include "chat/py_string.h"
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
-
-#include <fmt/format.h>
 
 namespace specstack::jinja {
 namespace {
@@ -12,7 +12,9 @@ namespace {
 // Bytes that are not part of valid UTF-8 decode to this range (surrogateescape).
 constexpr char32_t kEscapedByteBase = 0xDC00;
 
-bool is_escaped_byte(char32_t c) { return c >= 0xDC80 && c <= 0xDCFF; }
+bool is_escaped_byte(char32_t c) {
+  return c >= 0xDC80 && c <= 0xDCFF;
+}
 
 char32_t to_upper_cp(char32_t c) {
   if (c >= 'a' && c <= 'z') return c - 32;
@@ -52,7 +54,9 @@ char32_t to_lower_cp(char32_t c) {
   return c;
 }
 
-bool is_cased(char32_t c) { return to_upper_cp(c) != c || to_lower_cp(c) != c || c == 0xDF; }
+bool is_cased(char32_t c) {
+  return to_upper_cp(c) != c || to_lower_cp(c) != c || c == 0xDF;
+}
 
 // Appends upper(c); the German sharp s is the one multi-letter case we keep.
 void append_upper(std::u32string& out, char32_t c) {
@@ -152,8 +156,8 @@ size_t utf8_length(std::string_view text) {
 
 bool is_py_space(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-         c == 0x202F || c == 0x205F || c == 0x3000;
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
 }
 
 std::string py_strip(std::string_view text, const std::optional<std::string>& chars, bool left,

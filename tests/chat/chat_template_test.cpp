@@ -63,11 +63,10 @@ class Qwen3Template : public ::testing::Test {
 };
 
 TEST_F(Qwen3Template, SystemAndUser) {
-  const ordered_json context = {
-      {"messages",
-       {{{"role", "system"}, {"content", "You are a helpful assistant."}},
-        {{"role", "user"}, {"content", "Hello!"}}}},
-      {"add_generation_prompt", true}};
+  const ordered_json context = {{"messages",
+                                 {{{"role", "system"}, {"content", "You are a helpful assistant."}},
+                                  {{"role", "user"}, {"content", "Hello!"}}}},
+                                {"add_generation_prompt", true}};
   EXPECT_EQ(render(context),
             "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
             "<|im_start|>user\nHello!<|im_end|>\n"
@@ -171,13 +170,12 @@ TEST_F(Qwen3Template, ToolsInSystemPrompt) {
 }
 
 TEST_F(Qwen3Template, ToolCallAndToolResponse) {
-  const ordered_json context = {
-      {"messages", ordered_json::parse(R"([
+  const ordered_json context = {{"messages", ordered_json::parse(R"([
           {"role": "user", "content": "Weather in Paris?"},
           {"role": "assistant", "content": "", "tool_calls": [{"type": "function",
               "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
           {"role": "tool", "content": "{\"temperature\": 21}"}])")},
-      {"add_generation_prompt", true}};
+                                {"add_generation_prompt", true}};
   EXPECT_EQ(render(context),
             "<|im_start|>user\nWeather in Paris?<|im_end|>\n"
             "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
@@ -288,15 +286,14 @@ TEST(Qwen25Template, MultiTurnWithoutGenerationPrompt) {
 }
 
 TEST(Qwen25Template, ToolsAndToolCalls) {
-  const ordered_json context = {
-      {"messages", ordered_json::parse(R"([
+  const ordered_json context = {{"messages", ordered_json::parse(R"([
           {"role": "user", "content": "Weather in Paris?"},
           {"role": "assistant", "content": "Let me check.", "tool_calls": [
               {"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
           {"role": "tool", "content": "21C"},
           {"role": "tool", "content": "sunny"}])")},
-      {"tools", weather_tools()},
-      {"add_generation_prompt", true}};
+                                {"tools", weather_tools()},
+                                {"add_generation_prompt", true}};
   EXPECT_EQ(render_ok(kQwen25Template, context),
             std::string("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a "
                         "helpful assistant.\n\n") +
@@ -310,9 +307,8 @@ TEST(Qwen25Template, ToolsAndToolCalls) {
 }
 
 TEST(Qwen25Template, NonAsciiContentPassesThrough) {
-  const ordered_json context = {
-      {"messages", {{{"role", "user"}, {"content", "Привет, 世界 😀"}}}},
-      {"add_generation_prompt", false}};
+  const ordered_json context = {{"messages", {{{"role", "user"}, {"content", "Привет, 世界 😀"}}}},
+                                {"add_generation_prompt", false}};
   EXPECT_EQ(render_ok(kQwen25Template, context),
             std::string(kQwenDefaultSystem) + "<|im_start|>user\nПривет, 世界 😀<|im_end|>\n");
 }

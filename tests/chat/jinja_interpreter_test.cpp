@@ -40,7 +40,8 @@ std::string error_of(const char* source, const ordered_json& context = ordered_j
 TEST(JinjaWhitespace, TrimAndLstripBlocks) {
   const Case cases[] = {
       {"{% if true %}\n  x\n{% endif %}\nafter", "{}", "  x\nafter"},
-      {"  {% if true %}\n  x\n  {% endif %}\n  y  {% if true %}z{% endif %}\n", "{}", "  x\n  y  z"},
+      {"  {% if true %}\n  x\n  {% endif %}\n  y  {% if true %}z{% endif %}\n", "{}",
+       "  x\n  y  z"},
       // lstrip_blocks never touches {{ }} and only strips at line start.
       {"{{ 'x' }}  {% if true %}a{% endif %}", "{}", "x  a"},
       {"  {{ 'x' }}\n", "{}", "  x"},
@@ -77,8 +78,8 @@ TEST(JinjaExpressions, ArithmeticAndPrinting) {
   const Case cases[] = {
       {"{{ 1e16 }} {{ 1e15 }} {{ 1.5e-5 }} {{ 0.0001 }} {{ 0.1 + 0.2 }}", "{}",
        "1e+16 1000000000000000.0 1.5e-05 0.0001 0.30000000000000004"},
-      {"{{ 7/2 }} {{ 6/2 }} {{ 7//2 }} {{ -7//2 }} {{ -7 % 3 }} {{ 2**10 }} {{ 2 ** 3 ** 2 }}", "{}",
-       "3.5 3.0 3 -4 2 1024 64"},
+      {"{{ 7/2 }} {{ 6/2 }} {{ 7//2 }} {{ -7//2 }} {{ -7 % 3 }} {{ 2**10 }} {{ 2 ** 3 ** 2 }}",
+       "{}", "3.5 3.0 3 -4 2 1024 64"},
       {"{{ 10.5 // 4 }} {{ -10.5 % 4 }} {{ -1|abs }} {{ 'ab' * 2 }} {{ [1] * 2 }}", "{}",
        "2.0 1.5 1 abab [1, 1]"},
       {"{{ 'a' ~ 1 ~ none ~ u ~ true }}", "{}", "a1NoneTrue"},
@@ -119,8 +120,8 @@ TEST(JinjaExpressions, StringMethods) {
        "['a', 'b', '', 'c']['a', 'b']['a', 'b c']"},
       {"{{ 'a-b-c'.rsplit('-', 1) }}{{ 'aXbX'.replace('X', '') }}{{ ', '.join(['a', 'b']) }}", "{}",
        "['a-b', 'c']aba, b"},
-      {"{{ 'xxaxx'.strip('x') }}|{{ '\\n\\na'.lstrip('\\n') }}|{{ 'a\\n\\n'.rstrip('\\n') }}|", "{}",
-       "a|a|a|"},
+      {"{{ 'xxaxx'.strip('x') }}|{{ '\\n\\na'.lstrip('\\n') }}|{{ 'a\\n\\n'.rstrip('\\n') }}|",
+       "{}", "a|a|a|"},
       {"{{ 'abc'.startswith(('x', 'a')) }}{{ 'abc'.endswith('bc') }}{{ 'hello world'.title() }}",
        "{}", "TrueTrueHello World"},
       {"{{ 'ABC'.lower() }}{{ 'abc'.upper() }}{{ 'ab'.find('b') }}{{ 'aaa'.count('a') }}", "{}",
@@ -137,7 +138,8 @@ TEST(JinjaFilters, CommonFilters) {
       {"{{ x|default('d') }}{{ ''|default('d') }}{{ ''|default('d', true) }}{{ 0|d(5) }}", "{}",
        "dd0"},
       {"{{ [1, 2, 3]|first }}{{ [1, 2, 3]|last }}{{ 'abc'|first }}{{ []|first }}|", "{}", "13a|"},
-      {"{{ [1, 2, 3]|join }}{{ [1, 2, 3]|join('-') }}{{ [{'a': 1}, {'a': 2}]|join(',', attribute='a') }}",
+      {"{{ [1, 2, 3]|join }}{{ [1, 2, 3]|join('-') }}{{ [{'a': 1}, {'a': 2}]|join(',', "
+       "attribute='a') }}",
        "{}", "1231-2-31,2"},
       {"{{ 'ab'|list }}{{ {'a': 1}|list }}{{ {'a': 1}|items|list }}{{ u|items|list }}", "{}",
        "['a', 'b']['a'][('a', 1)][]"},
@@ -157,8 +159,7 @@ TEST(JinjaFilters, CommonFilters) {
       {"{{ ms|selectattr('role', 'equalto', 'u')|map(attribute='c')|list }}"
        "{{ ms|rejectattr('role', 'eq', 'u')|list|length }}{{ [1, 2, 3]|select('odd')|list }}"
        "{{ [1, 2, 3]|reject('odd')|list }}{{ [1, 'a']|map('string')|list }}",
-       R"({"ms": [{"role": "u", "c": 1}, {"role": "a", "c": 2}]})",
-       "[1]1[1, 3][2]['1', 'a']"},
+       R"({"ms": [{"role": "u", "c": 1}, {"role": "a", "c": 2}]})", "[1]1[1, 3][2]['1', 'a']"},
   };
   for (const Case& c : cases) expect_renders(c);
 }
@@ -180,9 +181,10 @@ TEST(JinjaFilters, ToJsonMatchesPythonJsonDumps) {
 
 TEST(JinjaTests, IsTests) {
   const Case cases[] = {
-      {"{{ u is defined }}{{ u is undefined }}{{ n is none }}{{ n is not none }}",
-       R"({"n": null})", "FalseTrueTrueFalse"},
-      {"{{ 'a' is string }}{{ 1 is number }}{{ true is number }}{{ true is integer }}{{ 1.0 is float }}",
+      {"{{ u is defined }}{{ u is undefined }}{{ n is none }}{{ n is not none }}", R"({"n": null})",
+       "FalseTrueTrueFalse"},
+      {"{{ 'a' is string }}{{ 1 is number }}{{ true is number }}{{ true is integer }}{{ 1.0 is "
+       "float }}",
        "{}", "TrueTrueTrueFalseTrue"},
       {"{{ {} is mapping }}{{ [] is mapping }}{{ 'a' is sequence }}{{ {} is sequence }}"
        "{{ u is iterable }}{{ n is iterable }}",
@@ -230,7 +232,8 @@ TEST(JinjaStatements, ScopingAndNamespace) {
        "{% if i == 2 %}{% set ns.found = true %}{% endif %}{% endfor %}{{ ns.a }}{{ ns.found }}"
        "{{ ns['a'] }}{{ ns.missing }}",
        "{}", "7True7"},
-      {"{% set ns = namespace(items=[]) %}{% for i in range(3) %}{% set ns.items = ns.items + [i] %}"
+      {"{% set ns = namespace(items=[]) %}{% for i in range(3) %}{% set ns.items = ns.items + [i] "
+       "%}"
        "{% endfor %}{{ ns.items }}",
        "{}", "[0, 1, 2]"},
       {"{% set a, b = 1, 2 %}{{ a }}{{ b }}{% set t = 1, 2 %}{{ t }}", "{}", "12(1, 2)"},
@@ -260,8 +263,8 @@ TEST(JinjaStatements, Macros) {
 }
 
 // "<prefix> at offset N<suffix>", with N where `marker` first occurs in source.
-std::string at_marker(const std::string& prefix, const std::string& source, const std::string& marker,
-                      const std::string& suffix = "") {
+std::string at_marker(const std::string& prefix, const std::string& source,
+                      const std::string& marker, const std::string& suffix = "") {
   const size_t offset = source.find(marker);
   EXPECT_NE(offset, std::string::npos) << marker;
   return prefix + " at offset " + std::to_string(offset) + suffix;
@@ -276,7 +279,8 @@ TEST(JinjaErrors, ParseErrorsNameConstructAndOffset) {
     std::string suffix;
   };
   const ParseCase cases[] = {
-      {"ab{% if x %}no end", "{%", syntax + "unclosed '{% if %}'", ": expected 'elif', 'else', 'endif'"},
+      {"ab{% if x %}no end", "{%", syntax + "unclosed '{% if %}'",
+       ": expected 'elif', 'else', 'endif'"},
       {"{% include 'x' %}", "{%", syntax + "unsupported tag 'include'", ""},
       {"{% frobnicate %}", "{%", syntax + "unknown tag 'frobnicate'", ""},
       {"x{% endfor %}", "{%", syntax + "unexpected '{% endfor %}'", ""},
@@ -317,12 +321,15 @@ TEST(JinjaErrors, RuntimeErrorsComeBackAsErrors) {
       {"{{ 'a' in none }}", "none", ": argument of type 'NoneType' is not iterable"},
       {"{{ x() }}", "(", ": 'x' is undefined"},
       {"{{ 1() }}", "(", ": 'int' object is not callable"},
-      {"{{ u|tojson }}", "tojson", ": filter 'tojson': Object of type Undefined is not JSON serializable"},
+      {"{{ u|tojson }}", "tojson",
+       ": filter 'tojson': Object of type Undefined is not JSON serializable"},
       {"{{ [1]|join(',') }}{{ 'a'.split('') }}", "(''", ": split(): empty separator"},
-      {"{% set x = 1 %}{% set x.a = 2 %}", "{% set x.", ": cannot assign attribute on non-namespace object"},
+      {"{% set x = 1 %}{% set x.a = 2 %}", "{% set x.",
+       ": cannot assign attribute on non-namespace object"},
       {"{% for a, b in [[1, 2, 3]] %}{% endfor %}", "{%", ": cannot unpack 3 values into 2 names"},
       {"{{ 9223372036854775807 + 1 }}", "+", ": integer overflow in '+'"},
-      {"{% macro f(a) %}{% endmacro %}{{ f(1, 2) }}", "{%", ": macro 'f' takes not more than 1 argument(s)"},
+      {"{% macro f(a) %}{% endmacro %}{{ f(1, 2) }}", "{%",
+       ": macro 'f' takes not more than 1 argument(s)"},
   };
   for (const RuntimeCase& c : cases) {
     EXPECT_EQ(error_of(c.source), at_marker(runtime, c.source, c.marker, c.message)) << c.source;
@@ -340,9 +347,11 @@ TEST(JinjaLimits, RunawayTemplatesAreStopped) {
   EXPECT_EQ(error_of(src.c_str(), ordered_json::object(), small),
             at_marker(runtime, src, "*", ": string repetition exceeds 1000 bytes"));
   src = "{% set s = 'x' * 600 %}{{ (s ~ s)|length }}";
-  EXPECT_EQ(error_of(src.c_str(), ordered_json::object(), small), at_marker(runtime, src, "~", ": string exceeds 1000 bytes"));
+  EXPECT_EQ(error_of(src.c_str(), ordered_json::object(), small),
+            at_marker(runtime, src, "~", ": string exceeds 1000 bytes"));
   src = "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}";
-  EXPECT_EQ(error_of(src.c_str()), at_marker(runtime, src, "{%", ": macro 'f' recursed deeper than 20"));
+  EXPECT_EQ(error_of(src.c_str()),
+            at_marker(runtime, src, "{%", ": macro 'f' recursed deeper than 20"));
   src = "{{ range(1000000)|list }}";
   EXPECT_EQ(error_of(src.c_str()),
             at_marker(runtime, src, "(",
@@ -353,8 +362,10 @@ TEST(JinjaLimits, RunawayTemplatesAreStopped) {
                      ordered_json::object(), little_work)
                 .find("template exceeded its work limit"),
             std::string::npos);
-  src = "{% set ns = namespace(l=[]) %}{% for i in range(100) %}{% set ns.l = [ns.l] %}{% endfor %}";
-  EXPECT_EQ(error_of(src.c_str()), at_marker(runtime, src, "[ns.l]", ": value nested deeper than 64"));
+  src =
+      "{% set ns = namespace(l=[]) %}{% for i in range(100) %}{% set ns.l = [ns.l] %}{% endfor %}";
+  EXPECT_EQ(error_of(src.c_str()),
+            at_marker(runtime, src, "[ns.l]", ": value nested deeper than 64"));
   // A namespace holding itself would be a reference cycle: refused.
   src = "{% set ns = namespace() %}{% set ns.me = [ns] %}";
   EXPECT_EQ(error_of(src.c_str()),
@@ -363,7 +374,8 @@ TEST(JinjaLimits, RunawayTemplatesAreStopped) {
 
 TEST(JinjaLimits, DeepNestingIsAParseErrorNotAStackOverflow) {
   const std::string parens = std::string(100000, '(') + "1" + std::string(100000, ')');
-  EXPECT_NE(error_of(("{{ " + parens + " }}").c_str()).find("nested too deeply"), std::string::npos);
+  EXPECT_NE(error_of(("{{ " + parens + " }}").c_str()).find("nested too deeply"),
+            std::string::npos);
   std::string chain = "{{ 1";
   for (int i = 0; i < 100000; ++i) chain += " + 1";
   EXPECT_NE(error_of((chain + " }}").c_str()).find("nested too deeply"), std::string::npos);
@@ -377,7 +389,8 @@ TEST(JinjaLimits, DeepNestingIsAParseErrorNotAStackOverflow) {
 }
 
 TEST(JinjaGlobals, StrftimeNowFormatsTheCurrentTime) {
-  auto tmpl = ChatTemplate::parse("{{ strftime_now('%Y') | length }} {{ strftime_now('%d %b %Y')[2] }}");
+  auto tmpl =
+      ChatTemplate::parse("{{ strftime_now('%Y') | length }} {{ strftime_now('%d %b %Y')[2] }}");
   ASSERT_TRUE(tmpl.ok());
   auto out = tmpl->render(ordered_json::object());
   ASSERT_TRUE(out.ok()) << out.message();

@@ -38,7 +38,10 @@ TEST(PyString, SplitFamilies) {
   EXPECT_EQ(py_split("   ", std::nullopt, -1), V{});
   EXPECT_EQ(py_rsplit(" a b ", std::nullopt, 1), (V{" a", "b"}));
   EXPECT_EQ(py_rsplit("a,b,c", std::string(","), 1), (V{"a,b", "c"}));
-  EXPECT_EQ(py_splitlines("a\r\nb\rc\x0b" "d\u2028" "e\n"), (V{"a", "b", "c", "d", "e"}));
+  EXPECT_EQ(py_splitlines("a\r\nb\rc\x0b"
+                          "d\u2028"
+                          "e\n"),
+            (V{"a", "b", "c", "d", "e"}));
 }
 
 TEST(PyString, StripUsesUnicodeWhitespace) {
