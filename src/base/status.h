@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cassert>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -13,12 +14,24 @@
 
 namespace specstack {
 
+// What kind of failure an Error is, so the HTTP layer can pick a status code.
+enum class ErrorCode : uint8_t {
+  kErrorInvalidArgument,   // bad input (400)
+  kErrorNotFound,          // unknown model / route (404)
+  kErrorResourceExhausted, // queue full, request can never fit (429 / 503)
+  kErrorInternal,          // a bug or an environment failure (500)
+};
+
 // An error a user can act on: one line saying what is wrong and where.
 struct Error {
   std::string message;
+  ErrorCode code = ErrorCode::kErrorInvalidArgument;
 };
 
-inline Error make_error(std::string message) { return Error{std::move(message)}; }
+inline Error make_error(std::string message,
+                        ErrorCode code = ErrorCode::kErrorInvalidArgument) {
+  return Error{std::move(message), code};
+}
 
 template <typename... Args>
 Error errorf(fmt::format_string<Args...> format, Args&&... args) {

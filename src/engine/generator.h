@@ -10,13 +10,13 @@
 #include <optional>
 #include <vector>
 
+#include "engine/engine_api.h"
 #include "engine/model_runner.h"
 #include "engine/sampling_params.h"
 #include "kv/block_pool.h"
 
 namespace specstack {
 
-enum class FinishReason { kFinishLength, kFinishStop };
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;        // token ids

@@ -1,5 +1,7 @@
 #include "kv/block_table.h"
 
+#include <algorithm>
+
 #include "base/check.h"
 
 namespace specstack {
@@ -10,6 +12,7 @@ int32_t BlockTable::blocks_needed(int32_t n_new) const {
 }
 
 int32_t BlockTable::append(int32_t n_new, BlockPool& pool) {
+  SS_CHECK_GE(n_new, 0);
   const int32_t needed = blocks_needed(n_new);
   SS_CHECK_MSG(pool.can_allocate(needed), "append without can_append");
   for (int32_t i = 0; i < needed; ++i) blocks_.push_back(*pool.allocate());
@@ -19,9 +22,31 @@ int32_t BlockTable::append(int32_t n_new, BlockPool& pool) {
 }
 
 void BlockTable::release(BlockPool& pool) {
-  for (int32_t block : blocks_) pool.free(block);
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) pool.free(*it);
   blocks_.clear();
   n_slots_ = 0;
+}
+
+void BlockTable::append_filled_blocks(std::span<const int32_t> blocks) {
+  SS_CHECK_EQ(static_cast<int64_t>(n_slots_), static_cast<int64_t>(blocks_.size()) * block_size_);
+  blocks_.insert(blocks_.end(), blocks.begin(), blocks.end());
+  n_slots_ = static_cast<int32_t>(static_cast<int64_t>(blocks_.size()) * block_size_);
+}
+
+void BlockTable::replace_block(size_t index, int32_t block) {
+  SS_CHECK_LT(index, blocks_.size());
+  blocks_[index] = block;
+}
+
+std::vector<int32_t> BlockTable::truncate(int32_t n_slots) {
+  SS_CHECK_LE(0, n_slots);
+  SS_CHECK_LE(n_slots, n_slots_);
+  const auto keep = static_cast<size_t>((n_slots + block_size_ - 1) / block_size_);
+  std::vector<int32_t> dropped(
+      blocks_.rbegin(), blocks_.rbegin() + static_cast<std::ptrdiff_t>(blocks_.size() - keep));
+  blocks_.resize(keep);
+  n_slots_ = n_slots;
+  return dropped;
 }
 
 }  // namespace specstack

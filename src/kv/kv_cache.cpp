@@ -1,5 +1,9 @@
 #include "kv/kv_cache.h"
 
+#include <cstring>
+
+#include "base/check.h"
+
 namespace specstack {
 
 KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
@@ -7,7 +11,8 @@ KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
   layers_.reserve(static_cast<size_t>(shape.n_layers));
   for (int64_t l = 0; l < shape.n_layers; ++l) {
     KvLayerView layer;
-    std::vector<int64_t> dims = {shape.n_blocks, shape.block_size, shape.n_kv_heads, shape.head_dim};
+    std::vector<int64_t> dims = {shape.n_blocks, shape.block_size, shape.n_kv_heads,
+                                 shape.head_dim};
     layer.k = Tensor::zeros(DType::kF32, dims);
     layer.v = Tensor::zeros(DType::kF32, dims);
     layer.positions = positions_;
@@ -20,10 +25,34 @@ KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
 
 size_t KvCache::bytes_per_block(const KvCacheShape& shape) {
   return static_cast<size_t>(shape.n_layers * 2 * shape.block_size * shape.n_kv_heads *
-                             shape.head_dim) * sizeof(float) +
+                             shape.head_dim) *
+             sizeof(float) +
          static_cast<size_t>(shape.block_size) * sizeof(int32_t);
 }
 
-size_t KvCache::nbytes() const { return bytes_per_block(shape_) * static_cast<size_t>(shape_.n_blocks); }
+void KvCache::copy_block(int32_t src, int32_t dst) {
+  SS_CHECK_LE(0, src);
+  SS_CHECK_LT(src, shape_.n_blocks);
+  SS_CHECK_LE(0, dst);
+  SS_CHECK_LT(dst, shape_.n_blocks);
+  SS_CHECK_NE(src, dst);
+  const int64_t block_floats = shape_.block_size * shape_.n_kv_heads * shape_.head_dim;
+  const size_t block_bytes = static_cast<size_t>(block_floats) * sizeof(float);
+  for (KvLayerView& layer : layers_) {
+    // Host memcpy: a device-resident cache needs the backend's copy instead.
+    SS_CHECK(layer.k.device() == Device::kCpu);
+    for (Tensor* t : {&layer.k, &layer.v}) {
+      float* base = t->f32();
+      std::memcpy(base + dst * block_floats, base + src * block_floats, block_bytes);
+    }
+  }
+  int32_t* positions = positions_.data<int32_t>();
+  std::memcpy(positions + dst * shape_.block_size, positions + src * shape_.block_size,
+              static_cast<size_t>(shape_.block_size) * sizeof(int32_t));
+}
+
+size_t KvCache::nbytes() const {
+  return bytes_per_block(shape_) * static_cast<size_t>(shape_.n_blocks);
+}
 
 }  // namespace specstack

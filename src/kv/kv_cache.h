@@ -29,10 +29,13 @@ class KvCache {
   // Bytes of K/V storage, for start-up reporting and sizing.
   size_t nbytes() const;
   static size_t bytes_per_block(const KvCacheShape& shape);
+  // Copies block src into block dst: every layer's K and V and the slot
+  // positions (copy-on-write of a shared block).
+  void copy_block(int32_t src, int32_t dst);
 
  private:
   KvCacheShape shape_;
-  Tensor positions_;               // [n_blocks, block_size] i32, shared by every layer
+  Tensor positions_;                 // [n_blocks, block_size] i32, shared by every layer
   std::vector<KvLayerView> layers_;  // [n_layers]
 };
 

@@ -1,0 +1,99 @@
+// The engine as the server sees it: submit a request, read its events from a
+// stream, cancel it, read metrics. Thread-safe; HTTP worker threads call it
+// while the engine loop thread owns all model state. An interface so the
+// server can be tested against a fake.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/sampling_params.h"
+
+namespace specstack {
+
+enum class FinishReason { kFinishLength, kFinishStop, kFinishAbort };
+
+struct RequestOptions {
+  std::vector<int32_t> prompt;  // token ids (already templated and tokenized)
+  SamplingParams params;        // validated by submit()
+  int32_t n = 1;                // parallel samples sharing the prompt's KV (copy-on-write)
+  int32_t top_logprobs = -1;    // -1: no logprobs; 0..20: sampled token + this many alternatives
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;                             // log-softmax of the raw logits
+  std::vector<std::pair<int32_t, float>> top;    // best alternatives, descending
+};
+
+// One step's output for one choice, or that choice's end.
+struct RequestEvent {
+  int32_t choice = 0;                // 0..n-1
+  std::vector<int32_t> tokens;       // newly generated ids (may be empty on a pure finish event)
+  std::vector<TokenLogprob> logprobs;  // parallel to tokens when top_logprobs >= 0
+  std::optional<FinishReason> finish;  // set on the choice's last event
+};
+
+struct RequestStats {
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+  int64_t generated_tokens = 0;  // over all choices
+  int32_t preemptions = 0;
+};
+
+// The handle an HTTP thread holds for one request.
+class RequestStream {
+ public:
+  virtual ~RequestStream() = default;
+  // Waits up to `timeout` for the next event. Returns the event, or nullopt on
+  // timeout. After every choice has finished, returns nullopt immediately and
+  // done() is true.
+  virtual std::optional<RequestEvent> next(std::chrono::milliseconds timeout) = 0;
+  virtual bool done() const = 0;
+  // Idempotent; the engine frees the request's KV blocks on its next step.
+  // Choices not yet finished end with kFinishAbort.
+  virtual void cancel() = 0;
+  virtual RequestStats stats() const = 0;
+};
+
+struct HistogramSnapshot {
+  std::vector<double> bounds;   // upper bounds (seconds), ascending; +Inf implied
+  std::vector<int64_t> counts;  // cumulative counts per bound, then the +Inf count last
+  double sum = 0;
+  int64_t count = 0;
+};
+
+struct EngineMetrics {
+  int64_t n_waiting = 0;
+  int64_t n_running = 0;
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_free = 0;     // includes cached blocks nobody holds
+  int64_t kv_blocks_cached = 0;   // registered in the prefix cache
+  int64_t prefix_cache_queried_tokens = 0;
+  int64_t prefix_cache_hit_tokens = 0;
+  int64_t prompt_tokens_total = 0;
+  int64_t generation_tokens_total = 0;
+  int64_t requests_finished_total = 0;
+  int64_t requests_aborted_total = 0;
+  int64_t preemptions_total = 0;
+  int64_t steps_total = 0;
+  HistogramSnapshot time_to_first_token;
+  HistogramSnapshot inter_token_latency;
+};
+
+class InferenceEngine {
+ public:
+  virtual ~InferenceEngine() = default;
+  // Errors: kErrorInvalidArgument (bad params, prompt + max_tokens over the
+  // context, with the numbers), kErrorResourceExhausted (waiting queue full).
+  virtual Result<std::shared_ptr<RequestStream>> submit(RequestOptions options) = 0;
+  virtual EngineMetrics metrics() const = 0;
+  virtual int64_t max_context() const = 0;  // prompt + generated tokens allowed
+};
+
+}  // namespace specstack
