@@ -1,0 +1,46 @@
+// Engine: the serving engine. One loop thread owns the model, its KV cache
+// and the scheduler; HTTP threads submit requests and read their streams
+// through thread-safe queues (InferenceEngine). Each step: schedule (decodes
+// first, then chunked prefills within the token budget), run the StepPlan,
+// sample, and push events to the requests' streams.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "engine/engine_api.h"
+#include "engine/model_instance.h"
+
+namespace specstack {
+
+struct EngineOptions {
+  int32_t max_num_batched_tokens = 2048;  // token budget of one step
+  int32_t max_num_seqs = 256;             // running sequences cap
+  int32_t max_queue = 1024;               // waiting requests before submit() says queue full
+  bool enable_prefix_caching = true;
+  int64_t max_model_len = 0;              // 0: the model's max_position_embeddings
+  bool static_batching = false;           // benchmark baseline: admit only when nothing runs
+};
+
+class EngineCore;  // the loop thread's state (scheduler, sequences)
+
+class Engine final : public InferenceEngine {
+ public:
+  Engine(ModelInstance& model, const EngineOptions& options);
+  ~Engine() override;  // stops the loop; unfinished requests end with kFinishAbort
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  Result<std::shared_ptr<RequestStream>> submit(RequestOptions options) override;
+  EngineMetrics metrics() const override;
+  int64_t max_context() const override;
+
+ private:
+  std::unique_ptr<EngineCore> core_;
+};
+
+}  // namespace specstack
