@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   GeneratorOptions generator_options;
   generator_options.max_batched_tokens = 4096;
-  Generator generator(model.runner(), model.pool(), generator_options);
+  Generator generator(model.runner(), model.kv_manager(), generator_options);
   backend.set_profiling(true);
   for (int32_t length : flags.prefill_lengths) {
     std::vector<double> times;

@@ -123,7 +123,7 @@ int run_generate(GenerateFlags& flags) {
 
   GeneratorOptions generator_options;
   generator_options.max_batched_tokens = flags.max_batched_tokens;
-  Generator generator(model.runner(), model.pool(), generator_options);
+  Generator generator(model.runner(), model.kv_manager(), generator_options);
   GenerationRequest request;
   request.prompt = std::move(prompt).value();
   request.params = flags.sampling;

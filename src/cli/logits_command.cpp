@@ -7,7 +7,6 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "cli/commands.h"
-#include "kv/block_table.h"
 #include "model/safetensors_writer.h"
 
 namespace specstack::cli {
@@ -48,15 +47,15 @@ int run_logits(const LogitsFlags& flags) {
     if (positions[i] < 0) return report_error(fmt::format("--positions: {} is negative", positions[i]));
   }
 
-  BlockTable table(model.kv().shape().block_size);
+  KvSequence seq = model.kv_manager().new_sequence(KvSequenceOptions{0, false});
   const auto n = static_cast<int32_t>(ids->size());
   StepPlan plan;
-  const int32_t first = table.append(n, model.pool());
+  const int32_t first = model.kv_manager().append(seq, n);
   for (int32_t i = 0; i < n; ++i) plan.add_token((*ids)[i], positions[i], 0, first + i, true);
-  plan.block_tables.push_back(table.blocks());
-  plan.seq_n_slots.push_back(table.n_slots());
+  plan.block_tables.push_back(seq.blocks());
+  plan.seq_n_slots.push_back(seq.n_slots());
   StepOutput output = model.runner().run(plan);
-  table.release(model.pool());
+  model.kv_manager().free(seq);
 
   Tensor token_tensor = Tensor::zeros(DType::kI32, {n});
   Tensor position_tensor = Tensor::zeros(DType::kI32, {n});

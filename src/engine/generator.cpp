@@ -4,7 +4,6 @@
 #include <chrono>
 
 #include "engine/sampler.h"
-#include "kv/block_table.h"
 
 namespace specstack {
 namespace {
@@ -15,7 +14,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 struct LiveSequence {
   size_t request_index;
-  BlockTable table;
+  KvSequence kv;
   Sampler sampler;
   int32_t n_prefilled = 0;   // prompt tokens already in the KV cache
   int32_t next_position = 0; // RoPE position of the next token fed
@@ -25,8 +24,8 @@ struct LiveSequence {
 
 }  // namespace
 
-Generator::Generator(ModelRunner& runner, BlockPool& pool, const GeneratorOptions& options)
-    : runner_(runner), pool_(pool), options_(options) {}
+Generator::Generator(ModelRunner& runner, KvManager& kv, const GeneratorOptions& options)
+    : runner_(runner), kv_(kv), options_(options) {}
 
 Result<std::vector<GenerationResult>> Generator::generate(
     const std::vector<GenerationRequest>& requests, const TokenCallback& on_token,
@@ -51,18 +50,21 @@ Result<std::vector<GenerationResult>> Generator::generate(
     }
     const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.params.max_tokens;
     blocks_needed += (total + block_size - 1) / block_size;
-    live.push_back(LiveSequence{i, BlockTable(block_size), Sampler(request.params, request.prompt)});
+    // Offline runs do not publish to the prefix cache: their prompts may carry
+    // explicit (sparse) positions.
+    live.push_back(LiveSequence{i, kv_.new_sequence(KvSequenceOptions{0, false}),
+                                Sampler(request.params, request.prompt)});
   }
   // Offline generation reserves everything up front: no preemption here.
-  if (blocks_needed > pool_.n_free()) {
+  if (blocks_needed > kv_.pool().n_free()) {
     return errorf("prompts + max_tokens need {} KV blocks but only {} are free", blocks_needed,
-                  pool_.n_free());
+                  kv_.pool().n_free());
   }
 
   auto finish = [&](LiveSequence& seq, FinishReason reason) {
     seq.done = true;
     results[seq.request_index].finish_reason = reason;
-    seq.table.release(pool_);
+    kv_.free(seq.kv);
   };
   auto accept = [&](LiveSequence& seq, int32_t token) {
     const GenerationRequest& request = requests[seq.request_index];
@@ -97,15 +99,15 @@ Result<std::vector<GenerationResult>> Generator::generate(
       const auto prompt_len = static_cast<int32_t>(request.prompt.size());
       if (seq.n_prefilled == prompt_len || budget == 0) continue;
       const int32_t chunk = std::min(budget, prompt_len - seq.n_prefilled);
-      const int32_t first_slot = seq.table.append(chunk, pool_);
+      const int32_t first_slot = kv_.append(seq.kv, chunk);
       const auto s = static_cast<int32_t>(plan.block_tables.size());
       for (int32_t j = 0; j < chunk; ++j) {
         const int32_t index = seq.n_prefilled + j;
         const int32_t position = request.positions.empty() ? index : request.positions[index];
         plan.add_token(request.prompt[index], position, s, first_slot + j, index == prompt_len - 1);
       }
-      plan.block_tables.push_back(seq.table.blocks());
-      plan.seq_n_slots.push_back(seq.table.n_slots());
+      plan.block_tables.push_back(seq.kv.blocks());
+      plan.seq_n_slots.push_back(seq.kv.n_slots());
       seq.n_prefilled += chunk;
       budget -= chunk;
       in_plan.push_back(&seq);
@@ -136,11 +138,11 @@ Result<std::vector<GenerationResult>> Generator::generate(
     std::vector<LiveSequence*> in_plan;
     for (LiveSequence& seq : live) {
       if (seq.done) continue;
-      const int32_t slot = seq.table.append(1, pool_);
+      const int32_t slot = kv_.append(seq.kv, 1);
       const auto s = static_cast<int32_t>(plan.block_tables.size());
       plan.add_token(seq.pending_token, seq.next_position, s, slot, true);
-      plan.block_tables.push_back(seq.table.blocks());
-      plan.seq_n_slots.push_back(seq.table.n_slots());
+      plan.block_tables.push_back(seq.kv.blocks());
+      plan.seq_n_slots.push_back(seq.kv.n_slots());
       ++seq.next_position;
       in_plan.push_back(&seq);
     }
@@ -155,7 +157,7 @@ Result<std::vector<GenerationResult>> Generator::generate(
   }
   local_stats.decode_seconds = seconds_since(decode_start);
   for (LiveSequence& seq : live) {
-    if (!seq.done) seq.table.release(pool_);
+    if (!seq.done) kv_.free(seq.kv);
   }
   // Counted from the results: the first token of each sequence came from prefill logits.
   local_stats.generated_tokens = 0;

@@ -13,7 +13,7 @@
 #include "engine/engine_api.h"
 #include "engine/model_runner.h"
 #include "engine/sampling_params.h"
-#include "kv/block_pool.h"
+#include "kv/kv_manager.h"
 
 namespace specstack {
 
@@ -45,7 +45,7 @@ using TokenCallback = std::function<bool(size_t request_index, int32_t token)>;
 
 class Generator {
  public:
-  Generator(ModelRunner& runner, BlockPool& pool, const GeneratorOptions& options = {});
+  Generator(ModelRunner& runner, KvManager& kv, const GeneratorOptions& options = {});
 
   // Errors when a prompt is empty or does not fit the KV pool / context.
   Result<std::vector<GenerationResult>> generate(const std::vector<GenerationRequest>& requests,
@@ -54,7 +54,7 @@ class Generator {
 
  private:
   ModelRunner& runner_;
-  BlockPool& pool_;
+  KvManager& kv_;
   GeneratorOptions options_;
 };
 

@@ -33,7 +33,7 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create(const ModelInstance
   int64_t n_blocks = options.kv_blocks;
   if (n_blocks <= 0) n_blocks = (options.kv_tokens + options.block_size - 1) / options.block_size;
   instance->kv_ = std::make_unique<KvCache>(instance->model_->kv_shape(n_blocks, options.block_size));
-  instance->pool_ = std::make_unique<BlockPool>(static_cast<int32_t>(n_blocks));
+  instance->kv_manager_ = std::make_unique<KvManager>(*instance->kv_);
   instance->runner_ = std::make_unique<ModelRunner>(*instance->model_, *instance->kv_);
   return instance;
 }

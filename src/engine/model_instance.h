@@ -9,8 +9,8 @@
 
 #include "backend/backend.h"
 #include "engine/model_runner.h"
-#include "kv/block_pool.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_manager.h"
 #include "model/transformer.h"
 
 namespace specstack {
@@ -34,14 +34,15 @@ class ModelInstance {
   const ModelConfig& config() const { return model_->config(); }
   Transformer& model() { return *model_; }
   KvCache& kv() { return *kv_; }
-  BlockPool& pool() { return *pool_; }
+  KvManager& kv_manager() { return *kv_manager_; }
+  const BlockPool& pool() const { return kv_manager_->pool(); }
   ModelRunner& runner() { return *runner_; }
 
  private:
   ModelInstance() = default;
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<KvCache> kv_;
-  std::unique_ptr<BlockPool> pool_;
+  std::unique_ptr<KvManager> kv_manager_;  // owns the block pool of kv_
   std::unique_ptr<ModelRunner> runner_;
 };
 

@@ -9,7 +9,6 @@
 #include "backend/cpu/cpu_backend.h"
 #include "engine/model_instance.h"
 #include "golden_reference.h"
-#include "kv/block_table.h"
 #include "test_util.h"
 
 namespace specstack {
@@ -53,16 +52,17 @@ class GoldenModel {
   Run run(const std::vector<int32_t>& ids, const std::vector<int32_t>& positions,
           int32_t next_position, int n_greedy, int32_t chunk) {
     const int64_t vocab = instance_->config().vocab_size;
-    BlockTable table(instance_->kv().shape().block_size);
+    KvManager& kv = instance_->kv_manager();
+    KvSequence seq = kv.new_sequence(KvSequenceOptions{0, false});
     Run out;
     const auto n = static_cast<int32_t>(ids.size());
     for (int32_t begin = 0; begin < n; begin += chunk) {
       const int32_t end = std::min(n, begin + chunk);
       StepPlan plan;
-      const int32_t first = table.append(end - begin, instance_->pool());
+      const int32_t first = kv.append(seq, end - begin);
       for (int32_t i = begin; i < end; ++i) plan.add_token(ids[i], positions[i], 0, first + i - begin, true);
-      plan.block_tables.push_back(table.blocks());
-      plan.seq_n_slots.push_back(table.n_slots());
+      plan.block_tables.push_back(seq.blocks());
+      plan.seq_n_slots.push_back(seq.n_slots());
       StepOutput step = instance_->runner().run(plan);
       out.prefill_logits.insert(out.prefill_logits.end(), step.logits.f32(),
                                 step.logits.f32() + step.logits.numel());
@@ -72,15 +72,15 @@ class GoldenModel {
     out.greedy.push_back(argmax(last, vocab));
     for (int j = 1; j < n_greedy; ++j) {
       StepPlan plan;
-      const int32_t slot = table.append(1, instance_->pool());
+      const int32_t slot = kv.append(seq, 1);
       plan.add_token(out.greedy.back(), next_position + j - 1, 0, slot, true);
-      plan.block_tables.push_back(table.blocks());
-      plan.seq_n_slots.push_back(table.n_slots());
+      plan.block_tables.push_back(seq.blocks());
+      plan.seq_n_slots.push_back(seq.n_slots());
       StepOutput step = instance_->runner().run(plan);
       out.greedy_logits.insert(out.greedy_logits.end(), step.logits.f32(), step.logits.f32() + vocab);
       out.greedy.push_back(argmax(step.logits.f32(), vocab));
     }
-    table.release(instance_->pool());
+    kv.free(seq);
     EXPECT_EQ(instance_->pool().n_free(), instance_->pool().n_blocks());
     return out;
   }

@@ -10,7 +10,6 @@
 #include "engine/generator.h"
 #include "engine/model_instance.h"
 #include "golden_reference.h"
-#include "kv/block_table.h"
 #include "test_util.h"
 
 namespace specstack {
@@ -38,7 +37,7 @@ std::vector<int32_t> prompt_of(const std::string& model, const std::string& p) {
 // A sequence being fed step by step: prompt chunks, then greedy tokens.
 struct Feed {
   std::vector<int32_t> prompt;
-  BlockTable table;
+  KvSequence kv;
   int32_t fed = 0;            // prompt tokens fed
   int32_t next_token = -1;    // greedy token to feed next (after the prompt)
   std::vector<std::vector<float>> logits;  // every logits row produced, in order
@@ -54,7 +53,7 @@ void step(ModelInstance& model, std::vector<Feed*> feeds, const std::vector<int3
   for (size_t i = 0; i < feeds.size(); ++i) {
     Feed& f = *feeds[i];
     const int32_t n = counts[i];
-    const int32_t first = f.table.append(n, model.pool());
+    const int32_t first = model.kv_manager().append(f.kv, n);
     for (int32_t j = 0; j < n; ++j) {
       const bool in_prompt = f.fed < static_cast<int32_t>(f.prompt.size());
       const int32_t id = in_prompt ? f.prompt[f.fed] : f.next_token;
@@ -63,8 +62,8 @@ void step(ModelInstance& model, std::vector<Feed*> feeds, const std::vector<int3
       per_feed[i].push_back({static_cast<int32_t>(i), id, pos, first + j, last_of_prompt || !in_prompt});
       if (in_prompt) ++f.fed;
     }
-    plan.block_tables.push_back(f.table.blocks());
-    plan.seq_n_slots.push_back(f.table.n_slots());
+    plan.block_tables.push_back(f.kv.blocks());
+    plan.seq_n_slots.push_back(f.kv.n_slots());
   }
   // Row order: either feed by feed, or round-robin across feeds.
   std::vector<Pending> rows;
@@ -110,21 +109,20 @@ TEST_P(MixedBatchTest, PrefillChunksAndDecodesInOneStepMatchSoloRuns) {
     SCOPED_TRACE(name);
     CpuBackend backend(CpuBackendOptions{2});
     auto model = load(name, backend);
-    const int64_t bs = model->kv().shape().block_size;
     const auto short_prompt = prompt_of(name, "p1");  // 64 tokens
     const auto long_prompt = prompt_of(name, "p2");   // 333 tokens
 
     // Solo: A prefilled at once then 6 decodes; B prefilled at once then 3 decodes.
-    Feed solo_a{short_prompt, BlockTable(bs), 0, -1, {}}, solo_b{long_prompt, BlockTable(bs), 0, -1, {}};
+    Feed solo_a{short_prompt, model->kv_manager().new_sequence(), 0, -1, {}}, solo_b{long_prompt, model->kv_manager().new_sequence(), 0, -1, {}};
     step(*model, {&solo_a}, {64}, false);
     for (int i = 0; i < 6; ++i) step(*model, {&solo_a}, {1}, false);
     step(*model, {&solo_b}, {333}, false);
     for (int i = 0; i < 3; ++i) step(*model, {&solo_b}, {1}, false);
-    solo_a.table.release(model->pool());
-    solo_b.table.release(model->pool());
+    model->kv_manager().free(solo_a.kv);
+    model->kv_manager().free(solo_b.kv);
 
     // Mixed: B's prompt arrives in chunks while A prefills and then decodes.
-    Feed a{short_prompt, BlockTable(bs), 0, -1, {}}, b{long_prompt, BlockTable(bs), 0, -1, {}};
+    Feed a{short_prompt, model->kv_manager().new_sequence(), 0, -1, {}}, b{long_prompt, model->kv_manager().new_sequence(), 0, -1, {}};
     step(*model, {&a, &b}, {64, 100}, interleave);
     step(*model, {&a, &b}, {1, 150}, interleave);
     step(*model, {&b, &a}, {83, 1}, interleave);  // B's last chunk; order of sequences swapped
@@ -132,8 +130,8 @@ TEST_P(MixedBatchTest, PrefillChunksAndDecodesInOneStepMatchSoloRuns) {
     step(*model, {&a}, {1}, interleave);
     expect_same_logits(solo_a, a);
     expect_same_logits(solo_b, b);
-    a.table.release(model->pool());
-    b.table.release(model->pool());
+    model->kv_manager().free(a.kv);
+    model->kv_manager().free(b.kv);
     EXPECT_EQ(model->pool().n_free(), model->pool().n_blocks());
   }
 }
@@ -154,7 +152,7 @@ TEST(Generator, BatchedGenerationEqualsOneRequestAtATime) {
   }
   GeneratorOptions options;
   options.max_batched_tokens = 96;  // forces chunks that span sequences
-  Generator generator(model->runner(), model->pool(), options);
+  Generator generator(model->runner(), model->kv_manager(), options);
   auto together = generator.generate(requests);
   ASSERT_TRUE(together.ok()) << together.message();
   for (size_t i = 0; i < 3; ++i) {
@@ -170,7 +168,7 @@ TEST(Generator, BatchedGenerationEqualsOneRequestAtATime) {
 TEST(Generator, RejectsBadRequestsWithoutLeakingBlocks) {
   CpuBackend backend(CpuBackendOptions{1});
   auto model = load("llama-gqa", backend);
-  Generator generator(model->runner(), model->pool());
+  Generator generator(model->runner(), model->kv_manager());
   GenerationRequest empty;
   auto result = generator.generate({empty});
   ASSERT_FALSE(result.ok());
