@@ -1,0 +1,388 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+#include "engine/histogram.h"
+#include "engine/logprobs.h"
+#include "engine/scheduler.h"
+
+namespace specstack {
+namespace {
+
+// Wakes the loop thread when work arrives (submit, cancel) and lets it sleep
+// when idle. Shared with RequestStreams, which may outlive the engine.
+struct LoopSignal {
+  std::mutex mutex;
+  std::condition_variable wake;
+  bool pending = false;
+
+  void notify() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      pending = true;
+    }
+    wake.notify_all();
+  }
+};
+
+class EngineRequestStream final : public RequestStream {
+ public:
+  EngineRequestStream(std::shared_ptr<StreamState> state, std::shared_ptr<LoopSignal> signal)
+      : state_(std::move(state)), signal_(std::move(signal)) {}
+  ~EngineRequestStream() override { cancel(); }  // an abandoned stream frees its blocks
+
+  std::optional<RequestEvent> next(std::chrono::milliseconds timeout) override {
+    std::unique_lock<std::mutex> lock(state_->mutex);
+    state_->ready.wait_for(lock, timeout, [&] {
+      return !state_->events.empty() || state_->n_finished == state_->n_choices;
+    });
+    if (state_->events.empty()) return std::nullopt;
+    RequestEvent event = std::move(state_->events.front());
+    state_->events.pop_front();
+    return event;
+  }
+  bool done() const override {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    return state_->events.empty() && state_->n_finished == state_->n_choices;
+  }
+  void cancel() override {
+    {
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      if (state_->n_finished == state_->n_choices) return;
+    }
+    if (!state_->cancel_requested.exchange(true)) signal_->notify();
+  }
+  RequestStats stats() const override {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    return state_->stats;
+  }
+
+ private:
+  std::shared_ptr<StreamState> state_;
+  std::shared_ptr<LoopSignal> signal_;
+};
+
+std::vector<double> latency_buckets() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+}
+
+}  // namespace
+
+class EngineCore {
+ public:
+  EngineCore(ModelInstance& model, const EngineOptions& options);
+  ~EngineCore();
+
+  Result<std::shared_ptr<RequestStream>> submit(RequestOptions options);
+  EngineMetrics metrics() const;
+  int64_t max_context() const { return max_context_; }
+
+ private:
+  void loop();
+  void take_inbox();
+  void handle_cancellations();
+  void step();
+  void on_logits(Sequence* seq, float* logits);
+  void finish(Sequence* seq, FinishReason reason, RequestEvent event);
+  void retire_finished_requests();
+  void publish_metrics();
+
+  ModelInstance& model_;
+  EngineOptions options_;
+  int64_t max_context_;
+  int64_t vocab_;
+  Scheduler scheduler_;
+  std::shared_ptr<LoopSignal> signal_ = std::make_shared<LoopSignal>();
+
+  // Submitted, not yet seen by the loop (guarded by inbox_mutex_).
+  std::mutex inbox_mutex_;
+  std::vector<std::unique_ptr<Request>> inbox_;
+  std::atomic<int64_t> n_queued_{0};  // inbox + waiting, for back-pressure
+  uint64_t next_request_id_ = 1;
+
+  // Loop-thread state.
+  std::vector<std::unique_ptr<Request>> requests_;
+  LatencyHistogram ttft_{latency_buckets()};
+  LatencyHistogram itl_{latency_buckets()};
+  EngineMetrics counters_;
+
+  mutable std::mutex metrics_mutex_;
+  EngineMetrics published_;
+
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+EngineCore::EngineCore(ModelInstance& model, const EngineOptions& options)
+    : model_(model),
+      options_(options),
+      max_context_(options.max_model_len > 0 ? options.max_model_len
+                                             : model.config().max_position_embeddings),
+      vocab_(model.config().vocab_size),
+      scheduler_(model.kv_manager(),
+                 SchedulerOptions{options.max_num_batched_tokens, options.max_num_seqs,
+                                  options.enable_prefix_caching, options.static_batching}) {
+  if (max_context_ <= 0) max_context_ = 4096;
+  publish_metrics();
+  thread_ = std::thread([this] { loop(); });
+}
+
+EngineCore::~EngineCore() {
+  stopping_ = true;
+  signal_->notify();
+  thread_.join();
+  // Whatever is left ends as aborted so no reader waits forever.
+  take_inbox();
+  for (auto& request : requests_) {
+    for (auto& seq : request->sequences) {
+      if (seq->finished) continue;
+      scheduler_.remove(seq.get());
+      seq->finished = true;
+      request->stream->push(RequestEvent{seq->choice, {}, {}, FinishReason::kFinishAbort});
+    }
+  }
+}
+
+Result<std::shared_ptr<RequestStream>> EngineCore::submit(RequestOptions options) {
+  SS_TRY(options.params.validate());
+  if (options.prompt.empty()) return make_error("the prompt is empty");
+  for (int32_t id : options.prompt) {
+    if (id < 0 || id >= vocab_) return errorf("prompt token id {} is out of range [0, {})", id, vocab_);
+  }
+  if (options.n < 1 || options.n > 16) return errorf("n must be in [1, 16], got {}", options.n);
+  if (options.top_logprobs < -1 || options.top_logprobs > 20) {
+    return errorf("top_logprobs must be in [0, 20], got {}", options.top_logprobs);
+  }
+  const int64_t total = static_cast<int64_t>(options.prompt.size()) + options.params.max_tokens;
+  if (total > max_context_) {
+    return errorf(
+        "This model's maximum context length is {} tokens. However, you requested {} tokens "
+        "({} in the prompt, {} in the completion).",
+        max_context_, total, options.prompt.size(), options.params.max_tokens);
+  }
+  const int64_t block_size = model_.kv_manager().block_size();
+  const int64_t blocks_needed = (total + block_size - 1) / block_size;
+  if (blocks_needed > model_.pool().n_blocks()) {
+    return errorf("prompt + max_tokens = {} tokens can never fit in the KV cache of {} tokens", total,
+                  model_.pool().n_blocks() * block_size);
+  }
+  if (n_queued_.load() >= options_.max_queue) {
+    return make_error(fmt::format("the waiting queue is full ({} requests); retry later", options_.max_queue),
+                      ErrorCode::kErrorResourceExhausted);
+  }
+  auto request = std::make_unique<Request>();
+  request->options = std::move(options);
+  request->arrival = Clock::now();
+  request->stream = std::make_shared<StreamState>();
+  request->stream->n_choices = request->options.n;
+  request->stream->stats.prompt_tokens = static_cast<int64_t>(request->options.prompt.size());
+  auto stream = std::make_shared<EngineRequestStream>(request->stream, signal_);
+  {
+    std::lock_guard<std::mutex> lock(inbox_mutex_);
+    request->id = next_request_id_++;
+    inbox_.push_back(std::move(request));
+  }
+  ++n_queued_;
+  signal_->notify();
+  return std::shared_ptr<RequestStream>(std::move(stream));
+}
+
+void EngineCore::take_inbox() {
+  std::vector<std::unique_ptr<Request>> incoming;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mutex_);
+    incoming.swap(inbox_);
+  }
+  for (auto& request : incoming) {
+    auto seq = std::make_unique<Sequence>(model_.kv_manager().new_sequence());
+    seq->request = request.get();
+    seq->choice = 0;
+    seq->tokens = request->options.prompt;
+    SamplingParams params = request->options.params;
+    seq->sampler.emplace(params, request->options.prompt);
+    scheduler_.add_waiting(seq.get());
+    request->sequences.push_back(std::move(seq));
+    requests_.push_back(std::move(request));
+  }
+}
+
+void EngineCore::finish(Sequence* seq, FinishReason reason, RequestEvent event) {
+  scheduler_.remove(seq);
+  seq->finished = true;
+  event.finish = reason;
+  seq->request->stream->push(std::move(event));
+  if (reason == FinishReason::kFinishAbort) {
+    ++counters_.requests_aborted_total;
+  }
+}
+
+void EngineCore::handle_cancellations() {
+  for (auto& request : requests_) {
+    if (!request->stream->cancel_requested.load()) continue;
+    for (auto& seq : request->sequences) {
+      if (!seq->finished) finish(seq.get(), FinishReason::kFinishAbort, RequestEvent{seq->choice, {}, {}, {}});
+    }
+    // Choices not forked yet will never run: close them too.
+    for (int32_t c = static_cast<int32_t>(request->sequences.size()); c < request->options.n; ++c) {
+      request->stream->push(RequestEvent{c, {}, {}, FinishReason::kFinishAbort});
+    }
+    request->options.n = static_cast<int32_t>(request->sequences.size());
+  }
+}
+
+void EngineCore::retire_finished_requests() {
+  auto done = [](const std::unique_ptr<Request>& request) {
+    if (static_cast<int32_t>(request->sequences.size()) < request->options.n) return false;
+    return std::all_of(request->sequences.begin(), request->sequences.end(),
+                       [](const auto& seq) { return seq->finished; });
+  };
+  for (auto& request : requests_) {
+    if (done(request)) ++counters_.requests_finished_total;
+  }
+  requests_.erase(std::remove_if(requests_.begin(), requests_.end(), done), requests_.end());
+}
+
+void EngineCore::on_logits(Sequence* seq, float* logits) {
+  Request& request = *seq->request;
+  const bool first_of_prompt = seq->n_generated == 0 && request.sequences.size() == 1 &&
+                               request.options.n > 1 && seq->choice == 0;
+  // n > 1: the prompt's KV is shared by forks that each sample their own token.
+  std::vector<Sequence*> samplers = {seq};
+  std::vector<float> shared_logits;
+  if (first_of_prompt) {
+    shared_logits.assign(logits, logits + vocab_);
+    for (int32_t c = 1; c < request.options.n; ++c) {
+      auto child = std::make_unique<Sequence>(model_.kv_manager().fork(seq->kv));
+      child->request = &request;
+      child->choice = c;
+      child->tokens = seq->tokens;
+      child->n_computed = seq->n_computed;
+      child->admitted = true;
+      SamplingParams params = request.options.params;
+      if (params.seed) params.seed = *params.seed + static_cast<uint64_t>(c);
+      child->sampler.emplace(params, request.options.prompt);
+      scheduler_.add_running(child.get());
+      samplers.push_back(child.get());
+      request.sequences.push_back(std::move(child));
+    }
+  }
+  const auto now = Clock::now();
+  if (!request.first_token_sent) {
+    request.first_token_sent = true;
+    ttft_.observe(std::chrono::duration<double>(now - request.arrival).count());
+  }
+  const ModelConfig& config = model_.config();
+  for (Sequence* s : samplers) {
+    std::vector<float> row;
+    float* data = logits;
+    if (s != seq || request.options.top_logprobs >= 0) {
+      row.assign(shared_logits.empty() ? logits : shared_logits.data(),
+                 (shared_logits.empty() ? logits : shared_logits.data()) + vocab_);
+      data = row.data();
+    }
+    RequestEvent event;
+    event.choice = s->choice;
+    const int32_t token = s->sampler->sample(std::span<float>(data, static_cast<size_t>(vocab_)));
+    if (request.options.top_logprobs >= 0) {
+      const float* raw = shared_logits.empty() ? logits : shared_logits.data();
+      event.logprobs.push_back(compute_logprobs(raw, vocab_, token, request.options.top_logprobs));
+    }
+    event.tokens.push_back(token);
+    if (s->n_generated > 0) itl_.observe(std::chrono::duration<double>(now - s->last_token_time).count());
+    s->last_token_time = now;
+    s->tokens.push_back(token);
+    ++s->n_generated;
+    ++counters_.generation_tokens_total;
+    {
+      std::lock_guard<std::mutex> lock(request.stream->mutex);
+      ++request.stream->stats.generated_tokens;
+    }
+    const SamplingParams& params = request.options.params;
+    const bool eos = !params.ignore_eos && std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(),
+                                                     token) != config.eos_token_ids.end();
+    const bool stop_id = std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), token) !=
+                         params.stop_token_ids.end();
+    if (eos || stop_id) {
+      finish(s, FinishReason::kFinishStop, std::move(event));
+    } else if (s->n_generated >= params.max_tokens ||
+               static_cast<int64_t>(s->tokens.size()) >= max_context_) {
+      finish(s, FinishReason::kFinishLength, std::move(event));
+    } else {
+      request.stream->push(std::move(event));
+    }
+  }
+}
+
+void EngineCore::step() {
+  ScheduleResult scheduled = scheduler_.schedule();
+  for (Sequence* seq : scheduled.preempted) {
+    std::lock_guard<std::mutex> lock(seq->request->stream->mutex);
+    ++seq->request->stream->stats.preemptions;
+  }
+  if (scheduled.empty()) return;
+  StepOutput output = model_.runner().run(scheduled.plan);
+  scheduler_.commit(scheduled);
+  ++counters_.steps_total;
+  int64_t row = 0;
+  for (const ScheduledChunk& chunk : scheduled.chunks) {
+    if (chunk.seq->n_generated == 0) counters_.prompt_tokens_total += chunk.count;
+    if (!chunk.wants_logits) continue;
+    on_logits(chunk.seq, output.logits.f32() + row * vocab_);
+    ++row;
+  }
+}
+
+void EngineCore::publish_metrics() {
+  EngineMetrics m = counters_;
+  m.n_waiting = static_cast<int64_t>(scheduler_.n_waiting());
+  m.n_running = static_cast<int64_t>(scheduler_.n_running());
+  const BlockPool& pool = model_.pool();
+  m.kv_blocks_total = pool.n_blocks();
+  m.kv_blocks_free = pool.n_free();
+  m.kv_blocks_cached = pool.n_cached();
+  m.prefix_cache_queried_tokens = pool.prefix_stats().n_query_tokens;
+  m.prefix_cache_hit_tokens = pool.prefix_stats().n_hit_tokens;
+  m.preemptions_total = scheduler_.n_preemptions();
+  m.time_to_first_token = ttft_.snapshot();
+  m.inter_token_latency = itl_.snapshot();
+  std::lock_guard<std::mutex> lock(metrics_mutex_);
+  published_ = std::move(m);
+}
+
+void EngineCore::loop() {
+  while (!stopping_) {
+    take_inbox();
+    handle_cancellations();
+    retire_finished_requests();
+    step();
+    retire_finished_requests();
+    n_queued_ = static_cast<int64_t>(scheduler_.n_waiting()) + [&] {
+      std::lock_guard<std::mutex> lock(inbox_mutex_);
+      return static_cast<int64_t>(inbox_.size());
+    }();
+    publish_metrics();
+    if (scheduler_.n_running() == 0 && scheduler_.n_waiting() == 0) {
+      std::unique_lock<std::mutex> lock(signal_->mutex);
+      signal_->wake.wait(lock, [&] { return signal_->pending || stopping_; });
+      signal_->pending = false;
+    }
+  }
+}
+
+EngineMetrics EngineCore::metrics() const {
+  std::lock_guard<std::mutex> lock(metrics_mutex_);
+  return published_;
+}
+
+Engine::Engine(ModelInstance& model, const EngineOptions& options)
+    : core_(std::make_unique<EngineCore>(model, options)) {}
+Engine::~Engine() = default;
+Result<std::shared_ptr<RequestStream>> Engine::submit(RequestOptions options) {
+  return core_->submit(std::move(options));
+}
+EngineMetrics Engine::metrics() const { return core_->metrics(); }
+int64_t Engine::max_context() const { return core_->max_context(); }
+
+}  // namespace specstack

@@ -1,0 +1,15 @@
+// Log-probabilities of the model's raw distribution (before penalties and
+// temperature, as vLLM reports them by default) for OpenAI logprobs fields.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/engine_api.h"
+
+namespace specstack {
+
+// logits [vocab]; returns the chosen token's logprob and the top_n best
+// alternatives in descending order (ties to the lower id).
+TokenLogprob compute_logprobs(const float* logits, int64_t vocab, int32_t token, int32_t top_n);
+
+}  // namespace specstack

@@ -1,0 +1,75 @@
+// The engine loop's view of requests: a Request (one per submit) owns one
+// Sequence per choice, and a StreamState shared with the HTTP thread's
+// RequestStream. Only the loop thread touches Request and Sequence.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "engine/engine_api.h"
+#include "engine/sampler.h"
+#include "kv/kv_manager.h"
+
+namespace specstack {
+
+using Clock = std::chrono::steady_clock;
+
+// Shared between the loop (producer) and one HTTP thread (consumer).
+struct StreamState {
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::deque<RequestEvent> events;
+  int32_t n_choices = 1;
+  int32_t n_finished = 0;   // choices whose finish event was pushed
+  RequestStats stats;
+  std::atomic<bool> cancel_requested{false};
+
+  void push(RequestEvent event) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (event.finish) ++n_finished;
+      events.push_back(std::move(event));
+    }
+    ready.notify_all();
+  }
+};
+
+struct Request;
+
+// One choice: the unit the scheduler runs. `tokens` holds every token whose KV
+// the sequence needs (prompt + generated); the first n_computed have KV.
+struct Sequence {
+  explicit Sequence(KvSequence kv_sequence) : kv(std::move(kv_sequence)) {}
+
+  Request* request = nullptr;
+  int32_t choice = 0;
+  KvSequence kv;
+  std::vector<int32_t> tokens;
+  int32_t n_computed = 0;
+  int32_t n_generated = 0;
+  std::optional<Sampler> sampler;
+  bool admitted = false;   // has KV (running) vs waiting
+  bool finished = false;
+  uint64_t admit_order = 0;  // larger = admitted later (preempted first)
+  Clock::time_point last_token_time;
+
+  int32_t n_needed() const { return static_cast<int32_t>(tokens.size()) - n_computed; }
+};
+
+struct Request {
+  uint64_t id = 0;
+  RequestOptions options;
+  std::shared_ptr<StreamState> stream;
+  std::vector<std::unique_ptr<Sequence>> sequences;  // [n]; forks appear after prefill
+  Clock::time_point arrival;
+  bool first_token_sent = false;
+  bool prompt_cached_counted = false;
+};
+
+}  // namespace specstack

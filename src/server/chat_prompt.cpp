@@ -1,0 +1,127 @@
+#include "server/chat_prompt.h"
+
+#include <string>
+
+namespace specstack {
+namespace {
+
+Result<Json> flatten_content(const Json& content, size_t index) {
+  if (content.is_null() || content.is_string()) return content;
+  if (!content.is_array()) {
+    return errorf("'messages[{}].content' must be a string or an array of content parts, got {}",
+                  index, json_type_name(content));
+  }
+  std::string text;
+  for (size_t part = 0; part < content.size(); ++part) {
+    const Json& item = content[part];
+    const auto type = item.is_object() ? item.find("type") : item.end();
+    if (!item.is_object() || type == item.end() || !type->is_string()) {
+      return errorf("'messages[{}].content[{}]' must be an object with a string 'type'", index,
+                    part);
+    }
+    if (*type != "text") {
+      return errorf("'messages[{}].content[{}]': only 'text' content parts are supported, got '{}'",
+                    index, part, type->get<std::string>());
+    }
+    const auto part_text = item.find("text");
+    if (part_text == item.end() || !part_text->is_string()) {
+      return errorf("'messages[{}].content[{}].text' must be a string", index, part);
+    }
+    if (part > 0) text += "\n";
+    text += part_text->get<std::string>();
+  }
+  return Json(std::move(text));
+}
+
+// vLLM's continue_final_message: the prompt ends inside the last message, so
+// cut the rendering right after that message's content.
+Result<std::string> cut_after_final_content(const std::string& rendered, const Json& messages) {
+  const Json& last = messages.back();
+  const auto content = last.find("content");
+  if (content == last.end() || !content->is_string() || content->get<std::string>().empty()) {
+    return make_error("'continue_final_message' needs a final message with non-empty content");
+  }
+  const std::string& text = content->get_ref<const std::string&>();
+  const size_t at = rendered.rfind(text);
+  if (at == std::string::npos) {
+    return make_error(
+        "'continue_final_message': the chat template does not reproduce the final message's "
+        "content verbatim");
+  }
+  return rendered.substr(0, at + text.size());
+}
+
+}  // namespace
+
+Result<Json> normalize_messages(const Json& body) {
+  const auto messages = body.find("messages");
+  if (messages == body.end() || messages->is_null()) return make_error("'messages' is required");
+  if (!messages->is_array()) {
+    return errorf("'messages' must be an array, got {}", json_type_name(*messages));
+  }
+  if (messages->empty()) return make_error("'messages' must not be empty");
+  Json normalized = Json::array();
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const Json& message = (*messages)[i];
+    if (!message.is_object()) {
+      return errorf("'messages[{}]' must be an object, got {}", i, json_type_name(message));
+    }
+    const auto role = message.find("role");
+    if (role == message.end() || !role->is_string()) {
+      return errorf("'messages[{}].role' must be a string", i);
+    }
+    Json copy = message;
+    if (const auto content = message.find("content"); content != message.end()) {
+      SS_ASSIGN_OR_RETURN(copy["content"], flatten_content(*content, i));
+    }
+    normalized.push_back(std::move(copy));
+  }
+  return normalized;
+}
+
+Result<std::vector<int32_t>> chat_prompt_ids(const Json& body, const ServedModel& model) {
+  if (model.chat_template == nullptr) {
+    return errorf("this model cannot serve chat completions: {}",
+                  model.chat_template_error.empty() ? "it has no chat template"
+                                                    : model.chat_template_error);
+  }
+  SS_ASSIGN_OR_RETURN(Json messages, normalize_messages(body));
+  SS_ASSIGN_OR_RETURN(std::optional<bool> add_generation_prompt,
+                      get_bool(body, "add_generation_prompt"));
+  SS_ASSIGN_OR_RETURN(std::optional<bool> continue_final, get_bool(body, "continue_final_message"));
+  SS_ASSIGN_OR_RETURN(const Json* kwargs, get_object(body, "chat_template_kwargs"));
+  const bool continue_final_message = continue_final.value_or(false);
+  if (continue_final_message && add_generation_prompt.value_or(false)) {
+    return make_error("'continue_final_message' and 'add_generation_prompt' cannot both be true");
+  }
+
+  Json context = Json::object();
+  context["messages"] = messages;
+  context["add_generation_prompt"] = add_generation_prompt.value_or(!continue_final_message);
+  context["bos_token"] = model.tokenizer->bos_token();
+  context["eos_token"] = model.tokenizer->eos_token();
+  if (const auto tools = body.find("tools"); tools != body.end() && !tools->is_null()) {
+    if (!tools->is_array()) {
+      return errorf("'tools' must be an array, got {}", json_type_name(*tools));
+    }
+    context["tools"] = *tools;
+  }
+  if (kwargs != nullptr) {
+    // Template switches such as Qwen3's enable_thinking; they may not replace
+    // the conversation itself.
+    for (const auto& [key, value] : kwargs->items()) {
+      if (key != "messages") context[key] = value;
+    }
+  }
+  auto rendered = model.chat_template->render(context);
+  if (!rendered.ok()) {
+    return errorf("the chat template could not render these messages: {}", rendered.message());
+  }
+  std::string text = std::move(rendered).value();
+  if (continue_final_message) {
+    SS_ASSIGN_OR_RETURN(text, cut_after_final_content(text, messages));
+  }
+  return model.tokenizer->encode(text, /*add_special_tokens=*/false);
+}
+
+}  // namespace specstack

@@ -1,0 +1,23 @@
+// The prompt of a chat-completions request: `messages` (plus `tools` and the
+// vLLM extensions add_generation_prompt, continue_final_message and
+// chat_template_kwargs) rendered with the model's chat template, then
+// tokenized without adding special tokens (the template writes BOS itself).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "base/status.h"
+#include "server/openai_request.h"
+#include "server/request_fields.h"
+
+namespace specstack {
+
+// Content given as an array of parts is flattened to one string: text parts
+// joined with "\n" (as vLLM does for templates that expect strings); any other
+// part type is rejected.
+Result<Json> normalize_messages(const Json& body);
+
+Result<std::vector<int32_t>> chat_prompt_ids(const Json& body, const ServedModel& model);
+
+}  // namespace specstack

@@ -1,0 +1,50 @@
+// POST /v1/completions and /v1/chat/completions bodies parsed into native
+// types: the prompt as token ids (after the chat template and tokenization),
+// validated sampling options and the response flags. Everything the engine
+// would reject is rejected here first, with a message that names the field.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+#include "chat/chat_template.h"
+#include "engine/engine_api.h"
+#include "tokenizer/tokenizer.h"
+
+namespace specstack {
+
+enum class ApiEndpoint { kApiCompletions, kApiChatCompletions };
+
+// What parsing needs to know about the model being served.
+struct ServedModel {
+  const Tokenizer* tokenizer = nullptr;         // required
+  const ChatTemplate* chat_template = nullptr;  // null: chat requests fail with chat_template_error
+  std::string chat_template_error;              // why there is no chat template
+  std::string name;                             // the only accepted `model`
+  int64_t max_context = 0;                      // prompt + completion tokens; <= 0: unchecked
+  int64_t vocab_size = 0;                       // valid prompt ids are [0, vocab_size)
+};
+
+struct OpenAiRequest {
+  ApiEndpoint endpoint = ApiEndpoint::kApiCompletions;
+  RequestOptions options;          // prompt ids, sampling params (incl. stop strings), n, top_logprobs
+  bool stream = false;
+  bool include_usage = false;      // stream_options.include_usage
+  bool skip_special_tokens = true;  // in the returned text (vLLM's default)
+};
+
+// Limits on what one request may ask for.
+inline constexpr int64_t kMaxChoices = 128;             // n
+inline constexpr int64_t kMaxCompletionLogprobs = 5;    // completions `logprobs`
+inline constexpr int64_t kMaxChatTopLogprobs = 20;      // chat `top_logprobs`
+inline constexpr size_t kMaxStopStrings = 16;           // `stop` (SamplingParams::validate's cap)
+
+// Errors: kErrorInvalidArgument (400) for malformed JSON, invalid UTF-8, wrong
+// types, out-of-range values and prompt + max_tokens over the context;
+// kErrorNotFound (404) for a `model` other than the served one.
+Result<OpenAiRequest> parse_openai_request(ApiEndpoint endpoint, std::string_view body,
+                                           const ServedModel& model);
+
+}  // namespace specstack

@@ -1,0 +1,81 @@
+// JSON of OpenAI responses: whole completions / chat completions, the SSE
+// chunks of streamed ones and their usage. Pure functions of already
+// detokenized text, so the shapes are tested without an engine.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "engine/engine_api.h"
+#include "server/openai_request.h"
+#include "server/request_fields.h"
+
+namespace specstack {
+
+struct ResponseHeader {
+  ApiEndpoint endpoint = ApiEndpoint::kApiCompletions;
+  std::string id;        // "cmpl-..." / "chatcmpl-..."
+  int64_t created = 0;   // unix seconds
+  std::string model;
+};
+
+// One generated token's log probability with its text instead of its id.
+struct TokenLogprobText {
+  std::string token;
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;  // best alternatives, descending
+};
+
+struct UsageCounts {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;
+};
+
+// What one choice has to say: its whole output (non-streaming) or what is new
+// since the last chunk (streaming).
+struct ChoiceOutput {
+  int32_t index = 0;
+  bool first_chunk = false;  // streamed chat: the delta also carries role "assistant"
+  std::string text;
+  std::vector<TokenLogprobText> logprobs;
+  int64_t text_offset = 0;   // completions logprobs: offset of this output in the choice's text
+  std::optional<FinishReason> finish;
+};
+
+// "stop", "length"; "abort" only when the engine ended the request itself
+// (e.g. at shutdown) while a client was still waiting.
+const char* finish_reason_name(FinishReason reason);
+
+Json usage_json(const UsageCounts& usage);
+
+// The `logprobs` of one choice: completions {tokens, token_logprobs,
+// top_logprobs, text_offset}, chat {content: [{token, logprob, bytes,
+// top_logprobs}]}. Non-finite log probabilities become -9999.0.
+Json logprobs_json(ApiEndpoint endpoint, const std::vector<TokenLogprobText>& logprobs,
+                   int64_t text_offset);
+
+// A whole (non-streaming) response. want_logprobs: the request asked for them.
+Json completion_response(const ResponseHeader& header, const std::vector<ChoiceOutput>& choices,
+                         const UsageCounts& usage, bool want_logprobs);
+
+// One SSE chunk for one choice. with_null_usage: stream_options.include_usage
+// was set, so every chunk but the last carries "usage": null.
+Json stream_chunk(const ResponseHeader& header, const ChoiceOutput& delta, bool want_logprobs,
+                  bool with_null_usage);
+
+// The final usage chunk of a stream with include_usage: no choices.
+Json usage_chunk(const ResponseHeader& header, const UsageCounts& usage);
+
+// "data: <json>\n\n". Invalid UTF-8 (never expected) is replaced, not thrown.
+std::string sse_event(const Json& chunk);
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+
+// The compact JSON text of a response body, replacing invalid UTF-8.
+std::string json_text(const Json& value);
+
+}  // namespace specstack
