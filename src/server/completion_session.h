@@ -24,6 +24,7 @@ struct SessionOptions {
   ResponseHeader header;
   int32_t n = 1;
   int32_t top_logprobs = -1;  // -1: no logprobs
+  bool stream = false;        // SSE chunks (poll_stream) or one response (poll)
   bool include_usage = false;
   bool skip_special_tokens = true;
   std::vector<std::string> stop_strings;
@@ -49,7 +50,8 @@ class CompletionSession {
   // Non-streaming: the same, keeping the text for response().
   void poll(std::chrono::milliseconds timeout);
 
-  bool finished() const;  // every choice has ended (for streaming: [DONE] was returned)
+  // Every choice has ended; when streaming, "data: [DONE]" was returned too.
+  bool finished() const;
   Json response() const;  // the non-streaming body; valid once finished()
   UsageCounts usage() const;
   void cancel();          // idempotent
@@ -60,6 +62,7 @@ class CompletionSession {
   ChoiceOutput apply(const RequestEvent& event);
   void append_logprobs(Choice& choice, const TokenLogprob& logprob, ChoiceOutput& out) const;
   bool all_choices_finished() const;
+  bool all_engine_finished() const;
   // Reads what the engine has ready: the first wait up to timeout, then
   // without waiting. Returns the choices' outputs in arrival order.
   std::vector<ChoiceOutput> drain(std::chrono::milliseconds timeout);
@@ -70,7 +73,6 @@ class CompletionSession {
   std::vector<std::unique_ptr<Choice>> choices_;
   bool streaming_started_ = false;
   bool stream_closed_ = false;  // [DONE] produced
-  bool cancelled_ = false;
 };
 
 }  // namespace specstack

@@ -1,0 +1,200 @@
+#include "server/completion_session.h"
+
+#include "base/check.h"
+
+namespace specstack {
+
+struct CompletionSession::Choice {
+  Choice(const Tokenizer& tokenizer, const SessionOptions& options)
+      : decoder(tokenizer, options.skip_special_tokens), stops(options.stop_strings) {}
+
+  StreamDecoder decoder;
+  StopStringMatcher stops;
+  std::string text;                        // everything emitted so far
+  std::vector<TokenLogprobText> logprobs;  // every token consumed so far
+  int64_t logprob_text_offset = 0;         // completions text_offset of the next token
+  int64_t n_tokens = 0;                    // consumed tokens (up to the stop string)
+  std::optional<FinishReason> finish;      // as the client sees it
+  bool engine_finished = false;            // the engine sent this choice's last event
+};
+
+SessionOptions session_options_for(const OpenAiRequest& request, ResponseHeader header) {
+  SessionOptions options;
+  options.header = std::move(header);
+  options.n = request.options.n;
+  options.top_logprobs = request.options.top_logprobs;
+  options.stream = request.stream;
+  options.include_usage = request.include_usage;
+  options.skip_special_tokens = request.skip_special_tokens;
+  options.stop_strings = request.options.params.stop_strings;
+  options.prompt_tokens = static_cast<int64_t>(request.options.prompt.size());
+  return options;
+}
+
+CompletionSession::CompletionSession(const Tokenizer& tokenizer, SessionOptions options,
+                                     std::shared_ptr<RequestStream> stream)
+    : tokenizer_(&tokenizer), options_(std::move(options)), stream_(std::move(stream)) {
+  SS_CHECK(stream_ != nullptr);
+  SS_CHECK_GE(options_.n, 1);
+  for (int32_t i = 0; i < options_.n; ++i) {
+    choices_.push_back(std::make_unique<Choice>(*tokenizer_, options_));
+  }
+}
+
+CompletionSession::~CompletionSession() { cancel(); }
+
+void CompletionSession::cancel() {
+  // Cancelling a finished request is a no-op in the engine; skipping it keeps
+  // the engine's abort counter meaningful.
+  if (!all_engine_finished() && !stream_->done()) stream_->cancel();
+}
+
+bool CompletionSession::all_choices_finished() const {
+  for (const auto& choice : choices_) {
+    if (!choice->finish) return false;
+  }
+  return true;
+}
+
+bool CompletionSession::all_engine_finished() const {
+  for (const auto& choice : choices_) {
+    if (!choice->engine_finished) return false;
+  }
+  return true;
+}
+
+bool CompletionSession::finished() const {
+  return all_choices_finished() && (!options_.stream || stream_closed_);
+}
+
+void CompletionSession::append_logprobs(Choice& choice, const TokenLogprob& logprob,
+                                        ChoiceOutput& out) const {
+  TokenLogprobText item;
+  item.token = tokenizer_->decode(std::vector<int32_t>{logprob.token});
+  item.logprob = logprob.logprob;
+  const size_t n_top = std::min(logprob.top.size(), static_cast<size_t>(options_.top_logprobs));
+  for (size_t i = 0; i < n_top; ++i) {
+    item.top.emplace_back(tokenizer_->decode(std::vector<int32_t>{logprob.top[i].first}),
+                          logprob.top[i].second);
+  }
+  if (out.logprobs.empty()) out.text_offset = choice.logprob_text_offset;
+  choice.logprob_text_offset += static_cast<int64_t>(item.token.size());
+  out.logprobs.push_back(item);
+  choice.logprobs.push_back(std::move(item));
+}
+
+ChoiceOutput CompletionSession::apply(const RequestEvent& event) {
+  SS_CHECK_GE(event.choice, 0);
+  SS_CHECK_LT(event.choice, options_.n);
+  Choice& choice = *choices_[static_cast<size_t>(event.choice)];
+  ChoiceOutput out;
+  out.index = event.choice;
+  const bool finished_before = choice.finish.has_value();
+  if (event.finish) choice.engine_finished = true;
+  if (finished_before) return out;  // tokens after a stop string: nothing new to say
+
+  const bool want_logprobs = options_.top_logprobs >= 0;
+  for (size_t i = 0; i < event.tokens.size(); ++i) {
+    ++choice.n_tokens;
+    if (want_logprobs && i < event.logprobs.size()) {
+      append_logprobs(choice, event.logprobs[i], out);
+    }
+    out.text += choice.stops.push(choice.decoder.push(event.tokens[i]));
+    if (choice.stops.stopped()) {
+      choice.finish = FinishReason::kFinishStop;
+      break;
+    }
+  }
+  if (!choice.finish && event.finish) {
+    out.text += choice.stops.push(choice.decoder.flush());
+    out.text += choice.stops.flush();
+    // A stop string completed by the flushed text still means "stop".
+    choice.finish = choice.stops.stopped() ? FinishReason::kFinishStop : *event.finish;
+  }
+  choice.text += out.text;
+  out.finish = choice.finish;
+  if (choice.finish && all_choices_finished() && !all_engine_finished()) cancel();
+  return out;
+}
+
+std::vector<ChoiceOutput> CompletionSession::drain(std::chrono::milliseconds timeout) {
+  std::vector<ChoiceOutput> outputs;
+  // Bounded so a fast engine cannot keep one writer from ever returning.
+  constexpr int kMaxEventsPerPoll = 256;
+  std::optional<RequestEvent> event = stream_->next(timeout);
+  for (int i = 0; event && i < kMaxEventsPerPoll; ++i) {
+    outputs.push_back(apply(*event));
+    if (i + 1 < kMaxEventsPerPoll) event = stream_->next(std::chrono::milliseconds(0));
+  }
+  if (stream_->done()) {
+    // Every choice must have seen its finish event by now; a choice that did
+    // not (an engine that ended early) still ends instead of hanging.
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      Choice& choice = *choices_[i];
+      if (choice.finish) continue;
+      ChoiceOutput out;
+      out.index = static_cast<int32_t>(i);
+      out.text = choice.stops.push(choice.decoder.flush()) + choice.stops.flush();
+      choice.text += out.text;
+      choice.finish = FinishReason::kFinishAbort;
+      choice.engine_finished = true;
+      out.finish = choice.finish;
+      outputs.push_back(std::move(out));
+    }
+  }
+  return outputs;
+}
+
+std::string CompletionSession::poll_stream(std::chrono::milliseconds timeout) {
+  if (stream_closed_) return {};
+  const bool want_logprobs = options_.top_logprobs >= 0;
+  std::string out;
+  if (!streaming_started_) {
+    streaming_started_ = true;
+    if (options_.header.endpoint == ApiEndpoint::kApiChatCompletions) {
+      // OpenAI opens each chat choice with a role-only delta.
+      for (int32_t i = 0; i < options_.n; ++i) {
+        ChoiceOutput opening;
+        opening.index = i;
+        opening.first_chunk = true;
+        out += sse_event(stream_chunk(options_.header, opening, false, options_.include_usage));
+      }
+    }
+  }
+  for (const ChoiceOutput& delta : drain(out.empty() ? timeout : std::chrono::milliseconds(0))) {
+    // Events of a choice that already ended come back empty, without finish.
+    if (delta.text.empty() && delta.logprobs.empty() && !delta.finish) continue;
+    out += sse_event(stream_chunk(options_.header, delta, want_logprobs, options_.include_usage));
+  }
+  if (all_choices_finished()) {
+    if (options_.include_usage) out += sse_event(usage_chunk(options_.header, usage()));
+    out += kSseDone;
+    stream_closed_ = true;
+  }
+  return out;
+}
+
+void CompletionSession::poll(std::chrono::milliseconds timeout) { drain(timeout); }
+
+UsageCounts CompletionSession::usage() const {
+  UsageCounts usage;
+  usage.prompt_tokens = options_.prompt_tokens;
+  for (const auto& choice : choices_) usage.completion_tokens += choice->n_tokens;
+  usage.cached_tokens = stream_->stats().cached_tokens;
+  return usage;
+}
+
+Json CompletionSession::response() const {
+  std::vector<ChoiceOutput> outputs;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    ChoiceOutput out;
+    out.index = static_cast<int32_t>(i);
+    out.text = choices_[i]->text;
+    out.logprobs = choices_[i]->logprobs;
+    out.finish = choices_[i]->finish;
+    outputs.push_back(std::move(out));
+  }
+  return completion_response(options_.header, outputs, usage(), options_.top_logprobs >= 0);
+}
+
+}  // namespace specstack

@@ -1,0 +1,123 @@
+#include "server/metrics.h"
+
+#include <fmt/format.h>
+
+namespace specstack {
+namespace {
+
+void header(std::string& out, std::string_view name, std::string_view type,
+            std::string_view help) {
+  fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+template <typename T>
+void sample(std::string& out, std::string_view name, std::string_view type, std::string_view help,
+            T value) {
+  header(out, name, type, help);
+  fmt::format_to(std::back_inserter(out), "{} {}\n", name, value);
+}
+
+// Buckets are cumulative; HistogramSnapshot::counts holds one count per bound
+// and then the +Inf count. A snapshot without buckets (an engine that has not
+// observed anything yet) still exposes the +Inf bucket, _sum and _count.
+void histogram(std::string& out, std::string_view name, std::string_view help,
+               const HistogramSnapshot& snapshot) {
+  header(out, name, "histogram", help);
+  if (snapshot.counts.size() == snapshot.bounds.size() + 1) {
+    for (size_t i = 0; i < snapshot.bounds.size(); ++i) {
+      fmt::format_to(std::back_inserter(out), "{}_bucket{{le=\"{}\"}} {}\n", name,
+                     snapshot.bounds[i], snapshot.counts[i]);
+    }
+  }
+  fmt::format_to(std::back_inserter(out), "{}_bucket{{le=\"+Inf\"}} {}\n", name, snapshot.count);
+  fmt::format_to(std::back_inserter(out), "{}_sum {}\n{}_count {}\n", name, snapshot.sum, name,
+                 snapshot.count);
+}
+
+}  // namespace
+
+void HttpCounters::record(int status) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++by_status_[status];
+}
+
+std::vector<std::pair<int, int64_t>> HttpCounters::snapshot() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {by_status_.begin(), by_status_.end()};
+}
+
+ThroughputRates ThroughputMeter::observe(std::chrono::steady_clock::time_point now,
+                                         int64_t prompt_tokens_total,
+                                         int64_t generation_tokens_total) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  samples_.push_back(Sample{now, prompt_tokens_total, generation_tokens_total});
+  // Keep one sample at or before the window's start so the rate spans it all.
+  while (samples_.size() > 2 && samples_[1].time <= now - window_) samples_.pop_front();
+  ThroughputRates rates;
+  const Sample& first = samples_.front();
+  const double seconds = std::chrono::duration<double>(now - first.time).count();
+  if (samples_.size() < 2 || seconds <= 0) return rates;
+  rates.prompt_tokens_per_s = static_cast<double>(prompt_tokens_total - first.prompt_tokens) / seconds;
+  rates.generation_tokens_per_s =
+      static_cast<double>(generation_tokens_total - first.generation_tokens) / seconds;
+  return rates;
+}
+
+std::string render_prometheus(const EngineMetrics& engine,
+                              const std::vector<std::pair<int, int64_t>>& http_responses,
+                              const ThroughputRates& rates) {
+  std::string out;
+  sample(out, "specstack_num_requests_waiting", "gauge", "Requests waiting to be scheduled.",
+         engine.n_waiting);
+  sample(out, "specstack_num_requests_running", "gauge", "Requests being computed.",
+         engine.n_running);
+  sample(out, "specstack_kv_blocks_total", "gauge", "KV cache blocks in the pool.",
+         engine.kv_blocks_total);
+  sample(out, "specstack_kv_blocks_free", "gauge",
+         "KV cache blocks no request holds (cached blocks included).", engine.kv_blocks_free);
+  sample(out, "specstack_kv_blocks_cached", "gauge", "KV cache blocks in the prefix cache.",
+         engine.kv_blocks_cached);
+  const double usage = engine.kv_blocks_total > 0
+                           ? static_cast<double>(engine.kv_blocks_total - engine.kv_blocks_free) /
+                                 static_cast<double>(engine.kv_blocks_total)
+                           : 0.0;
+  sample(out, "specstack_kv_cache_usage_ratio", "gauge",
+         "Fraction of KV cache blocks held by requests.", usage);
+  sample(out, "specstack_prefix_cache_queries_total", "counter",
+         "Prompt tokens looked up in the prefix cache.", engine.prefix_cache_queried_tokens);
+  sample(out, "specstack_prefix_cache_hits_total", "counter",
+         "Prompt tokens found in the prefix cache.", engine.prefix_cache_hit_tokens);
+  const double hit_rate = engine.prefix_cache_queried_tokens > 0
+                              ? static_cast<double>(engine.prefix_cache_hit_tokens) /
+                                    static_cast<double>(engine.prefix_cache_queried_tokens)
+                              : 0.0;
+  sample(out, "specstack_prefix_cache_hit_rate", "gauge",
+         "Prefix cache hits / queries (tokens) since start.", hit_rate);
+  sample(out, "specstack_prompt_tokens_total", "counter", "Prompt tokens processed.",
+         engine.prompt_tokens_total);
+  sample(out, "specstack_generation_tokens_total", "counter", "Tokens generated.",
+         engine.generation_tokens_total);
+  sample(out, "specstack_avg_prompt_throughput_tokens_per_second", "gauge",
+         "Prompt tokens/s over the last few seconds.", rates.prompt_tokens_per_s);
+  sample(out, "specstack_avg_generation_throughput_tokens_per_second", "gauge",
+         "Generated tokens/s over the last few seconds.", rates.generation_tokens_per_s);
+  sample(out, "specstack_requests_finished_total", "counter", "Requests finished.",
+         engine.requests_finished_total);
+  sample(out, "specstack_requests_aborted_total", "counter", "Requests cancelled or aborted.",
+         engine.requests_aborted_total);
+  sample(out, "specstack_preemptions_total", "counter", "Requests preempted for KV space.",
+         engine.preemptions_total);
+  sample(out, "specstack_engine_steps_total", "counter", "Engine steps run.", engine.steps_total);
+  histogram(out, "specstack_time_to_first_token_seconds", "Time from arrival to first token.",
+            engine.time_to_first_token);
+  histogram(out, "specstack_inter_token_latency_seconds", "Time between consecutive tokens.",
+            engine.inter_token_latency);
+  header(out, "specstack_http_requests_total", "counter", "HTTP responses by status code.");
+  for (const auto& [status, count] : http_responses) {
+    fmt::format_to(std::back_inserter(out), "specstack_http_requests_total{{code=\"{}\"}} {}\n",
+                   status, count);
+  }
+  return out;
+}
+
+}  // namespace specstack
