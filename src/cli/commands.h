@@ -35,5 +35,7 @@ int report_error(const std::string& message);
 
 std::function<int()> add_generate_command(CLI::App& app);
 std::function<int()> add_logits_command(CLI::App& app);
+// `bench` groups the benchmark subcommands (bench serve, ...).
+std::function<int()> add_bench_command(CLI::App& app);
 
 }  // namespace specstack::cli

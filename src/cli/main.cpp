@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::function<int()> run_generate = specstack::cli::add_generate_command(app);
   std::function<int()> run_logits = specstack::cli::add_logits_command(app);
+  std::function<int()> run_bench = specstack::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   try {
     if (app.got_subcommand("generate")) return run_generate();
     if (app.got_subcommand("logits")) return run_logits();
+    if (app.got_subcommand("bench")) return run_bench();
   } catch (const std::exception& error) {
     return specstack::cli::report_error(error.what());
   }

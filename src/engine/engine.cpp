@@ -78,6 +78,10 @@ class EngineCore {
   Result<std::shared_ptr<RequestStream>> submit(RequestOptions options);
   EngineMetrics metrics() const;
   int64_t max_context() const { return max_context_; }
+  std::vector<StepRecord> step_records() const {
+    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    return step_records_;
+  }
 
  private:
   void loop();
@@ -110,6 +114,8 @@ class EngineCore {
 
   mutable std::mutex metrics_mutex_;
   EngineMetrics published_;
+  std::vector<StepRecord> step_records_;  // guarded by metrics_mutex_
+  const Clock::time_point start_time_ = Clock::now();
 
   std::atomic<bool> stopping_{false};
   std::thread thread_;
@@ -322,6 +328,7 @@ void EngineCore::step() {
     ++seq->request->stream->stats.preemptions;
   }
   if (scheduled.empty()) return;
+  const auto step_start = Clock::now();
   StepOutput output = model_.runner().run(scheduled.plan);
   scheduler_.commit(scheduled);
   ++counters_.steps_total;
@@ -331,6 +338,17 @@ void EngineCore::step() {
     if (!chunk.wants_logits) continue;
     on_logits(chunk.seq, output.logits.f32() + row * vocab_);
     ++row;
+  }
+  if (options_.record_steps) {
+    const auto now = Clock::now();
+    StepRecord record;
+    record.start_seconds = std::chrono::duration<double>(step_start - start_time_).count();
+    record.seconds = std::chrono::duration<double>(now - step_start).count();
+    record.n_tokens = static_cast<int32_t>(scheduled.plan.n_tokens());
+    record.n_decode = static_cast<int32_t>(row);
+    record.n_running = static_cast<int32_t>(scheduler_.n_running());
+    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    step_records_.push_back(record);
   }
 }
 
@@ -384,5 +402,6 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(RequestOptions options) {
 }
 EngineMetrics Engine::metrics() const { return core_->metrics(); }
 int64_t Engine::max_context() const { return core_->max_context(); }
+std::vector<StepRecord> Engine::step_records() const { return core_->step_records(); }
 
 }  // namespace specstack

@@ -24,6 +24,16 @@ struct EngineOptions {
   bool enable_prefix_caching = true;
   int64_t max_model_len = 0;              // 0: the model's max_position_embeddings
   bool static_batching = false;           // benchmark baseline: admit only when nothing runs
+  bool record_steps = false;              // keep a StepRecord per step (benchmarks)
+};
+
+// One engine step, for benchmark phase analysis.
+struct StepRecord {
+  double start_seconds = 0;  // since the engine started
+  double seconds = 0;        // schedule + forward + sampling
+  int32_t n_tokens = 0;      // tokens in the step's plan
+  int32_t n_decode = 0;      // sequences that produced a token
+  int32_t n_running = 0;     // running sequences after the step
 };
 
 class EngineCore;  // the loop thread's state (scheduler, sequences)
@@ -38,6 +48,8 @@ class Engine final : public InferenceEngine {
   Result<std::shared_ptr<RequestStream>> submit(RequestOptions options) override;
   EngineMetrics metrics() const override;
   int64_t max_context() const override;
+  // Steps recorded so far (empty unless EngineOptions::record_steps).
+  std::vector<StepRecord> step_records() const;
 
  private:
   std::unique_ptr<EngineCore> core_;

@@ -1,0 +1,372 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <cstdio>
+#include <optional>
+#include <random>
+
+#include "chat/chat_template.h"
+#include "server/completion_session.h"
+#include "server/errors.h"
+#include "server/metrics.h"
+#include "server/openai_request.h"
+
+namespace specstack {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void send_json(httplib::Response& res, int status, const Json& body) {
+  res.status = status;
+  res.set_content(json_text(body), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& error) {
+  res.status = error.status;
+  if (error.retry_after_seconds > 0) {
+    res.set_header("Retry-After", std::to_string(error.retry_after_seconds));
+  }
+  res.set_content(error_body(error), "application/json");
+}
+
+// Takes the same time wherever the first difference is, so response timing
+// does not reveal how much of a guessed key was right. `expected` is not empty.
+bool same_secret(std::string_view given, std::string_view expected) {
+  size_t diff = given.size() ^ expected.size();
+  for (size_t i = 0; i < given.size(); ++i) {
+    diff |= static_cast<unsigned char>(given[i] ^ expected[i % expected.size()]);
+  }
+  return diff == 0;
+}
+
+const char* status_text(int status) {
+  switch (status) {
+    case 400:
+      return "Bad Request";
+    case 413:
+      return "Payload Too Large";
+    case 414:
+      return "URI Too Long";
+    case 416:
+      return "Range Not Satisfiable";
+    default:
+      return status >= 500 ? "Internal Server Error" : "Error";
+  }
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Impl(InferenceEngine& engine_in, const Tokenizer& tokenizer_in, HttpServerOptions options_in)
+      : engine(engine_in), tokenizer(tokenizer_in), options(std::move(options_in)) {
+    served.tokenizer = &tokenizer;
+    served.name = options.served_model_name;
+    served.max_context = engine.max_context();
+    served.vocab_size = options.vocab_size > 0 ? options.vocab_size : tokenizer.vocab_size();
+    if (tokenizer.chat_template().empty()) {
+      served.chat_template_error = "its tokenizer_config.json has no chat_template";
+    } else if (auto parsed = ChatTemplate::parse(tokenizer.chat_template()); parsed.ok()) {
+      chat_template.emplace(std::move(parsed).value());
+      served.chat_template = &*chat_template;
+    } else {
+      served.chat_template_error = "its chat template does not parse: " + parsed.message();
+    }
+    created = static_cast<int64_t>(std::time(nullptr));
+    id_rng.seed(std::random_device{}());
+    setup_routes();
+  }
+
+  void setup_routes();
+  bool authorized(const httplib::Request& req, httplib::Response& res) const;
+  void handle_completion(ApiEndpoint endpoint, const httplib::Request& req,
+                         httplib::Response& res, const httplib::ContentReader& reader);
+  void start_response(const std::shared_ptr<CompletionSession>& session, bool stream,
+                      httplib::Response& res);
+  std::string next_id(const char* prefix);
+  Json model_card() const;
+
+  InferenceEngine& engine;
+  const Tokenizer& tokenizer;
+  HttpServerOptions options;
+  std::optional<ChatTemplate> chat_template;
+  ServedModel served;
+  int64_t created = 0;
+  httplib::Server server;
+  HttpCounters counters;
+  ThroughputMeter throughput;
+  std::mutex id_mutex;
+  std::mt19937_64 id_rng;
+  // httplib's stop() must run once, and only while listening; a stop that
+  // comes before serve() is remembered here.
+  std::mutex stop_mutex;
+  bool stop_requested = false;
+  bool stop_sent = false;
+};
+
+std::string HttpServer::Impl::next_id(const char* prefix) {
+  std::lock_guard<std::mutex> lock(id_mutex);
+  return fmt::format("{}{:016x}{:08x}", prefix, id_rng(), static_cast<uint32_t>(id_rng()));
+}
+
+Json HttpServer::Impl::model_card() const {
+  Json card = Json::object();
+  card["id"] = served.name;
+  card["object"] = "model";
+  card["created"] = created;
+  card["owned_by"] = "specstack";
+  card["max_model_len"] = served.max_context;
+  return card;
+}
+
+bool HttpServer::Impl::authorized(const httplib::Request& req, httplib::Response& res) const {
+  if (options.api_key.empty()) return true;
+  const std::string header = req.get_header_value("Authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (header.empty()) {
+    send_error(res, make_api_error(401, "Missing API key: send 'Authorization: Bearer <key>'",
+                                   "invalid_api_key"));
+    return false;
+  }
+  if (header.compare(0, kBearer.size(), kBearer) != 0 ||
+      !same_secret(header.substr(kBearer.size()), options.api_key)) {
+    send_error(res, make_api_error(401, "Incorrect API key provided", "invalid_api_key"));
+    return false;
+  }
+  return true;
+}
+
+void HttpServer::Impl::handle_completion(ApiEndpoint endpoint, const httplib::Request& req,
+                                         httplib::Response& res,
+                                         const httplib::ContentReader& reader) {
+  // httplib enforces the limit on bodies with a Content-Length; this one
+  // covers chunked uploads too.
+  std::string body;
+  bool too_large = false;
+  const bool read_ok = reader([&](const char* data, size_t length) {
+    if (body.size() + length > options.max_body_bytes) {
+      too_large = true;
+      return false;
+    }
+    body.append(data, length);
+    return true;
+  });
+  if (too_large || res.status == 413) {
+    // The rest of the body stays unread, so this connection cannot carry another request.
+    res.set_header("Connection", "close");
+    send_error(res, make_api_error(413, fmt::format("request body is larger than {} bytes",
+                                                    options.max_body_bytes)));
+    return;
+  }
+  if (!read_ok) {
+    res.set_header("Connection", "close");
+    send_error(res, make_api_error(400, "could not read the request body"));
+    return;
+  }
+  if (!authorized(req, res)) return;
+
+  auto request = parse_openai_request(endpoint, body, served);
+  if (!request.ok()) return send_error(res, api_error_from(request.error()));
+  const bool stream = request->stream;
+  ResponseHeader header;
+  header.endpoint = endpoint;
+  header.id = next_id(endpoint == ApiEndpoint::kApiChatCompletions ? "chatcmpl-" : "cmpl-");
+  header.created = static_cast<int64_t>(std::time(nullptr));
+  header.model = served.name;
+  SessionOptions session_options = session_options_for(*request, std::move(header));
+
+  auto submitted = engine.submit(std::move(request->options));
+  if (!submitted.ok()) return send_error(res, api_error_from(submitted.error()));
+  auto session = std::make_shared<CompletionSession>(tokenizer, std::move(session_options),
+                                                     std::move(submitted).value());
+  start_response(session, stream, res);
+}
+
+void HttpServer::Impl::start_response(const std::shared_ptr<CompletionSession>& session,
+                                      bool stream, httplib::Response& res) {
+  res.status = 200;
+  if (stream) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");  // reverse proxies: do not buffer SSE
+  }
+  auto last_write = std::make_shared<Clock::time_point>(Clock::now());
+  const HttpServerOptions& opts = options;
+  // The provider runs on this worker thread after the handler returns; it
+  // returns false (ending the response) when a write fails, i.e. the client
+  // has gone. The releaser runs however the response ends.
+  auto provider = [session, stream, last_write, &opts](size_t, httplib::DataSink& sink) {
+    std::string out;
+    if (stream) {
+      out = session->poll_stream(opts.poll_interval);
+    } else {
+      session->poll(opts.poll_interval);
+      if (session->finished()) out = json_text(session->response());
+    }
+    const Clock::time_point now = Clock::now();
+    if (out.empty() && now - *last_write >= opts.heartbeat_interval) {
+      out = stream ? ": keep-alive\n\n" : " ";  // an SSE comment / JSON whitespace
+    }
+    if (!out.empty()) {
+      if (!sink.write(out.data(), out.size())) {
+        session->cancel();
+        return false;
+      }
+      *last_write = now;
+    }
+    if (session->finished()) sink.done();
+    return true;
+  };
+  auto releaser = [session](bool) { session->cancel(); };
+  res.set_chunked_content_provider(stream ? "text/event-stream" : "application/json",
+                                   std::move(provider), std::move(releaser));
+}
+
+void HttpServer::Impl::setup_routes() {
+  server.new_task_queue = [n = options.n_threads] {
+    return new httplib::ThreadPool(static_cast<size_t>(std::max(1, n)));
+  };
+  server.set_payload_max_length(options.max_body_bytes);
+
+  server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res,
+                                        const httplib::ContentReader& reader) {
+    handle_completion(ApiEndpoint::kApiCompletions, req, res, reader);
+  });
+  server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res,
+                                             const httplib::ContentReader& reader) {
+    handle_completion(ApiEndpoint::kApiChatCompletions, req, res, reader);
+  });
+  server.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    Json list = Json::object();
+    list["object"] = "list";
+    list["data"] = Json::array({model_card()});
+    send_json(res, 200, list);
+  });
+  server.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    if (req.matches[1] != served.name) {
+      return send_error(res, make_api_error(404,
+                                            fmt::format("The model '{}' does not exist",
+                                                        req.matches[1].str()),
+                                            "model_not_found"));
+    }
+    send_json(res, 200, model_card());
+  });
+  server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200, Json{{"status", "ok"}});
+  });
+  server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    const EngineMetrics metrics = engine.metrics();
+    const ThroughputRates rates = throughput.observe(
+        Clock::now(), metrics.prompt_tokens_total, metrics.generation_tokens_total);
+    res.status = 200;
+    res.set_content(render_prometheus(metrics, counters.snapshot(), rates),
+                    "text/plain; version=0.0.4; charset=utf-8");
+  });
+
+  // Known paths with the wrong method get 405 instead of httplib's 404.
+  auto not_allowed = [](const char* allow) {
+    return [allow](const httplib::Request& req, httplib::Response& res) {
+      res.set_header("Allow", allow);
+      send_error(res, make_api_error(405, fmt::format("Method {} is not allowed for {}; use {}",
+                                                      req.method, req.path, allow)));
+    };
+  };
+  for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+    server.Get(path, not_allowed("POST"));
+    server.Put(path, not_allowed("POST"));
+    server.Patch(path, not_allowed("POST"));
+    server.Delete(path, not_allowed("POST"));
+  }
+  for (const char* path : {"/v1/models", R"(/v1/models/(.+))", "/health", "/metrics"}) {
+    server.Post(path, not_allowed("GET"));
+    server.Put(path, not_allowed("GET"));
+    server.Patch(path, not_allowed("GET"));
+    server.Delete(path, not_allowed("GET"));
+  }
+
+  // Every error httplib produces itself (no route, body too large, bad HTTP)
+  // gets the OpenAI error shape; handlers' own errors already have a body.
+  server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty() || res.content_provider_) return httplib::Server::HandlerResponse::Unhandled;
+    std::string message;
+    switch (res.status) {
+      case 404:
+        message = fmt::format("Unknown route: {} {}", req.method, req.path);
+        break;
+      case 413:
+        message = "request body is too large";
+        res.set_header("Connection", "close");
+        break;
+      default:
+        message = fmt::format("{} {}", res.status, status_text(res.status));
+    }
+    ApiError error = make_api_error(res.status, std::move(message));
+    res.set_content(error_body(error), "application/json");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  server.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
+        std::string what = "internal error";
+        try {
+          if (error) std::rethrow_exception(error);
+        } catch (const std::exception& e) {
+          what = std::string("internal error: ") + e.what();
+        } catch (...) {
+        }
+        send_error(res, make_api_error(500, what));
+      });
+  server.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    counters.record(res.status);
+    if (options.access_log) {
+      std::fprintf(stderr, "specstack: %s %s %s %d\n", req.remote_addr.c_str(),
+                   req.method.c_str(), req.path.c_str(), res.status);
+    }
+  });
+}
+
+HttpServer::HttpServer(InferenceEngine& engine, const Tokenizer& tokenizer,
+                       HttpServerOptions options)
+    : impl_(std::make_unique<Impl>(engine, tokenizer, std::move(options))) {}
+
+HttpServer::~HttpServer() { stop(); }
+
+Result<int> HttpServer::bind() {
+  const std::string& host = impl_->options.host;
+  int port = impl_->options.port;
+  if (port == 0) {
+    port = impl_->server.bind_to_any_port(host);
+    if (port < 0) return errorf("cannot bind to {} (any port)", host);
+  } else if (!impl_->server.bind_to_port(host, port)) {
+    return errorf("cannot bind to {}:{} (in use, or not a local address?)", host, port);
+  }
+  return port;
+}
+
+Status HttpServer::serve() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->stop_mutex);
+    if (impl_->stop_requested) return Status::ok_status();
+  }
+  if (!impl_->server.listen_after_bind()) return make_error("the HTTP listener failed");
+  return Status::ok_status();
+}
+
+void HttpServer::stop() {
+  std::lock_guard<std::mutex> lock(impl_->stop_mutex);
+  impl_->stop_requested = true;
+  // A stop racing with serve()'s start finds it not running yet; callers
+  // that must not miss it (the signal watcher) call stop() again.
+  if (!impl_->stop_sent && impl_->server.is_running()) {
+    impl_->server.stop();
+    impl_->stop_sent = true;
+  }
+}
+
+bool HttpServer::is_running() const { return impl_->server.is_running(); }
+
+const std::string& HttpServer::chat_template_error() const {
+  return impl_->served.chat_template_error;
+}
+
+}  // namespace specstack

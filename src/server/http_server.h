@@ -1,0 +1,66 @@
+// The OpenAI-compatible HTTP server (cpp-httplib): POST /v1/completions,
+// POST /v1/chat/completions (SSE when stream is true), GET /v1/models,
+// GET /health and GET /metrics. Worker threads parse and tokenize requests,
+// submit them to the InferenceEngine and turn its token streams into text;
+// they never touch model state. httplib stays out of this header.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "engine/engine_api.h"
+#include "tokenizer/tokenizer.h"
+
+namespace specstack {
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";  // loopback unless told otherwise
+  int port = 8000;                 // 0: any free port (bind() returns it)
+  std::string api_key;             // non-empty: /v1/* needs "Authorization: Bearer <key>"
+  std::string served_model_name;   // the `model` requests must name (or omit)
+  size_t max_body_bytes = size_t{8} << 20;
+  // Every in-flight request holds one thread for its whole duration (httplib
+  // is thread-per-connection), so this bounds concurrent requests.
+  int n_threads = 64;
+  int64_t vocab_size = 0;  // prompt token ids must be below it; 0: the tokenizer's
+  // How long a response writer waits for engine events before checking the
+  // connection again.
+  std::chrono::milliseconds poll_interval{50};
+  // After this long without writing, a response writes a no-op (an SSE comment,
+  // or a space before the JSON body) so a vanished client is noticed and its
+  // request cancelled even while it waits in the queue.
+  std::chrono::milliseconds heartbeat_interval{1000};
+  bool access_log = false;  // one stderr line per response
+};
+
+class HttpServer {
+ public:
+  // The engine and tokenizer must outlive the server. The tokenizer's chat
+  // template is parsed here; if it fails, chat requests get a 400 that says why.
+  HttpServer(InferenceEngine& engine, const Tokenizer& tokenizer, HttpServerOptions options);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds the listening socket; returns the port (the chosen one for port 0).
+  Result<int> bind();
+  // Serves on the bound socket until stop(); blocks.
+  Status serve();
+  // Thread-safe and idempotent: closes the listener; serve() returns once the
+  // workers are done (streaming responses end at their next poll).
+  void stop();
+  bool is_running() const;
+
+  // "" when the chat template parsed (or there is none).
+  const std::string& chat_template_error() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace specstack
