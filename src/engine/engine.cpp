@@ -256,9 +256,7 @@ void EngineCore::on_logits(Sequence* seq, float* logits) {
                                request.options.n > 1 && seq->choice == 0;
   // n > 1: the prompt's KV is shared by forks that each sample their own token.
   std::vector<Sequence*> samplers = {seq};
-  std::vector<float> shared_logits;
   if (first_of_prompt) {
-    shared_logits.assign(logits, logits + vocab_);
     for (int32_t c = 1; c < request.options.n; ++c) {
       auto child = std::make_unique<Sequence>(model_.kv_manager().fork(seq->kv));
       child->request = &request;
@@ -279,21 +277,24 @@ void EngineCore::on_logits(Sequence* seq, float* logits) {
     request.first_token_sent = true;
     ttft_.observe(std::chrono::duration<double>(now - request.arrival).count());
   }
+  // Sampling modifies the row in place: keep the raw logits when they are
+  // needed again (another fork samples from them, or logprobs are reported).
+  const bool keep_raw = samplers.size() > 1 || request.options.top_logprobs >= 0;
+  std::vector<float> raw;
+  if (keep_raw) raw.assign(logits, logits + vocab_);
   const ModelConfig& config = model_.config();
   for (Sequence* s : samplers) {
-    std::vector<float> row;
-    float* data = logits;
-    if (s != seq || request.options.top_logprobs >= 0) {
-      row.assign(shared_logits.empty() ? logits : shared_logits.data(),
-                 (shared_logits.empty() ? logits : shared_logits.data()) + vocab_);
-      data = row.data();
+    std::vector<float> copy;
+    std::span<float> row(logits, static_cast<size_t>(vocab_));
+    if (keep_raw) {
+      copy = raw;
+      row = std::span<float>(copy);
     }
     RequestEvent event;
     event.choice = s->choice;
-    const int32_t token = s->sampler->sample(std::span<float>(data, static_cast<size_t>(vocab_)));
+    const int32_t token = s->sampler->sample(row);
     if (request.options.top_logprobs >= 0) {
-      const float* raw = shared_logits.empty() ? logits : shared_logits.data();
-      event.logprobs.push_back(compute_logprobs(raw, vocab_, token, request.options.top_logprobs));
+      event.logprobs.push_back(compute_logprobs(raw.data(), vocab_, token, request.options.top_logprobs));
     }
     event.tokens.push_back(token);
     if (s->n_generated > 0) itl_.observe(std::chrono::duration<double>(now - s->last_token_time).count());
