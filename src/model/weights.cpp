@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <thread>
+#include <vector>
 
 #include "model/safetensors.h"
 
@@ -63,25 +65,38 @@ class DummySource final : public WeightSource {
                      bool is_norm) override {
     Tensor out = Tensor::zeros(dtype_, shape);
     const int64_t n = out.numel();
-    uint64_t state = seed_ ^ (std::hash<std::string>{}(name) * 0x9E3779B97F4A7C15ull) ^ 1;
+    const uint64_t stream = seed_ ^ (std::hash<std::string>{}(name) * 0x9E3779B97F4A7C15ull);
     // Uniform noise with std 0.02 (like HF init); norm weights are exactly 1.
+    // Each element is a counter-based hash of its index, so filling splits
+    // over threads and the values do not depend on the thread count.
     const float amplitude = 0.02f * std::sqrt(3.0f);
-    for (int64_t i = 0; i < n; ++i) {
-      float value = 1.0f;
-      if (!is_norm) {
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        uint64_t r = state * 2685821657736338717ull;
-        value = amplitude * (static_cast<float>(r >> 40) * (2.0f / 16777216.0f) - 1.0f);
+    const DType dtype = dtype_;
+    auto fill = [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        float value = 1.0f;
+        if (!is_norm) {
+          uint64_t z = stream + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
+          z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+          z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+          z ^= z >> 31;
+          value = amplitude * (static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f);
+        }
+        switch (dtype) {
+          case DType::kF32: out.f32()[i] = value; break;
+          case DType::kBF16: out.data<uint16_t>()[i] = f32_to_bf16(value); break;
+          case DType::kF16: out.data<uint16_t>()[i] = f32_to_f16(value); break;
+          case DType::kI32: SS_CHECK(false);
+        }
       }
-      switch (dtype_) {
-        case DType::kF32: out.f32()[i] = value; break;
-        case DType::kBF16: out.data<uint16_t>()[i] = f32_to_bf16(value); break;
-        case DType::kF16: out.data<uint16_t>()[i] = f32_to_f16(value); break;
-        case DType::kI32: SS_CHECK(false);
-      }
+    };
+    const int64_t n_threads = n < (1 << 20) ? 1 : std::max(1u, std::thread::hardware_concurrency());
+    std::vector<std::thread> threads;
+    const int64_t chunk = (n + n_threads - 1) / n_threads;
+    for (int64_t t = 1; t < n_threads; ++t) {
+      threads.emplace_back(fill, std::min(n, t * chunk), std::min(n, (t + 1) * chunk));
     }
+    fill(0, std::min(n, chunk));
+    for (auto& thread : threads) thread.join();
     return out;
   }
 

@@ -287,8 +287,11 @@ void HttpServer::Impl::setup_routes() {
 
   // Every error httplib produces itself (no route, body too large, bad HTTP)
   // gets the OpenAI error shape; handlers' own errors already have a body.
-  server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty() || res.content_provider_) return httplib::Server::HandlerResponse::Unhandled;
+  httplib::Server::HandlerWithResponse on_error = [](const httplib::Request& req,
+                                                     httplib::Response& res) {
+    if (!res.body.empty() || res.content_provider_) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
     std::string message;
     switch (res.status) {
       case 404:
@@ -304,7 +307,8 @@ void HttpServer::Impl::setup_routes() {
     ApiError error = make_api_error(res.status, std::move(message));
     res.set_content(error_body(error), "application/json");
     return httplib::Server::HandlerResponse::Handled;
-  });
+  };
+  server.set_error_handler(std::move(on_error));
   server.set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
         std::string what = "internal error";

@@ -93,7 +93,7 @@ Result<Json> parse_json_object(std::string_view body) {
   Json parsed;
   try {
     parsed = Json::parse(body);
-  } catch (const Json::parse_error& error) {
+  } catch (const Json::exception& error) {  // parse_error; out_of_range for 1e999
     std::string what = error.what();
     // "[json.exception.parse_error.101] parse error at ..." -> "parse error at ..."
     if (size_t close = what.find("] "); close != std::string::npos) what.erase(0, close + 2);
