@@ -35,6 +35,8 @@ int report_error(const std::string& message);
 
 std::function<int()> add_generate_command(CLI::App& app);
 std::function<int()> add_logits_command(CLI::App& app);
+// `serve`: the OpenAI-compatible HTTP server.
+std::function<int()> add_serve_command(CLI::App& app);
 // `bench` groups the benchmark subcommands (bench serve, ...).
 std::function<int()> add_bench_command(CLI::App& app);
 

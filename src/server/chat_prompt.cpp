@@ -5,7 +5,7 @@
 namespace specstack {
 namespace {
 
-Result<Json> flatten_content(const Json& content, size_t index) {
+Result<OrderedJson> flatten_content(const OrderedJson& content, size_t index) {
   if (content.is_null() || content.is_string()) return content;
   if (!content.is_array()) {
     return errorf("'messages[{}].content' must be a string or an array of content parts, got {}",
@@ -13,7 +13,7 @@ Result<Json> flatten_content(const Json& content, size_t index) {
   }
   std::string text;
   for (size_t part = 0; part < content.size(); ++part) {
-    const Json& item = content[part];
+    const OrderedJson& item = content[part];
     const auto type = item.is_object() ? item.find("type") : item.end();
     if (!item.is_object() || type == item.end() || !type->is_string()) {
       return errorf("'messages[{}].content[{}]' must be an object with a string 'type'", index,
@@ -30,13 +30,14 @@ Result<Json> flatten_content(const Json& content, size_t index) {
     if (part > 0) text += "\n";
     text += part_text->get<std::string>();
   }
-  return Json(std::move(text));
+  return OrderedJson(std::move(text));
 }
 
 // vLLM's continue_final_message: the prompt ends inside the last message, so
 // cut the rendering right after that message's content.
-Result<std::string> cut_after_final_content(const std::string& rendered, const Json& messages) {
-  const Json& last = messages.back();
+Result<std::string> cut_after_final_content(const std::string& rendered,
+                                            const OrderedJson& messages) {
+  const OrderedJson& last = messages.back();
   const auto content = last.find("content");
   if (content == last.end() || !content->is_string() || content->get<std::string>().empty()) {
     return make_error("'continue_final_message' needs a final message with non-empty content");
@@ -53,16 +54,16 @@ Result<std::string> cut_after_final_content(const std::string& rendered, const J
 
 }  // namespace
 
-Result<Json> normalize_messages(const Json& body) {
+Result<OrderedJson> normalize_messages(const OrderedJson& body) {
   const auto messages = body.find("messages");
   if (messages == body.end() || messages->is_null()) return make_error("'messages' is required");
   if (!messages->is_array()) {
     return errorf("'messages' must be an array, got {}", json_type_name(*messages));
   }
   if (messages->empty()) return make_error("'messages' must not be empty");
-  Json normalized = Json::array();
+  OrderedJson normalized = OrderedJson::array();
   for (size_t i = 0; i < messages->size(); ++i) {
-    const Json& message = (*messages)[i];
+    const OrderedJson& message = (*messages)[i];
     if (!message.is_object()) {
       return errorf("'messages[{}]' must be an object, got {}", i, json_type_name(message));
     }
@@ -70,7 +71,7 @@ Result<Json> normalize_messages(const Json& body) {
     if (role == message.end() || !role->is_string()) {
       return errorf("'messages[{}].role' must be a string", i);
     }
-    Json copy = message;
+    OrderedJson copy = message;
     if (const auto content = message.find("content"); content != message.end()) {
       SS_ASSIGN_OR_RETURN(copy["content"], flatten_content(*content, i));
     }
@@ -79,23 +80,23 @@ Result<Json> normalize_messages(const Json& body) {
   return normalized;
 }
 
-Result<std::vector<int32_t>> chat_prompt_ids(const Json& body, const ServedModel& model) {
+Result<std::vector<int32_t>> chat_prompt_ids(const OrderedJson& body, const ServedModel& model) {
   if (model.chat_template == nullptr) {
-    return errorf("this model cannot serve chat completions: {}",
-                  model.chat_template_error.empty() ? "it has no chat template"
-                                                    : model.chat_template_error);
+    return errorf("this model cannot serve chat completions: {}", model.chat_template_error.empty()
+                                                                      ? "it has no chat template"
+                                                                      : model.chat_template_error);
   }
-  SS_ASSIGN_OR_RETURN(Json messages, normalize_messages(body));
+  SS_ASSIGN_OR_RETURN(OrderedJson messages, normalize_messages(body));
   SS_ASSIGN_OR_RETURN(std::optional<bool> add_generation_prompt,
                       get_bool(body, "add_generation_prompt"));
   SS_ASSIGN_OR_RETURN(std::optional<bool> continue_final, get_bool(body, "continue_final_message"));
-  SS_ASSIGN_OR_RETURN(const Json* kwargs, get_object(body, "chat_template_kwargs"));
+  SS_ASSIGN_OR_RETURN(const OrderedJson* kwargs, get_object(body, "chat_template_kwargs"));
   const bool continue_final_message = continue_final.value_or(false);
   if (continue_final_message && add_generation_prompt.value_or(false)) {
     return make_error("'continue_final_message' and 'add_generation_prompt' cannot both be true");
   }
 
-  Json context = Json::object();
+  OrderedJson context = OrderedJson::object();
   context["messages"] = messages;
   context["add_generation_prompt"] = add_generation_prompt.value_or(!continue_final_message);
   context["bos_token"] = model.tokenizer->bos_token();

@@ -16,8 +16,8 @@ namespace specstack {
 // Content given as an array of parts is flattened to one string: text parts
 // joined with "\n" (as vLLM does for templates that expect strings); any other
 // part type is rejected.
-Result<Json> normalize_messages(const Json& body);
+Result<OrderedJson> normalize_messages(const OrderedJson& body);
 
-Result<std::vector<int32_t>> chat_prompt_ids(const Json& body, const ServedModel& model);
+Result<std::vector<int32_t>> chat_prompt_ids(const OrderedJson& body, const ServedModel& model);
 
 }  // namespace specstack

@@ -41,7 +41,9 @@ CompletionSession::CompletionSession(const Tokenizer& tokenizer, SessionOptions 
   }
 }
 
-CompletionSession::~CompletionSession() { cancel(); }
+CompletionSession::~CompletionSession() {
+  cancel();
+}
 
 void CompletionSession::cancel() {
   // Cancelling a finished request is a no-op in the engine; skipping it keeps
@@ -174,7 +176,9 @@ std::string CompletionSession::poll_stream(std::chrono::milliseconds timeout) {
   return out;
 }
 
-void CompletionSession::poll(std::chrono::milliseconds timeout) { drain(timeout); }
+void CompletionSession::poll(std::chrono::milliseconds timeout) {
+  drain(timeout);
+}
 
 UsageCounts CompletionSession::usage() const {
   UsageCounts usage;
@@ -184,7 +188,7 @@ UsageCounts CompletionSession::usage() const {
   return usage;
 }
 
-Json CompletionSession::response() const {
+OrderedJson CompletionSession::response() const {
   std::vector<ChoiceOutput> outputs;
   for (size_t i = 0; i < choices_.size(); ++i) {
     ChoiceOutput out;

@@ -52,9 +52,9 @@ class CompletionSession {
 
   // Every choice has ended; when streaming, "data: [DONE]" was returned too.
   bool finished() const;
-  Json response() const;  // the non-streaming body; valid once finished()
+  OrderedJson response() const;  // the non-streaming body; valid once finished()
   UsageCounts usage() const;
-  void cancel();          // idempotent
+  void cancel();  // idempotent
 
  private:
   struct Choice;

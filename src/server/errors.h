@@ -13,7 +13,7 @@ namespace specstack {
 struct ApiError {
   int status = 400;
   std::string message;
-  std::string type;                 // "" -> derived from status
+  std::string type;                  // "" -> derived from status
   std::optional<std::string> param;  // the offending request field, when known
   std::optional<std::string> code;   // OpenAI's machine-readable code, when there is one
   int retry_after_seconds = 0;       // > 0: send a Retry-After header (429 / 503)

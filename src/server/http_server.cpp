@@ -17,7 +17,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void send_json(httplib::Response& res, int status, const Json& body) {
+void send_json(httplib::Response& res, int status, const OrderedJson& body) {
   res.status = status;
   res.set_content(json_text(body), "application/json");
 }
@@ -79,12 +79,12 @@ struct HttpServer::Impl {
 
   void setup_routes();
   bool authorized(const httplib::Request& req, httplib::Response& res) const;
-  void handle_completion(ApiEndpoint endpoint, const httplib::Request& req,
-                         httplib::Response& res, const httplib::ContentReader& reader);
+  void handle_completion(ApiEndpoint endpoint, const httplib::Request& req, httplib::Response& res,
+                         const httplib::ContentReader& reader);
   void start_response(const std::shared_ptr<CompletionSession>& session, bool stream,
                       httplib::Response& res);
   std::string next_id(const char* prefix);
-  Json model_card() const;
+  OrderedJson model_card() const;
 
   InferenceEngine& engine;
   const Tokenizer& tokenizer;
@@ -109,8 +109,8 @@ std::string HttpServer::Impl::next_id(const char* prefix) {
   return fmt::format("{}{:016x}{:08x}", prefix, id_rng(), static_cast<uint32_t>(id_rng()));
 }
 
-Json HttpServer::Impl::model_card() const {
-  Json card = Json::object();
+OrderedJson HttpServer::Impl::model_card() const {
+  OrderedJson card = OrderedJson::object();
   card["id"] = served.name;
   card["object"] = "model";
   card["created"] = created;
@@ -139,21 +139,25 @@ bool HttpServer::Impl::authorized(const httplib::Request& req, httplib::Response
 void HttpServer::Impl::handle_completion(ApiEndpoint endpoint, const httplib::Request& req,
                                          httplib::Response& res,
                                          const httplib::ContentReader& reader) {
-  // httplib enforces the limit on bodies with a Content-Length; this one
-  // covers chunked uploads too.
+  // httplib enforces the limit on bodies with a Content-Length (and skips
+  // the rest of them); this covers chunked uploads too. An oversized body is
+  // still read, and dropped, up to a bound: clients that send the whole body
+  // before reading the response would otherwise see a reset instead of the 413.
   std::string body;
-  bool too_large = false;
+  size_t received = 0;
+  const size_t drain_limit = 4 * options.max_body_bytes + (size_t{1} << 20);
   const bool read_ok = reader([&](const char* data, size_t length) {
-    if (body.size() + length > options.max_body_bytes) {
-      too_large = true;
-      return false;
+    received += length;
+    if (received > options.max_body_bytes) {
+      std::string().swap(body);
+      return received <= drain_limit;
     }
     body.append(data, length);
     return true;
   });
-  if (too_large || res.status == 413) {
-    // The rest of the body stays unread, so this connection cannot carry another request.
-    res.set_header("Connection", "close");
+  if (received > options.max_body_bytes || res.status == 413) {
+    // Past the drain bound the rest is unread, so the connection cannot carry another request.
+    if (!read_ok && res.status != 413) res.set_header("Connection", "close");
     send_error(res, make_api_error(413, fmt::format("request body is larger than {} bytes",
                                                     options.max_body_bytes)));
     return;
@@ -237,28 +241,28 @@ void HttpServer::Impl::setup_routes() {
   });
   server.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
     if (!authorized(req, res)) return;
-    Json list = Json::object();
+    OrderedJson list = OrderedJson::object();
     list["object"] = "list";
-    list["data"] = Json::array({model_card()});
+    list["data"] = OrderedJson::array({model_card()});
     send_json(res, 200, list);
   });
   server.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
     if (!authorized(req, res)) return;
     if (req.matches[1] != served.name) {
-      return send_error(res, make_api_error(404,
-                                            fmt::format("The model '{}' does not exist",
-                                                        req.matches[1].str()),
-                                            "model_not_found"));
+      return send_error(
+          res,
+          make_api_error(404, fmt::format("The model '{}' does not exist", req.matches[1].str()),
+                         "model_not_found"));
     }
     send_json(res, 200, model_card());
   });
   server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-    send_json(res, 200, Json{{"status", "ok"}});
+    send_json(res, 200, OrderedJson{{"status", "ok"}});
   });
   server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     const EngineMetrics metrics = engine.metrics();
-    const ThroughputRates rates = throughput.observe(
-        Clock::now(), metrics.prompt_tokens_total, metrics.generation_tokens_total);
+    const ThroughputRates rates = throughput.observe(Clock::now(), metrics.prompt_tokens_total,
+                                                     metrics.generation_tokens_total);
     res.status = 200;
     res.set_content(render_prometheus(metrics, counters.snapshot(), rates),
                     "text/plain; version=0.0.4; charset=utf-8");
@@ -323,8 +327,8 @@ void HttpServer::Impl::setup_routes() {
   server.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     counters.record(res.status);
     if (options.access_log) {
-      std::fprintf(stderr, "specstack: %s %s %s %d\n", req.remote_addr.c_str(),
-                   req.method.c_str(), req.path.c_str(), res.status);
+      std::fprintf(stderr, "specstack: %s %s %s %d\n", req.remote_addr.c_str(), req.method.c_str(),
+                   req.path.c_str(), res.status);
     }
   });
 }
@@ -333,7 +337,9 @@ HttpServer::HttpServer(InferenceEngine& engine, const Tokenizer& tokenizer,
                        HttpServerOptions options)
     : impl_(std::make_unique<Impl>(engine, tokenizer, std::move(options))) {}
 
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() {
+  stop();
+}
 
 Result<int> HttpServer::bind() {
   const std::string& host = impl_->options.host;
@@ -367,7 +373,9 @@ void HttpServer::stop() {
   }
 }
 
-bool HttpServer::is_running() const { return impl_->server.is_running(); }
+bool HttpServer::is_running() const {
+  return impl_->server.is_running();
+}
 
 const std::string& HttpServer::chat_template_error() const {
   return impl_->served.chat_template_error;

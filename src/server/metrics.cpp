@@ -5,8 +5,7 @@
 namespace specstack {
 namespace {
 
-void header(std::string& out, std::string_view name, std::string_view type,
-            std::string_view help) {
+void header(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
   fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
 }
 
@@ -57,7 +56,8 @@ ThroughputRates ThroughputMeter::observe(std::chrono::steady_clock::time_point n
   const Sample& first = samples_.front();
   const double seconds = std::chrono::duration<double>(now - first.time).count();
   if (samples_.size() < 2 || seconds <= 0) return rates;
-  rates.prompt_tokens_per_s = static_cast<double>(prompt_tokens_total - first.prompt_tokens) / seconds;
+  rates.prompt_tokens_per_s =
+      static_cast<double>(prompt_tokens_total - first.prompt_tokens) / seconds;
   rates.generation_tokens_per_s =
       static_cast<double>(generation_tokens_total - first.generation_tokens) / seconds;
   return rates;

@@ -10,42 +10,42 @@ namespace {
 
 // vLLM's extra_body: clients put non-OpenAI fields there; they count as
 // top-level fields (and win over a top-level field of the same name).
-Status merge_extra_body(Json& body) {
-  SS_ASSIGN_OR_RETURN(const Json* extra, get_object(body, "extra_body"));
+Status merge_extra_body(OrderedJson& body) {
+  SS_ASSIGN_OR_RETURN(const OrderedJson* extra, get_object(body, "extra_body"));
   if (extra == nullptr) return Status::ok_status();
-  Json fields = *extra;
+  OrderedJson fields = *extra;
   body.erase("extra_body");
   for (auto& [key, value] : fields.items()) body[key] = std::move(value);
   return Status::ok_status();
 }
 
-Status check_model(const Json& body, const ServedModel& model) {
+Status check_model(const OrderedJson& body, const ServedModel& model) {
   SS_ASSIGN_OR_RETURN(std::optional<std::string> name, get_string(body, "model"));
   // An absent model means the served one, as in vLLM.
   if (name && *name != model.name) {
-    return make_error(fmt::format("The model '{}' does not exist; this server serves '{}'", *name,
-                                  model.name),
-                      ErrorCode::kErrorNotFound);
+    return make_error(
+        fmt::format("The model '{}' does not exist; this server serves '{}'", *name, model.name),
+        ErrorCode::kErrorNotFound);
   }
   return Status::ok_status();
 }
 
 // Fields that change what a response means; silently ignoring them would
 // return something the client did not ask for.
-Status reject_unsupported(const Json& body) {
+Status reject_unsupported(const OrderedJson& body) {
   SS_ASSIGN_OR_RETURN(std::optional<bool> echo, get_bool(body, "echo"));
   if (echo.value_or(false)) return make_error("'echo' is not supported");
   SS_ASSIGN_OR_RETURN(std::optional<int64_t> best_of, get_integer(body, "best_of"));
   if (best_of.value_or(1) != 1) return make_error("'best_of' other than 1 is not supported");
   SS_ASSIGN_OR_RETURN(std::optional<std::string> suffix, get_string(body, "suffix"));
   if (suffix && !suffix->empty()) return make_error("'suffix' is not supported");
-  SS_ASSIGN_OR_RETURN(const Json* logit_bias, get_object(body, "logit_bias"));
+  SS_ASSIGN_OR_RETURN(const OrderedJson* logit_bias, get_object(body, "logit_bias"));
   if (logit_bias != nullptr && !logit_bias->empty()) {
     return make_error("'logit_bias' is not supported");
   }
   SS_ASSIGN_OR_RETURN(std::optional<int64_t> min_tokens, get_integer(body, "min_tokens"));
   if (min_tokens.value_or(0) != 0) return make_error("'min_tokens' is not supported");
-  SS_ASSIGN_OR_RETURN(const Json* response_format, get_object(body, "response_format"));
+  SS_ASSIGN_OR_RETURN(const OrderedJson* response_format, get_object(body, "response_format"));
   if (response_format != nullptr) {
     const auto type = response_format->find("type");
     if (type == response_format->end() || *type != "text") {
@@ -56,10 +56,11 @@ Status reject_unsupported(const Json& body) {
 }
 
 // `prompt`: a string, an array of token ids, or a one-element batch of either.
-Result<std::vector<int32_t>> completion_prompt_ids(const Json& body, const ServedModel& model) {
+Result<std::vector<int32_t>> completion_prompt_ids(const OrderedJson& body,
+                                                   const ServedModel& model) {
   const auto found = body.find("prompt");
   if (found == body.end() || found->is_null()) return make_error("'prompt' is required");
-  const Json* prompt = &*found;
+  const OrderedJson* prompt = &*found;
   if (prompt->is_array() && !prompt->empty() &&
       ((*prompt)[0].is_string() || (*prompt)[0].is_array())) {
     if (prompt->size() > 1) {
@@ -78,7 +79,7 @@ Result<std::vector<int32_t>> completion_prompt_ids(const Json& body, const Serve
   std::vector<int32_t> ids;
   ids.reserve(prompt->size());
   for (size_t i = 0; i < prompt->size(); ++i) {
-    const Json& item = (*prompt)[i];
+    const OrderedJson& item = (*prompt)[i];
     if (!item.is_number_integer()) {  // unsigned integers are integers too
       return errorf("'prompt[{}]' must be a token id (an integer), got {}", i,
                     json_type_name(item));
@@ -95,7 +96,7 @@ Result<std::vector<int32_t>> completion_prompt_ids(const Json& body, const Serve
   return ids;
 }
 
-Status parse_sampling(const Json& body, SamplingParams& params) {
+Status parse_sampling(const OrderedJson& body, SamplingParams& params) {
   SS_ASSIGN_OR_RETURN(std::optional<double> temperature, get_number(body, "temperature"));
   SS_ASSIGN_OR_RETURN(std::optional<double> top_p, get_number(body, "top_p"));
   SS_ASSIGN_OR_RETURN(std::optional<int64_t> top_k, get_integer(body, "top_k"));
@@ -155,7 +156,7 @@ Status parse_sampling(const Json& body, SamplingParams& params) {
 
 // logprobs: completions take an int (0..5 alternatives); chat takes
 // `logprobs: bool` plus `top_logprobs: 0..20`. -1 means no logprobs.
-Result<int32_t> parse_logprobs(const Json& body, ApiEndpoint endpoint) {
+Result<int32_t> parse_logprobs(const OrderedJson& body, ApiEndpoint endpoint) {
   if (endpoint == ApiEndpoint::kApiCompletions) {
     SS_ASSIGN_OR_RETURN(std::optional<int64_t> logprobs, get_integer(body, "logprobs"));
     if (!logprobs) return -1;
@@ -172,9 +173,9 @@ Result<int32_t> parse_logprobs(const Json& body, ApiEndpoint endpoint) {
   return static_cast<int32_t>(top.value_or(0));
 }
 
-Status parse_stream_flags(const Json& body, OpenAiRequest& request) {
+Status parse_stream_flags(const OrderedJson& body, OpenAiRequest& request) {
   SS_ASSIGN_OR_RETURN(std::optional<bool> stream, get_bool(body, "stream"));
-  SS_ASSIGN_OR_RETURN(const Json* stream_options, get_object(body, "stream_options"));
+  SS_ASSIGN_OR_RETURN(const OrderedJson* stream_options, get_object(body, "stream_options"));
   SS_ASSIGN_OR_RETURN(std::optional<bool> skip_special, get_bool(body, "skip_special_tokens"));
   request.stream = stream.value_or(false);
   request.skip_special_tokens = skip_special.value_or(true);
@@ -192,7 +193,7 @@ Status parse_stream_flags(const Json& body, OpenAiRequest& request) {
 // max_tokens (chat: max_completion_tokens wins) against the context. The
 // completions default is OpenAI's 16; the chat default is whatever room the
 // context leaves.
-Status resolve_max_tokens(const Json& body, ApiEndpoint endpoint, int64_t n_prompt,
+Status resolve_max_tokens(const OrderedJson& body, ApiEndpoint endpoint, int64_t n_prompt,
                           const ServedModel& model, SamplingParams& params) {
   const bool chat = endpoint == ApiEndpoint::kApiChatCompletions;
   SS_ASSIGN_OR_RETURN(std::optional<int64_t> max_tokens, get_integer(body, "max_tokens"));
@@ -235,7 +236,7 @@ Status resolve_max_tokens(const Json& body, ApiEndpoint endpoint, int64_t n_prom
 
 Result<OpenAiRequest> parse_openai_request(ApiEndpoint endpoint, std::string_view body_text,
                                            const ServedModel& model) {
-  SS_ASSIGN_OR_RETURN(Json body, parse_json_object(body_text));
+  SS_ASSIGN_OR_RETURN(OrderedJson body, parse_json_object(body_text));
   SS_TRY(merge_extra_body(body));
   SS_TRY(check_model(body, model));
   SS_TRY(reject_unsupported(body));

@@ -29,17 +29,17 @@ struct ServedModel {
 
 struct OpenAiRequest {
   ApiEndpoint endpoint = ApiEndpoint::kApiCompletions;
-  RequestOptions options;          // prompt ids, sampling params (incl. stop strings), n, top_logprobs
+  RequestOptions options;  // prompt ids, sampling params (incl. stop strings), n, top_logprobs
   bool stream = false;
-  bool include_usage = false;      // stream_options.include_usage
+  bool include_usage = false;       // stream_options.include_usage
   bool skip_special_tokens = true;  // in the returned text (vLLM's default)
 };
 
 // Limits on what one request may ask for.
-inline constexpr int64_t kMaxChoices = 128;             // n
-inline constexpr int64_t kMaxCompletionLogprobs = 5;    // completions `logprobs`
-inline constexpr int64_t kMaxChatTopLogprobs = 20;      // chat `top_logprobs`
-inline constexpr size_t kMaxStopStrings = 16;           // `stop` (SamplingParams::validate's cap)
+inline constexpr int64_t kMaxChoices = 16;            // n (the engine forks at most 16)
+inline constexpr int64_t kMaxCompletionLogprobs = 5;  // completions `logprobs`
+inline constexpr int64_t kMaxChatTopLogprobs = 20;    // chat `top_logprobs`
+inline constexpr size_t kMaxStopStrings = 16;         // `stop` (SamplingParams::validate's cap)
 
 // Errors: kErrorInvalidArgument (400) for malformed JSON, invalid UTF-8, wrong
 // types, out-of-range values and prompt + max_tokens over the context;

@@ -18,8 +18,8 @@ namespace specstack {
 
 struct ResponseHeader {
   ApiEndpoint endpoint = ApiEndpoint::kApiCompletions;
-  std::string id;        // "cmpl-..." / "chatcmpl-..."
-  int64_t created = 0;   // unix seconds
+  std::string id;       // "cmpl-..." / "chatcmpl-..."
+  int64_t created = 0;  // unix seconds
   std::string model;
 };
 
@@ -43,7 +43,7 @@ struct ChoiceOutput {
   bool first_chunk = false;  // streamed chat: the delta also carries role "assistant"
   std::string text;
   std::vector<TokenLogprobText> logprobs;
-  int64_t text_offset = 0;   // completions logprobs: offset of this output in the choice's text
+  int64_t text_offset = 0;  // completions logprobs: offset of this output in the choice's text
   std::optional<FinishReason> finish;
 };
 
@@ -51,31 +51,32 @@ struct ChoiceOutput {
 // (e.g. at shutdown) while a client was still waiting.
 const char* finish_reason_name(FinishReason reason);
 
-Json usage_json(const UsageCounts& usage);
+OrderedJson usage_json(const UsageCounts& usage);
 
 // The `logprobs` of one choice: completions {tokens, token_logprobs,
 // top_logprobs, text_offset}, chat {content: [{token, logprob, bytes,
 // top_logprobs}]}. Non-finite log probabilities become -9999.0.
-Json logprobs_json(ApiEndpoint endpoint, const std::vector<TokenLogprobText>& logprobs,
-                   int64_t text_offset);
+OrderedJson logprobs_json(ApiEndpoint endpoint, const std::vector<TokenLogprobText>& logprobs,
+                          int64_t text_offset);
 
 // A whole (non-streaming) response. want_logprobs: the request asked for them.
-Json completion_response(const ResponseHeader& header, const std::vector<ChoiceOutput>& choices,
-                         const UsageCounts& usage, bool want_logprobs);
+OrderedJson completion_response(const ResponseHeader& header,
+                                const std::vector<ChoiceOutput>& choices, const UsageCounts& usage,
+                                bool want_logprobs);
 
 // One SSE chunk for one choice. with_null_usage: stream_options.include_usage
 // was set, so every chunk but the last carries "usage": null.
-Json stream_chunk(const ResponseHeader& header, const ChoiceOutput& delta, bool want_logprobs,
-                  bool with_null_usage);
+OrderedJson stream_chunk(const ResponseHeader& header, const ChoiceOutput& delta,
+                         bool want_logprobs, bool with_null_usage);
 
 // The final usage chunk of a stream with include_usage: no choices.
-Json usage_chunk(const ResponseHeader& header, const UsageCounts& usage);
+OrderedJson usage_chunk(const ResponseHeader& header, const UsageCounts& usage);
 
 // "data: <json>\n\n". Invalid UTF-8 (never expected) is replaced, not thrown.
-std::string sse_event(const Json& chunk);
+std::string sse_event(const OrderedJson& chunk);
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 
 // The compact JSON text of a response body, replacing invalid UTF-8.
-std::string json_text(const Json& value);
+std::string json_text(const OrderedJson& value);
 
 }  // namespace specstack

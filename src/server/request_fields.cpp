@@ -71,29 +71,29 @@ int max_nesting_depth(std::string_view s) {
   return deepest;
 }
 
-const Json* find_field(const Json& object, std::string_view name) {
+const OrderedJson* find_field(const OrderedJson& object, std::string_view name) {
   auto it = object.find(name);
   if (it == object.end() || it->is_null()) return nullptr;
   return &*it;
 }
 
-Error type_error(std::string_view name, std::string_view expected, const Json& value) {
+Error type_error(std::string_view name, std::string_view expected, const OrderedJson& value) {
   return errorf("'{}' must be {}, got {}", name, expected, json_type_name(value));
 }
 
 }  // namespace
 
-Result<Json> parse_json_object(std::string_view body) {
+Result<OrderedJson> parse_json_object(std::string_view body) {
   if (size_t bad = first_invalid_utf8(body); bad != std::string_view::npos) {
     return errorf("request body is not valid UTF-8 (byte offset {})", bad);
   }
   if (max_nesting_depth(body) > kMaxJsonDepth) {
     return errorf("request body nests JSON deeper than {} levels", kMaxJsonDepth);
   }
-  Json parsed;
+  OrderedJson parsed;
   try {
-    parsed = Json::parse(body);
-  } catch (const Json::exception& error) {  // parse_error; out_of_range for 1e999
+    parsed = OrderedJson::parse(body);
+  } catch (const OrderedJson::exception& error) {  // parse_error; out_of_range for 1e999
     std::string what = error.what();
     // "[json.exception.parse_error.101] parse error at ..." -> "parse error at ..."
     if (size_t close = what.find("] "); close != std::string::npos) what.erase(0, close + 2);
@@ -105,20 +105,20 @@ Result<Json> parse_json_object(std::string_view body) {
   return parsed;
 }
 
-const char* json_type_name(const Json& value) {
+const char* json_type_name(const OrderedJson& value) {
   if (value.is_number()) return "number";  // nlohmann says "number" too; be explicit
   return value.type_name();
 }
 
-Result<std::optional<double>> get_number(const Json& object, std::string_view name) {
-  const Json* field = find_field(object, name);
+Result<std::optional<double>> get_number(const OrderedJson& object, std::string_view name) {
+  const OrderedJson* field = find_field(object, name);
   if (field == nullptr) return std::optional<double>();
   if (!field->is_number()) return type_error(name, "a number", *field);
   return std::optional<double>(field->get<double>());
 }
 
-Result<std::optional<int64_t>> get_integer(const Json& object, std::string_view name) {
-  const Json* field = find_field(object, name);
+Result<std::optional<int64_t>> get_integer(const OrderedJson& object, std::string_view name) {
+  const OrderedJson* field = find_field(object, name);
   if (field == nullptr) return std::optional<int64_t>();
   if (field->is_number_unsigned()) {
     const uint64_t value = field->get<uint64_t>();
@@ -139,31 +139,31 @@ Result<std::optional<int64_t>> get_integer(const Json& object, std::string_view 
   return type_error(name, "an integer", *field);
 }
 
-Result<std::optional<uint64_t>> get_seed(const Json& object, std::string_view name) {
-  const Json* field = find_field(object, name);
+Result<std::optional<uint64_t>> get_seed(const OrderedJson& object, std::string_view name) {
+  const OrderedJson* field = find_field(object, name);
   if (field == nullptr) return std::optional<uint64_t>();
   if (field->is_number_unsigned()) return std::optional<uint64_t>(field->get<uint64_t>());
   SS_ASSIGN_OR_RETURN(std::optional<int64_t> value, get_integer(object, name));
   return std::optional<uint64_t>(static_cast<uint64_t>(*value));
 }
 
-Result<std::optional<bool>> get_bool(const Json& object, std::string_view name) {
-  const Json* field = find_field(object, name);
+Result<std::optional<bool>> get_bool(const OrderedJson& object, std::string_view name) {
+  const OrderedJson* field = find_field(object, name);
   if (field == nullptr) return std::optional<bool>();
   if (!field->is_boolean()) return type_error(name, "a boolean", *field);
   return std::optional<bool>(field->get<bool>());
 }
 
-Result<std::optional<std::string>> get_string(const Json& object, std::string_view name) {
-  const Json* field = find_field(object, name);
+Result<std::optional<std::string>> get_string(const OrderedJson& object, std::string_view name) {
+  const OrderedJson* field = find_field(object, name);
   if (field == nullptr) return std::optional<std::string>();
   if (!field->is_string()) return type_error(name, "a string", *field);
   return std::optional<std::string>(field->get<std::string>());
 }
 
-Result<std::vector<std::string>> get_string_list(const Json& object, std::string_view name) {
+Result<std::vector<std::string>> get_string_list(const OrderedJson& object, std::string_view name) {
   std::vector<std::string> values;
-  const Json* field = find_field(object, name);
+  const OrderedJson* field = find_field(object, name);
   if (field == nullptr) return values;
   if (field->is_string()) {
     values.push_back(field->get<std::string>());
@@ -171,7 +171,7 @@ Result<std::vector<std::string>> get_string_list(const Json& object, std::string
   }
   if (!field->is_array()) return type_error(name, "a string or an array of strings", *field);
   for (size_t i = 0; i < field->size(); ++i) {
-    const Json& item = (*field)[i];
+    const OrderedJson& item = (*field)[i];
     if (!item.is_string()) {
       return errorf("'{}[{}]' must be a string, got {}", name, i, json_type_name(item));
     }
@@ -180,13 +180,13 @@ Result<std::vector<std::string>> get_string_list(const Json& object, std::string
   return values;
 }
 
-Result<std::vector<int32_t>> get_int32_list(const Json& object, std::string_view name) {
+Result<std::vector<int32_t>> get_int32_list(const OrderedJson& object, std::string_view name) {
   std::vector<int32_t> values;
-  const Json* field = find_field(object, name);
+  const OrderedJson* field = find_field(object, name);
   if (field == nullptr) return values;
   if (!field->is_array()) return type_error(name, "an array of integers", *field);
   for (size_t i = 0; i < field->size(); ++i) {
-    const Json& item = (*field)[i];
+    const OrderedJson& item = (*field)[i];
     const bool fits = (item.is_number_integer() && item.get<int64_t>() >= INT32_MIN &&
                        item.get<int64_t>() <= INT32_MAX) ||
                       (item.is_number_unsigned() && item.get<uint64_t>() <= INT32_MAX);
@@ -199,9 +199,9 @@ Result<std::vector<int32_t>> get_int32_list(const Json& object, std::string_view
   return values;
 }
 
-Result<const Json*> get_object(const Json& object, std::string_view name) {
-  const Json* field = find_field(object, name);
-  if (field == nullptr) return static_cast<const Json*>(nullptr);
+Result<const OrderedJson*> get_object(const OrderedJson& object, std::string_view name) {
+  const OrderedJson* field = find_field(object, name);
+  if (field == nullptr) return static_cast<const OrderedJson*>(nullptr);
   if (!field->is_object()) return type_error(name, "an object", *field);
   return field;
 }

@@ -45,18 +45,18 @@ class CompletionSessionTest : public ::testing::Test {
   }
 
   // Runs a non-streaming session to the end.
-  static Json run(CompletionSession& session) {
+  static OrderedJson run(CompletionSession& session) {
     for (int i = 0; i < 1000 && !session.finished(); ++i) session.poll(1ms);
     EXPECT_TRUE(session.finished());
     return session.response();
   }
 
   // Runs a streaming session; returns the JSON of each data line ([DONE] as a string).
-  static std::vector<Json> run_stream(CompletionSession& session) {
+  static std::vector<OrderedJson> run_stream(CompletionSession& session) {
     std::string text;
     for (int i = 0; i < 1000 && !session.finished(); ++i) text += session.poll_stream(1ms);
     EXPECT_TRUE(session.finished());
-    std::vector<Json> events;
+    std::vector<OrderedJson> events;
     size_t at = 0;
     while (at < text.size()) {
       const size_t end = text.find("\n\n", at);
@@ -65,7 +65,7 @@ class CompletionSessionTest : public ::testing::Test {
       const std::string line = text.substr(at, end - at);
       EXPECT_EQ(line.rfind("data: ", 0), 0u) << line;
       const std::string data = line.substr(6);
-      events.push_back(data == "[DONE]" ? Json("[DONE]") : Json::parse(data));
+      events.push_back(data == "[DONE]" ? OrderedJson("[DONE]") : OrderedJson::parse(data));
       at = end + 2;
     }
     return events;
@@ -78,7 +78,7 @@ TEST_F(CompletionSessionTest, TextUsageAndFinish) {
   const std::vector<int32_t> tokens = ids("Once upon a time there was a cat");
   auto stream = make_stream(1, token_events(0, tokens, FinishReason::kFinishLength), 2);
   CompletionSession session(*tokenizer_, options(ApiEndpoint::kApiCompletions), stream);
-  const Json body = run(session);
+  const OrderedJson body = run(session);
   EXPECT_EQ(body["choices"][0]["text"], tokenizer_->decode(tokens, true));
   EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(body["usage"]["prompt_tokens"], 4);
@@ -94,7 +94,7 @@ TEST_F(CompletionSessionTest, StopStringCutsTextAndCancels) {
   SessionOptions opts = options(ApiEndpoint::kApiCompletions);
   opts.stop_strings = {" there"};
   CompletionSession session(*tokenizer_, opts, stream);
-  const Json body = run(session);
+  const OrderedJson body = run(session);
   EXPECT_EQ(body["choices"][0]["text"], "Once upon a time");
   EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
   EXPECT_TRUE(stream->cancelled());
@@ -113,9 +113,9 @@ TEST_F(CompletionSessionTest, StreamedDeltasAddUpAndHoldBackPartialStops) {
   opts.stream = true;
   opts.stop_strings = {"there is"};  // a prefix ("there") appears, the stop never does
   CompletionSession session(*tokenizer_, opts, stream);
-  const std::vector<Json> events = run_stream(session);
+  const std::vector<OrderedJson> events = run_stream(session);
   ASSERT_GE(events.size(), 2u);
-  EXPECT_EQ(events.back(), Json("[DONE]"));
+  EXPECT_EQ(events.back(), OrderedJson("[DONE]"));
   std::string text;
   for (size_t i = 0; i + 1 < events.size(); ++i) {
     text += events[i]["choices"][0]["text"].get<std::string>();
@@ -134,16 +134,17 @@ TEST_F(CompletionSessionTest, ChatStreamWithUsage) {
   opts.stream = true;
   opts.include_usage = true;
   CompletionSession session(*tokenizer_, opts, stream);
-  const std::vector<Json> events = run_stream(session);
+  const std::vector<OrderedJson> events = run_stream(session);
   ASSERT_GE(events.size(), 4u);
   // Role first, content deltas, the finish, the usage chunk, [DONE].
-  EXPECT_EQ(events[0]["choices"][0]["delta"], Json({{"role", "assistant"}, {"content", ""}}));
+  EXPECT_EQ(events[0]["choices"][0]["delta"],
+            OrderedJson({{"role", "assistant"}, {"content", ""}}));
   EXPECT_EQ(events[0]["object"], "chat.completion.chunk");
   std::string text;
   for (size_t i = 0; i + 2 < events.size(); ++i) {
     EXPECT_TRUE(events[i]["usage"].is_null());
     ASSERT_EQ(events[i]["choices"].size(), 1u);
-    const Json& delta = events[i]["choices"][0]["delta"];
+    const OrderedJson& delta = events[i]["choices"][0]["delta"];
     if (i > 0) {
       EXPECT_FALSE(delta.contains("role"));
     }
@@ -151,11 +152,11 @@ TEST_F(CompletionSessionTest, ChatStreamWithUsage) {
   }
   EXPECT_EQ(text, tokenizer_->decode(tokens, true));
   EXPECT_EQ(events[events.size() - 3]["choices"][0]["finish_reason"], "stop");
-  const Json& usage_chunk = events[events.size() - 2];
-  EXPECT_EQ(usage_chunk["choices"], Json::array());
+  const OrderedJson& usage_chunk = events[events.size() - 2];
+  EXPECT_EQ(usage_chunk["choices"], OrderedJson::array());
   EXPECT_EQ(usage_chunk["usage"]["completion_tokens"], static_cast<int64_t>(tokens.size()));
   EXPECT_EQ(usage_chunk["usage"]["prompt_tokens_details"]["cached_tokens"], 3);
-  EXPECT_EQ(events.back(), Json("[DONE]"));
+  EXPECT_EQ(events.back(), OrderedJson("[DONE]"));
 }
 
 TEST_F(CompletionSessionTest, StopInOneOfTwoChoicesLetsTheOtherFinish) {
@@ -174,7 +175,7 @@ TEST_F(CompletionSessionTest, StopInOneOfTwoChoicesLetsTheOtherFinish) {
   for (const RequestEvent& event : token_events(1, second, FinishReason::kFinishLength)) {
     stream->push(event);
   }
-  const Json body = run(session);
+  const OrderedJson body = run(session);
   EXPECT_EQ(body["choices"][0]["text"], "Once upon");
   EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(body["choices"][1]["text"], tokenizer_->decode(second, true));
@@ -194,7 +195,7 @@ TEST_F(CompletionSessionTest, AllChoicesStoppedCancelsTheEngineRequest) {
     event.tokens = tokens;  // no finish: the engine would go on
     stream->push(event);
   }
-  const Json body = run(session);
+  const OrderedJson body = run(session);
   EXPECT_EQ(stream->n_cancel_calls(), 1);
   EXPECT_EQ(body["choices"][0]["text"], "Once ");
   EXPECT_EQ(body["choices"][1]["finish_reason"], "stop");
@@ -216,7 +217,7 @@ TEST_F(CompletionSessionTest, LogprobsFollowTheTokens) {
   SessionOptions opts = options(ApiEndpoint::kApiCompletions);
   opts.top_logprobs = 2;
   CompletionSession session(*tokenizer_, opts, stream);
-  const Json logprobs = run(session)["choices"][0]["logprobs"];
+  const OrderedJson logprobs = run(session)["choices"][0]["logprobs"];
   ASSERT_EQ(logprobs["tokens"].size(), tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) {
     EXPECT_EQ(logprobs["tokens"][i], tokenizer_->decode(std::vector<int32_t>{tokens[i]}));

@@ -114,7 +114,8 @@ class FakeEngine : public InferenceEngine {
     std::vector<RequestEvent> events = script ? script(options) : std::vector<RequestEvent>{};
     RequestStats request_stats = stats;
     request_stats.prompt_tokens = static_cast<int64_t>(options.prompt.size());
-    auto stream = std::make_shared<FakeStream>(options.n, std::move(events), request_stats, endless);
+    auto stream =
+        std::make_shared<FakeStream>(options.n, std::move(events), request_stats, endless);
     std::lock_guard<std::mutex> lock(mutex_);
     submitted_.push_back(std::move(options));
     streams_.push_back(stream);

@@ -87,8 +87,8 @@ EngineMetrics sample_metrics() {
 }
 
 TEST(Metrics, ParsesBackToTheEngineValues) {
-  const std::string text =
-      render_prometheus(sample_metrics(), {{200, 12}, {400, 3}, {429, 1}}, ThroughputRates{10, 20.5});
+  const std::string text = render_prometheus(sample_metrics(), {{200, 12}, {400, 3}, {429, 1}},
+                                             ThroughputRates{10, 20.5});
   const Exposition exp = parse_exposition(text);
   const auto& s = exp.samples;
   EXPECT_EQ(s.at("specstack_num_requests_waiting"), 3);

@@ -127,33 +127,42 @@ TEST_F(CompletionRequestTest, BadPrompts) {
 }
 
 TEST_F(CompletionRequestTest, WrongTypesNameTheField) {
-  expect_400(R"({"prompt": "x", "temperature": "hot"})", "'temperature' must be a number, got string");
+  expect_400(R"({"prompt": "x", "temperature": "hot"})",
+             "'temperature' must be a number, got string");
   expect_400(R"({"prompt": "x", "top_p": true})", "'top_p' must be a number, got boolean");
-  expect_400(R"({"prompt": "x", "max_tokens": "16"})", "'max_tokens' must be an integer, got string");
+  expect_400(R"({"prompt": "x", "max_tokens": "16"})",
+             "'max_tokens' must be an integer, got string");
   expect_400(R"({"prompt": "x", "n": 1.5})", "'n' must be an integer, got 1.5");
   expect_400(R"({"prompt": "x", "top_k": [1]})", "'top_k' must be an integer, got array");
   expect_400(R"({"prompt": "x", "seed": "1"})", "'seed' must be an integer, got string");
   expect_400(R"({"prompt": "x", "stream": "yes"})", "'stream' must be a boolean, got string");
-  expect_400(R"({"prompt": "x", "stop": 5})", "'stop' must be a string or an array of strings, got number");
+  expect_400(R"({"prompt": "x", "stop": 5})",
+             "'stop' must be a string or an array of strings, got number");
   expect_400(R"({"prompt": "x", "stop": ["a", 1]})", "'stop[1]' must be a string, got number");
   expect_400(R"({"prompt": "x", "logprobs": true})", "'logprobs' must be an integer, got boolean");
   expect_400(R"({"prompt": "x", "model": 3})", "'model' must be a string, got number");
-  expect_400(R"({"prompt": "x", "stop_token_ids": [1, "2"]})", "'stop_token_ids[1]' must be a 32-bit integer");
-  expect_400(R"({"prompt": "x", "stream": true, "stream_options": []})", "'stream_options' must be an object, got array");
+  expect_400(R"({"prompt": "x", "stop_token_ids": [1, "2"]})",
+             "'stop_token_ids[1]' must be a 32-bit integer");
+  expect_400(R"({"prompt": "x", "stream": true, "stream_options": []})",
+             "'stream_options' must be an object, got array");
   expect_400(R"({"prompt": "x", "extra_body": 1})", "'extra_body' must be an object, got number");
 }
 
 TEST_F(CompletionRequestTest, OutOfRangeValues) {
-  expect_400(R"({"prompt": "x", "temperature": -0.1})", "'temperature' must be in [0, 100], got -0.1");
+  expect_400(R"({"prompt": "x", "temperature": -0.1})",
+             "'temperature' must be in [0, 100], got -0.1");
   expect_400(R"({"prompt": "x", "top_p": 0})", "'top_p' must be in (0, 1], got 0");
   expect_400(R"({"prompt": "x", "top_p": 1.5})", "'top_p' must be in (0, 1], got 1.5");
   expect_400(R"({"prompt": "x", "top_k": -2})", "'top_k' must be in [-1,");
   expect_400(R"({"prompt": "x", "min_p": 1.5})", "'min_p' must be in [0, 1], got 1.5");
-  expect_400(R"({"prompt": "x", "presence_penalty": 2.5})", "'presence_penalty' must be in [-2, 2]");
-  expect_400(R"({"prompt": "x", "frequency_penalty": -3})", "'frequency_penalty' must be in [-2, 2]");
-  expect_400(R"({"prompt": "x", "repetition_penalty": 0})", "'repetition_penalty' must be in (0, 100]");
-  expect_400(R"({"prompt": "x", "n": 0})", "'n' must be in [1, 128], got 0");
-  expect_400(R"({"prompt": "x", "n": 129})", "'n' must be in [1, 128], got 129");
+  expect_400(R"({"prompt": "x", "presence_penalty": 2.5})",
+             "'presence_penalty' must be in [-2, 2]");
+  expect_400(R"({"prompt": "x", "frequency_penalty": -3})",
+             "'frequency_penalty' must be in [-2, 2]");
+  expect_400(R"({"prompt": "x", "repetition_penalty": 0})",
+             "'repetition_penalty' must be in (0, 100]");
+  expect_400(R"({"prompt": "x", "n": 0})", "'n' must be in [1, 16], got 0");
+  expect_400(R"({"prompt": "x", "n": 17})", "'n' must be in [1, 16], got 17");
   expect_400(R"({"prompt": "x", "logprobs": 6})", "'logprobs' must be in [0, 5], got 6");
   expect_400(R"({"prompt": "x", "max_tokens": 0})", "'max_tokens' must be at least 1, got 0");
   expect_400(R"({"prompt": "x", "max_tokens": -5})", "'max_tokens' must be at least 1, got -5");
@@ -173,8 +182,8 @@ TEST_F(CompletionRequestTest, MalformedBodies) {
   expect_400("42", "request body must be a JSON object, got number");
   // A lone surrogate escape is not a valid string either.
   expect_400(R"({"prompt": "\ud800"})", "request body is not valid JSON");
-  std::string deep = R"({"prompt": "x", "extra": )" + std::string(100, '[') +
-                     std::string(100, ']') + "}";
+  std::string deep =
+      R"({"prompt": "x", "extra": )" + std::string(100, '[') + std::string(100, ']') + "}";
   expect_400(deep, "nests JSON deeper than 64 levels");
 }
 
@@ -182,9 +191,12 @@ TEST_F(CompletionRequestTest, InvalidUtf8NamesTheOffset) {
   // 17 bytes of `{"prompt": "ab` then a bare continuation byte.
   const std::string body = std::string("{\"prompt\": \"ab") + '\x80' + "\"}";
   expect_400(body, "request body is not valid UTF-8 (byte offset 14)");
-  expect_400(std::string("{\"prompt\": \"\xC3\"}"), "not valid UTF-8 (byte offset 12)");  // truncated
-  expect_400(std::string("{\"prompt\": \"\xC0\xAF\"}"), "not valid UTF-8 (byte offset 12)");  // overlong
-  expect_400(std::string("{\"prompt\": \"\xED\xA0\x80\"}"), "not valid UTF-8 (byte offset 12)");  // surrogate
+  expect_400(std::string("{\"prompt\": \"\xC3\"}"),
+             "not valid UTF-8 (byte offset 12)");  // truncated
+  expect_400(std::string("{\"prompt\": \"\xC0\xAF\"}"),
+             "not valid UTF-8 (byte offset 12)");  // overlong
+  expect_400(std::string("{\"prompt\": \"\xED\xA0\x80\"}"),
+             "not valid UTF-8 (byte offset 12)");  // surrogate
   expect_400(std::string("{\"prompt\": \"\xF4\x90\x80\x80\"}"), "not valid UTF-8 (byte offset 12)");
   // Valid multi-byte text passes.
   auto ok = parse("{\"prompt\": \"caf\xC3\xA9 \xF0\x9F\x98\x80\"}");
@@ -211,7 +223,8 @@ TEST_F(CompletionRequestTest, OverContextSaysTheNumbers) {
   EXPECT_TRUE(parse(R"({"prompt": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], "max_tokens": 54})").ok());
   // Beyond int32 with no context bound is still caught.
   model_.max_context = 0;
-  expect_400(R"({"prompt": "x", "max_tokens": 4294967296})", "'max_tokens' must be at most 2147483647");
+  expect_400(R"({"prompt": "x", "max_tokens": 4294967296})",
+             "'max_tokens' must be at most 2147483647");
 }
 
 TEST_F(CompletionRequestTest, ExtraBodyIsMergedToTopLevel) {
@@ -248,9 +261,10 @@ TEST_F(CompletionRequestTest, SeedsKeepTheirBits) {
 }
 
 TEST_F(CompletionRequestTest, ChatWithoutTemplateSaysWhy) {
-  expect_400(R"({"messages": [{"role": "user", "content": "hi"}]})",
-             "this model cannot serve chat completions: its tokenizer_config.json has no chat_template",
-             ApiEndpoint::kApiChatCompletions);
+  expect_400(
+      R"({"messages": [{"role": "user", "content": "hi"}]})",
+      "this model cannot serve chat completions: its tokenizer_config.json has no chat_template",
+      ApiEndpoint::kApiChatCompletions);
 }
 
 // Deterministic mutations of valid bodies: parsing never crashes and every
@@ -270,13 +284,18 @@ TEST_F(CompletionRequestTest, MutatedBodiesNeverCrash) {
       const size_t at = rng() % body.size();
       const char c = alphabet[rng() % alphabet.size()];
       switch (rng() % 3) {
-        case 0: body[at] = c; break;
-        case 1: body.insert(body.begin() + static_cast<std::ptrdiff_t>(at), c); break;
-        default: body.erase(at, 1);
+        case 0:
+          body[at] = c;
+          break;
+        case 1:
+          body.insert(body.begin() + static_cast<std::ptrdiff_t>(at), c);
+          break;
+        default:
+          body.erase(at, 1);
       }
     }
-    auto result = parse(body, iteration % 2 ? ApiEndpoint::kApiCompletions
-                                            : ApiEndpoint::kApiChatCompletions);
+    auto result = parse(
+        body, iteration % 2 ? ApiEndpoint::kApiCompletions : ApiEndpoint::kApiChatCompletions);
     if (result.ok()) {
       ++n_ok;
       EXPECT_FALSE(result->options.prompt.empty());
@@ -330,10 +349,10 @@ Tokenizer* ChatRequestTest::tokenizer_ = nullptr;
 ChatTemplate* ChatRequestTest::chat_template_ = nullptr;
 
 TEST_F(ChatRequestTest, GoldenConversationsTokenizeLikeTransformers) {
-  const Json chat = Json::parse(testing::read_text_file(
-      testing::test_data("golden/tokenizers/llama3/chat.json")));
-  for (const Json& conversation : chat["conversations"]) {
-    Json body = Json::object();
+  const OrderedJson chat = OrderedJson::parse(
+      testing::read_text_file(testing::test_data("golden/tokenizers/llama3/chat.json")));
+  for (const OrderedJson& conversation : chat["conversations"]) {
+    OrderedJson body = OrderedJson::object();
     body["model"] = "llama";
     body["messages"] = conversation["messages"];
     auto request = parse(body.dump());
@@ -375,7 +394,8 @@ TEST_F(ChatRequestTest, ContentPartsFlattenToText) {
 }
 
 TEST_F(ChatRequestTest, LogprobsFlags) {
-  auto with_top = parse(R"({"messages": [{"role": "user", "content": "a"}], "logprobs": true, "top_logprobs": 3})");
+  auto with_top = parse(
+      R"({"messages": [{"role": "user", "content": "a"}], "logprobs": true, "top_logprobs": 3})");
   ASSERT_TRUE(with_top.ok()) << with_top.message();
   EXPECT_EQ(with_top->options.top_logprobs, 3);
   auto plain = parse(R"({"messages": [{"role": "user", "content": "a"}], "logprobs": true})");
@@ -386,8 +406,9 @@ TEST_F(ChatRequestTest, LogprobsFlags) {
   EXPECT_EQ(off->options.top_logprobs, -1);
   expect_400(R"({"messages": [{"role": "user", "content": "a"}], "top_logprobs": 2})",
              "'top_logprobs' requires 'logprobs' to be true");
-  expect_400(R"({"messages": [{"role": "user", "content": "a"}], "logprobs": true, "top_logprobs": 21})",
-             "'top_logprobs' must be in [0, 20], got 21");
+  expect_400(
+      R"({"messages": [{"role": "user", "content": "a"}], "logprobs": true, "top_logprobs": 21})",
+      "'top_logprobs' must be in [0, 20], got 21");
   expect_400(R"({"messages": [{"role": "user", "content": "a"}], "logprobs": 1})",
              "'logprobs' must be a boolean, got number");
 }
@@ -400,8 +421,9 @@ TEST_F(ChatRequestTest, BadMessages) {
   expect_400(R"({"messages": [{"content": "hi"}]})", "'messages[0].role' must be a string");
   expect_400(R"({"messages": [{"role": "user", "content": 5}]})",
              "'messages[0].content' must be a string or an array of content parts, got number");
-  expect_400(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})",
-             "'messages[0].content[0]': only 'text' content parts are supported, got 'image_url'");
+  expect_400(
+      R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})",
+      "'messages[0].content[0]': only 'text' content parts are supported, got 'image_url'");
   expect_400(R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})",
              "'messages[0].content[0].text' must be a string");
   expect_400(R"({"messages": [{"role": "user", "content": "a"}], "chat_template_kwargs": 3})",
@@ -416,7 +438,8 @@ TEST_F(ChatRequestTest, ContinueFinalMessageEndsInsideIt) {
   const std::string text = tokenizer_->decode(request->options.prompt);
   EXPECT_EQ(text.substr(text.size() - 9), "Once upon");
   expect_400(R"({"messages": [{"role": "user", "content": "Hi"}], "continue_final_message": true,
-      "add_generation_prompt": true})", "cannot both be true");
+      "add_generation_prompt": true})",
+             "cannot both be true");
 }
 
 }  // namespace

@@ -1,0 +1,251 @@
+// specstack serve: load a model, start the serving engine and the
+// OpenAI-compatible HTTP server, and run until SIGINT / SIGTERM.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "backend/cpu/cpu_backend.h"
+#include "cli/commands.h"
+#include "engine/engine.h"
+#include "kv/kv_cache.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/shutdown_signals.h"
+#include "tokenizer/tokenizer.h"
+
+namespace specstack::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct ServeFlags {
+  ModelFlags model;
+  std::string tokenizer_dir;  // default: --model
+  HttpServerOptions http;
+  EngineOptions engine;
+  bool no_prefix_caching = false;
+  int64_t kv_blocks = 0;
+  double kv_memory_gb = 2.0;
+  bool no_access_log = false;
+  int stats_interval_s = 10;
+};
+
+// "models/tinystories-656k/" -> "tinystories-656k"
+std::string default_model_name(const ServeFlags& flags) {
+  std::filesystem::path path(flags.model.model_dir.empty() ? flags.model.config_path
+                                                           : flags.model.model_dir);
+  if (!path.has_filename()) path = path.parent_path();
+  return flags.model.model_dir.empty() ? path.stem().string() : path.filename().string();
+}
+
+struct KvPlan {
+  int64_t blocks = 0;
+  int64_t max_context = 0;
+};
+
+// The KV pool: --kv-blocks, else --kv-memory-gb, never more than every
+// sequence at full context could use. A context longer than the pool could
+// never be served (the engine rejects such requests), so it is lowered.
+Result<KvPlan> plan_kv(const ServeFlags& flags, const ModelConfig& config) {
+  KvCacheShape shape;
+  shape.n_layers = config.n_layers;
+  shape.n_blocks = 1;
+  shape.block_size = flags.model.block_size;
+  shape.n_kv_heads = config.n_kv_heads;
+  shape.head_dim = config.head_dim;
+  const auto block_bytes = static_cast<double>(KvCache::bytes_per_block(shape));
+  KvPlan plan;
+  plan.max_context =
+      flags.engine.max_model_len > 0 ? flags.engine.max_model_len : config.max_position_embeddings;
+  if (plan.max_context <= 0) plan.max_context = 4096;
+  const int64_t block_size = flags.model.block_size;
+  const int64_t blocks_per_context = (plan.max_context + block_size - 1) / block_size;
+  if (flags.kv_blocks > 0) {
+    plan.blocks = flags.kv_blocks;
+  } else {
+    if (!(flags.kv_memory_gb > 0))
+      return errorf("--kv-memory-gb must be > 0, got {}", flags.kv_memory_gb);
+    plan.blocks = static_cast<int64_t>(flags.kv_memory_gb * 1073741824.0 / block_bytes);
+    plan.blocks = std::min(plan.blocks, blocks_per_context * flags.engine.max_num_seqs);
+  }
+  if (plan.blocks < 1) {
+    return errorf(
+        "the KV cache holds no block of {} tokens ({:.1f} KiB each); raise --kv-memory-gb",
+        block_size, block_bytes / 1024);
+  }
+  if (plan.blocks * block_size < plan.max_context) {
+    std::fprintf(stderr,
+                 "specstack: warning: the KV cache holds %lld tokens, less than the context of "
+                 "%lld; serving a context of %lld tokens (raise --kv-memory-gb or --kv-blocks)\n",
+                 static_cast<long long>(plan.blocks * block_size),
+                 static_cast<long long>(plan.max_context),
+                 static_cast<long long>(plan.blocks * block_size));
+    plan.max_context = plan.blocks * block_size;
+  }
+  return plan;
+}
+
+void log_stats(const EngineMetrics& m, const ThroughputRates& rates) {
+  const double kv_used = m.kv_blocks_total > 0
+                             ? 100.0 * static_cast<double>(m.kv_blocks_total - m.kv_blocks_free) /
+                                   static_cast<double>(m.kv_blocks_total)
+                             : 0.0;
+  const double hit = m.prefix_cache_queried_tokens > 0
+                         ? 100.0 * static_cast<double>(m.prefix_cache_hit_tokens) /
+                               static_cast<double>(m.prefix_cache_queried_tokens)
+                         : 0.0;
+  std::fprintf(stderr,
+               "specstack: prompt %.1f tok/s, generation %.1f tok/s, running %lld, waiting %lld, "
+               "KV cache %.1f%% used, prefix cache hits %.1f%%\n",
+               rates.prompt_tokens_per_s, rates.generation_tokens_per_s,
+               static_cast<long long>(m.n_running), static_cast<long long>(m.n_waiting), kv_used,
+               hit);
+}
+
+int run_serve(ServeFlags& flags) {
+  ShutdownSignals signals;  // from now on SIGINT / SIGTERM stop the server cleanly
+
+  auto options = flags.model.instance_options(0);
+  if (!options.ok()) return report_error(options.message());
+  auto config =
+      load_model_config(options->config_path.empty() ? options->model_dir : options->config_path);
+  if (!config.ok()) return report_error(config.message());
+  const std::string tokenizer_dir =
+      flags.tokenizer_dir.empty() ? flags.model.model_dir : flags.tokenizer_dir;
+  if (tokenizer_dir.empty())
+    return report_error("serve needs a tokenizer: give --model or --tokenizer DIR");
+  auto tokenizer = Tokenizer::load_dir(tokenizer_dir);
+  if (!tokenizer.ok()) return report_error(tokenizer.message());
+  auto kv = plan_kv(flags, *config);
+  if (!kv.ok()) return report_error(kv.message());
+  options->kv_blocks = kv->blocks;
+
+  const auto load_start = Clock::now();
+  std::fprintf(stderr, "specstack: loading %s ...\n",
+               flags.model.dummy_weights ? "dummy weights" : flags.model.model_dir.c_str());
+  CpuBackend backend(CpuBackendOptions{flags.model.threads});
+  auto instance = ModelInstance::create(*options, backend);
+  if (!instance.ok()) return report_error(instance.message());
+  ModelInstance& model = **instance;
+  const double load_seconds = std::chrono::duration<double>(Clock::now() - load_start).count();
+
+  flags.engine.enable_prefix_caching = !flags.no_prefix_caching;
+  flags.engine.max_model_len = kv->max_context;
+  Engine engine(model, flags.engine);
+
+  flags.http.served_model_name = flags.http.served_model_name.empty()
+                                     ? default_model_name(flags)
+                                     : flags.http.served_model_name;
+  flags.http.vocab_size = model.config().vocab_size;
+  flags.http.access_log = !flags.no_access_log;
+  HttpServer server(engine, *tokenizer, flags.http);
+
+  const ModelConfig& mc = model.config();
+  std::fprintf(stderr,
+               "specstack: model '%s': %s, %lld layers, hidden %lld, vocab %lld, weights %.1f MiB "
+               "(loaded in %.2f s)\n",
+               flags.http.served_model_name.c_str(), architecture_name(mc.arch),
+               static_cast<long long>(mc.n_layers), static_cast<long long>(mc.hidden_size),
+               static_cast<long long>(mc.vocab_size),
+               model.model().weights().weight_bytes / 1048576.0, load_seconds);
+  std::fprintf(
+      stderr,
+      "specstack: KV cache: %lld blocks x %lld tokens = %lld tokens, %.1f MiB; max context "
+      "%lld tokens; prefix caching %s\n",
+      static_cast<long long>(kv->blocks), static_cast<long long>(flags.model.block_size),
+      static_cast<long long>(kv->blocks * flags.model.block_size), model.kv().nbytes() / 1048576.0,
+      static_cast<long long>(engine.max_context()), flags.no_prefix_caching ? "off" : "on");
+  if (!server.chat_template_error().empty()) {
+    std::fprintf(stderr, "specstack: warning: /v1/chat/completions is unavailable: %s\n",
+                 server.chat_template_error().c_str());
+  }
+  auto port = server.bind();
+  if (!port.ok()) return report_error(port.message());
+  std::fprintf(stderr, "specstack: listening on http://%s:%d\n", flags.http.host.c_str(), *port);
+
+  bool stopping = false;
+  ThroughputMeter meter;
+  auto last_stats = Clock::now();
+  signals.watch(
+      [&](int signo) {
+        if (stopping) {
+          std::fprintf(stderr, "specstack: second signal, exiting now\n");
+          std::_Exit(130);
+        }
+        stopping = true;
+        std::fprintf(stderr, "specstack: %s received, shutting down\n",
+                     signo == SIGINT ? "SIGINT" : "SIGTERM");
+      },
+      [&] {
+        // Repeated: a stop that races with the listener's start is retried.
+        if (stopping) server.stop();
+        const EngineMetrics m = engine.metrics();
+        const auto now = Clock::now();
+        const ThroughputRates rates =
+            meter.observe(now, m.prompt_tokens_total, m.generation_tokens_total);
+        if (flags.stats_interval_s > 0 &&
+            now - last_stats >= std::chrono::seconds(flags.stats_interval_s)) {
+          last_stats = now;
+          if (m.n_running > 0 || m.n_waiting > 0 || rates.generation_tokens_per_s > 0)
+            log_stats(m, rates);
+        }
+      });
+  Status served = server.serve();
+  signals.stop();  // the callbacks use the server and the engine
+  if (!served.ok()) return report_error(served.message());
+  std::fprintf(stderr, "specstack: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+std::function<int()> add_serve_command(CLI::App& app) {
+  auto flags = std::make_shared<ServeFlags>();
+  CLI::App* command = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
+  flags->model.add_to(*command);
+  command->add_option("--tokenizer", flags->tokenizer_dir,
+                      "folder with tokenizer.json (default: --model)");
+  command->add_option("--host", flags->http.host,
+                      "address to bind (default 127.0.0.1: this machine only)");
+  command->add_option("--port", flags->http.port, "port (0: any free port, printed at start)")
+      ->check(CLI::Range(0, 65535));
+  command->add_option("--api-key", flags->http.api_key,
+                      "require 'Authorization: Bearer KEY' on /v1/*");
+  command->add_option("--served-model-name", flags->http.served_model_name,
+                      "model name clients must use (default: the model folder's name)");
+  command
+      ->add_option("--max-num-seqs", flags->engine.max_num_seqs, "most sequences running at once")
+      ->check(CLI::PositiveNumber);
+  command
+      ->add_option("--max-num-batched-tokens", flags->engine.max_num_batched_tokens,
+                   "token budget of one step")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--max-queue", flags->engine.max_queue, "waiting requests before 429")
+      ->check(CLI::PositiveNumber);
+  command
+      ->add_option("--max-model-len", flags->engine.max_model_len,
+                   "context length (default: the model's max_position_embeddings)")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--kv-blocks", flags->kv_blocks, "KV cache blocks (overrides --kv-memory-gb)")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--kv-memory-gb", flags->kv_memory_gb, "KV cache size in GiB (default 2)");
+  command->add_flag("--no-prefix-caching", flags->no_prefix_caching,
+                    "do not reuse KV blocks across requests");
+  command
+      ->add_option("--http-threads", flags->http.n_threads,
+                   "HTTP worker threads; each in-flight request holds one (default 64)")
+      ->check(CLI::PositiveNumber);
+  command
+      ->add_option("--max-body-bytes", flags->http.max_body_bytes,
+                   "request body limit (default 8 MiB)")
+      ->check(CLI::PositiveNumber);
+  command->add_flag("--no-access-log", flags->no_access_log, "no stderr line per HTTP response");
+  command
+      ->add_option("--stats-interval", flags->stats_interval_s,
+                   "seconds between throughput log lines while busy (0: never)")
+      ->check(CLI::NonNegativeNumber);
+  return [flags] { return run_serve(*flags); };
+}
+
+}  // namespace specstack::cli
