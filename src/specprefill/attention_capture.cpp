@@ -40,8 +40,9 @@ void AttentionCapture::keep_first_steps(int64_t n) {
 
 Status AttentionCapture::validate() const {
   if (n_layers <= 0 || n_steps <= 0 || n_heads <= 0 || head_dim <= 0) {
-    return errorf("attention capture: n_layers {}, n_steps {}, n_heads {}, head_dim {} must all be > 0",
-                  n_layers, n_steps, n_heads, head_dim);
+    return errorf(
+        "attention capture: n_layers {}, n_steps {}, n_heads {}, head_dim {} must all be > 0",
+        n_layers, n_steps, n_heads, head_dim);
   }
   const int64_t expected = n_layers * n_steps * n_heads * head_dim;
   if (static_cast<int64_t>(queries.size()) != expected) {

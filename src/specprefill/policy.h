@@ -26,16 +26,16 @@ struct SpecPrefillPolicyOptions {
 struct SpecPrefillRequest {
   int64_t n_prompt_tokens = 0;  // M
   int64_t n_cached_tokens = 0;  // P: prompt tokens the target's prefix cache already holds
-  std::optional<bool> specprefill = std::nullopt;             // request "specprefill": forces on / off
+  std::optional<bool> specprefill = std::nullopt;  // request "specprefill": forces on / off
   std::optional<double> specprefill_keep_pct = std::nullopt;  // request "specprefill_keep_pct"
 };
 
 struct SpecPrefillDecision {
   bool apply = false;
-  double keep_pct = 0.0;          // the fraction to keep (meaningful when apply)
-  int64_t n_scored_tokens = 0;    // M - P: the suffix that is scored and selected
-  int64_t position_offset = 0;    // P: added to the selected token indices
-  std::string reason;             // why, in a few words, for logs and fallback_reason
+  double keep_pct = 0.0;        // the fraction to keep (meaningful when apply)
+  int64_t n_scored_tokens = 0;  // M - P: the suffix that is scored and selected
+  int64_t position_offset = 0;  // P: added to the selected token indices
+  std::string reason;           // why, in a few words, for logs and fallback_reason
 };
 
 class SpecPrefillPolicy {

@@ -29,7 +29,8 @@ void DensePromptKeys::copy_keys(int64_t layer, int64_t kv_head, int64_t begin, i
   SS_CHECK(0 <= begin && begin <= end && end <= n_tokens());
   // Rows of one (layer, kv head) are contiguous: one copy.
   const float* src =
-      data_ + ((layer * n_kv_heads_ + kv_head) * n_total_tokens_ + token_begin_ + begin) * head_dim_;
+      data_ +
+      ((layer * n_kv_heads_ + kv_head) * n_total_tokens_ + token_begin_ + begin) * head_dim_;
   std::memcpy(out, src, static_cast<size_t>((end - begin) * head_dim_) * sizeof(float));
 }
 
@@ -58,9 +59,15 @@ Result<PagedPromptKeys> PagedPromptKeys::make(const KvCache& cache,
   return PagedPromptKeys(cache, block_table, slot_begin, slot_end);
 }
 
-int64_t PagedPromptKeys::n_layers() const { return cache_->shape().n_layers; }
-int64_t PagedPromptKeys::n_kv_heads() const { return cache_->shape().n_kv_heads; }
-int64_t PagedPromptKeys::head_dim() const { return cache_->shape().head_dim; }
+int64_t PagedPromptKeys::n_layers() const {
+  return cache_->shape().n_layers;
+}
+int64_t PagedPromptKeys::n_kv_heads() const {
+  return cache_->shape().n_kv_heads;
+}
+int64_t PagedPromptKeys::head_dim() const {
+  return cache_->shape().head_dim;
+}
 
 void PagedPromptKeys::copy_keys(int64_t layer, int64_t kv_head, int64_t begin, int64_t end,
                                 float* out) const {

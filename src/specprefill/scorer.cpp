@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <bit>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <limits>
 
@@ -30,8 +30,8 @@ void run_parallel(ThreadPool* pool, int64_t n, int64_t work_per_item,
     fn(0, n);
     return;
   }
-  pool->parallel_for(n, std::max<int64_t>(1, kMinWorkPerShare / std::max<int64_t>(1, work_per_item)),
-                     fn);
+  pool->parallel_for(
+      n, std::max<int64_t>(1, kMinWorkPerShare / std::max<int64_t>(1, work_per_item)), fn);
 }
 
 // out[r * out_stride + j] = scale * (q[r] . key j) for R rows and the n_valid
@@ -169,31 +169,32 @@ Result<std::vector<float>> score_tokens(const AttentionCapture& capture, const P
       }
 
       // Logits, a tile of keys at a time.
-      run_parallel(params.pool, n_tiles, n_rows * head_dim * kTile, [&](int64_t begin, int64_t end) {
-        std::vector<float> tile(static_cast<size_t>(kTile * head_dim));
-        std::vector<float> kt(static_cast<size_t>(head_dim * kTile), 0.0f);
-        for (int64_t tile_index = begin; tile_index < end; ++tile_index) {
-          const int64_t first = tile_index * kTile;
-          const int64_t n_valid = std::min(kTile, n_tokens - first);
-          keys.copy_keys(layer, kv_head, first, first + n_valid, tile.data());
-          for (int64_t j = 0; j < kTile; ++j) {
-            for (int64_t d = 0; d < head_dim; ++d) {
-              kt[static_cast<size_t>(d * kTile + j)] =
-                  j < n_valid ? tile[static_cast<size_t>(j * head_dim + d)] : 0.0f;
+      run_parallel(
+          params.pool, n_tiles, n_rows * head_dim * kTile, [&](int64_t begin, int64_t end) {
+            std::vector<float> tile(static_cast<size_t>(kTile * head_dim));
+            std::vector<float> kt(static_cast<size_t>(head_dim * kTile), 0.0f);
+            for (int64_t tile_index = begin; tile_index < end; ++tile_index) {
+              const int64_t first = tile_index * kTile;
+              const int64_t n_valid = std::min(kTile, n_tokens - first);
+              keys.copy_keys(layer, kv_head, first, first + n_valid, tile.data());
+              for (int64_t j = 0; j < kTile; ++j) {
+                for (int64_t d = 0; d < head_dim; ++d) {
+                  kt[static_cast<size_t>(d * kTile + j)] =
+                      j < n_valid ? tile[static_cast<size_t>(j * head_dim + d)] : 0.0f;
+                }
+              }
+              float* out = buf.probs.data() + pad + first;
+              int64_t r = 0;
+              for (; r + kRowBlock <= n_rows; r += kRowBlock) {
+                tile_logits<kRowBlock>(buf.queries.data() + r * head_dim, head_dim, kt.data(),
+                                       scale, out + r * row_stride, row_stride, n_valid);
+              }
+              for (; r < n_rows; ++r) {
+                tile_logits<1>(buf.queries.data() + r * head_dim, head_dim, kt.data(), scale,
+                               out + r * row_stride, row_stride, n_valid);
+              }
             }
-          }
-          float* out = buf.probs.data() + pad + first;
-          int64_t r = 0;
-          for (; r + kRowBlock <= n_rows; r += kRowBlock) {
-            tile_logits<kRowBlock>(buf.queries.data() + r * head_dim, head_dim, kt.data(), scale,
-                                   out + r * row_stride, row_stride, n_valid);
-          }
-          for (; r < n_rows; ++r) {
-            tile_logits<1>(buf.queries.data() + r * head_dim, head_dim, kt.data(), scale,
-                           out + r * row_stride, row_stride, n_valid);
-          }
-        }
-      });
+          });
 
       // Softmax numerators and normalisers, a row at a time.
       run_parallel(params.pool, n_rows, 8 * n_tokens, [&](int64_t begin, int64_t end) {

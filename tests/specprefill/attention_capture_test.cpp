@@ -1,7 +1,7 @@
 // AttentionCapture layout, early-EOS truncation and validation.
-#include <gtest/gtest.h>
-
 #include "specprefill/attention_capture.h"
+
+#include <gtest/gtest.h>
 
 namespace specstack {
 namespace {

@@ -1,12 +1,13 @@
 // SpecPrefillPolicy: the threshold applies to the uncached suffix, request
 // overrides win over it, keep_pct overrides are validated, and every "no"
 // carries a reason.
+#include "specprefill/policy.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "base/check.h"
-#include "specprefill/policy.h"
 
 namespace specstack {
 namespace {
@@ -71,7 +72,8 @@ TEST(PolicyTest, InvalidKeepPctIsAnError) {
           {.n_prompt_tokens = 10000, .specprefill = flag, .specprefill_keep_pct = bad});
       ASSERT_FALSE(decision.ok()) << bad;
       EXPECT_EQ(decision.error().code, ErrorCode::kErrorInvalidArgument);
-      EXPECT_NE(decision.message().find("specprefill_keep_pct must be in (0, 1]"), std::string::npos);
+      EXPECT_NE(decision.message().find("specprefill_keep_pct must be in (0, 1]"),
+                std::string::npos);
     }
   }
   EXPECT_EQ(validate_keep_pct(1.5).message(), "specprefill_keep_pct must be in (0, 1], got 1.5");

@@ -1,13 +1,14 @@
 // PagedPromptKeys reads a sequence's keys through its block table (scattered
 // physical blocks, a slot range that starts mid-block after a cached prefix)
 // and gives the same scores as the same keys held densely.
+#include "specprefill/prompt_keys.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
 #include <vector>
 
 #include "kv/kv_cache.h"
-#include "specprefill/prompt_keys.h"
 #include "specprefill/scorer.h"
 
 namespace specstack {
@@ -91,9 +92,9 @@ TEST_F(PagedPromptKeysTest, ScoresLikeDenseKeys) {
 }
 
 TEST_F(PagedPromptKeysTest, BadRangesAndBlocksAreErrors) {
-  EXPECT_FALSE(PagedPromptKeys::make(cache_, table_, 6, 6).ok());    // empty
-  EXPECT_FALSE(PagedPromptKeys::make(cache_, table_, -1, 4).ok());   // negative
-  auto past_end = PagedPromptKeys::make(cache_, table_, 0, 21);      // 5 blocks = 20 slots
+  EXPECT_FALSE(PagedPromptKeys::make(cache_, table_, 6, 6).ok());   // empty
+  EXPECT_FALSE(PagedPromptKeys::make(cache_, table_, -1, 4).ok());  // negative
+  auto past_end = PagedPromptKeys::make(cache_, table_, 0, 21);     // 5 blocks = 20 slots
   ASSERT_FALSE(past_end.ok());
   EXPECT_NE(past_end.message().find("[0, 21)"), std::string::npos) << past_end.message();
   std::vector<int32_t> bad_table = {5, 2, 8};

@@ -1,12 +1,12 @@
 // select_chunks: chunk means, top-k with ties to the lower index, the forced
 // chunks (first/last, recent window) added on top of the budget, the
 // keep_pct edges and the errors.
+#include "specprefill/selector.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
-
-#include "specprefill/selector.h"
 
 namespace specstack {
 namespace {
@@ -27,7 +27,7 @@ Ids concat(std::initializer_list<Ids> parts) {
 
 // 10 tokens in chunks of 2 -> 5 chunks with means 0.1, 0.5, 0.3, 0.5, 0.2
 // (chunks 1 and 3 tie exactly).
-const std::vector<float> kFiveChunks = {0.0f,  0.2f, 0.25f, 0.75f, 0.3f,
+const std::vector<float> kFiveChunks = {0.0f, 0.2f, 0.25f, 0.75f, 0.3f,
                                         0.3f, 0.5f, 0.5f,  0.1f,  0.3f};
 
 TEST(SelectorTest, ChunkScoresAreMeansAndLastChunkMayBeShort) {
@@ -92,8 +92,9 @@ TEST(SelectorTest, PromptShorterThanAChunkIsOneChunk) {
 
 TEST(SelectorTest, RecentWindowForcesTheChunksCoveringIt) {
   // W = 5 over 10 tokens: positions 5..9 lie in chunks 2 (4..5), 3 and 4.
-  auto s = select_chunks(kFiveChunks, {.keep_pct = 0.2, .chunk = 2, .force_first_last = false,
-                                       .force_recent_window = 5});
+  auto s = select_chunks(
+      kFiveChunks,
+      {.keep_pct = 0.2, .chunk = 2, .force_first_last = false, .force_recent_window = 5});
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->kept_chunks, (Ids{1, 2, 3, 4}));
   // A window wider than the prompt keeps everything.
@@ -103,20 +104,21 @@ TEST(SelectorTest, RecentWindowForcesTheChunksCoveringIt) {
 }
 
 TEST(SelectorTest, PositionOffsetShiftsKeptPositions) {
-  auto s = select_chunks(kFiveChunks,
-                         {.keep_pct = 0.2, .chunk = 2, .force_first_last = false, .position_offset = 1000});
+  auto s = select_chunks(
+      kFiveChunks,
+      {.keep_pct = 0.2, .chunk = 2, .force_first_last = false, .position_offset = 1000});
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->kept_chunks, (Ids{1}));  // chunks stay relative to the scored range
   EXPECT_EQ(s->kept_positions, (Ids{1002, 1003}));
 }
 
 TEST(SelectorTest, BudgetIsCeilOfTheIntendedProduct) {
-  EXPECT_EQ(budget_chunks(0.2, 11), 3);   // 2.2 -> 3
-  EXPECT_EQ(budget_chunks(0.3, 10), 3);   // 3.0000000000000004 in binary, still 3
+  EXPECT_EQ(budget_chunks(0.2, 11), 3);  // 2.2 -> 3
+  EXPECT_EQ(budget_chunks(0.3, 10), 3);  // 3.0000000000000004 in binary, still 3
   EXPECT_EQ(budget_chunks(0.5, 3), 2);
   EXPECT_EQ(budget_chunks(1.0, 7), 7);
   EXPECT_EQ(budget_chunks(1e-9, 7), 1);
-  EXPECT_EQ(budget_chunks(0.7, 10), 7);   // 7.000000000000001 in binary
+  EXPECT_EQ(budget_chunks(0.7, 10), 7);  // 7.000000000000001 in binary
 }
 
 TEST(SelectorTest, InvalidInputsAreErrors) {
