@@ -28,6 +28,7 @@ struct ServeFlags {
   int64_t kv_blocks = 0;
   double kv_memory_gb = 2.0;
   bool no_access_log = false;
+  int http_threads = 0;  // 0: enough for every running and waiting request
   int stats_interval_s = 10;
 };
 
@@ -139,6 +140,13 @@ int run_serve(ServeFlags& flags) {
                                      : flags.http.served_model_name;
   flags.http.vocab_size = model.config().vocab_size;
   flags.http.access_log = !flags.no_access_log;
+  // A request holds its HTTP thread until it ends, and connections beyond the
+  // thread count wait unread; so there must be a thread for every running
+  // and waiting request, or the engine's queue limit (429) is never reached.
+  flags.http.n_threads =
+      flags.http_threads > 0
+          ? flags.http_threads
+          : std::min(2048, flags.engine.max_num_seqs + flags.engine.max_queue + 16);
   HttpServer server(engine, *tokenizer, flags.http);
 
   const ModelConfig& mc = model.config();
@@ -233,8 +241,9 @@ std::function<int()> add_serve_command(CLI::App& app) {
   command->add_flag("--no-prefix-caching", flags->no_prefix_caching,
                     "do not reuse KV blocks across requests");
   command
-      ->add_option("--http-threads", flags->http.n_threads,
-                   "HTTP worker threads; each in-flight request holds one (default 64)")
+      ->add_option("--http-threads", flags->http_threads,
+                   "HTTP worker threads; each in-flight request holds one (default: "
+                   "--max-num-seqs + --max-queue + 16, at most 2048)")
       ->check(CLI::PositiveNumber);
   command
       ->add_option("--max-body-bytes", flags->http.max_body_bytes,
