@@ -12,6 +12,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "chat/chat_template.h"
 #include "cli/commands.h"
+#include "cli/progress_bar.h"
 #include "engine/generator.h"
 #include "engine/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -93,8 +94,14 @@ int run_generate(GenerateFlags& flags) {
   }
   options->kv_tokens = total + options->block_size;
 
+  std::optional<ProgressBar> bar;
+  if (stderr_is_terminal()) {
+    bar.emplace(stderr, "specstack: loading weights", "layers");
+    options->on_progress = [&bar](int64_t done, int64_t total) { bar->update(done, total); };
+  }
   CpuBackend backend(CpuBackendOptions{flags.model.threads});
   auto instance = ModelInstance::create(*options, backend);
+  if (bar) bar->finish();  // before any error message, which needs its own line
   if (!instance.ok()) return report_error(instance.message());
   ModelInstance& model = **instance;
   const double load_seconds =

@@ -4,9 +4,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "backend/cpu/cpu_backend.h"
 #include "cli/commands.h"
+#include "cli/progress_bar.h"
 #include "engine/engine.h"
 #include "kv/kv_cache.h"
 #include "server/http_server.h"
@@ -125,8 +127,14 @@ int run_serve(ServeFlags& flags) {
   const auto load_start = Clock::now();
   std::fprintf(stderr, "specstack: loading %s ...\n",
                flags.model.dummy_weights ? "dummy weights" : flags.model.model_dir.c_str());
+  std::optional<ProgressBar> bar;
+  if (stderr_is_terminal()) {
+    bar.emplace(stderr, "specstack: loading weights", "layers");
+    options->on_progress = [&bar](int64_t done, int64_t total) { bar->update(done, total); };
+  }
   CpuBackend backend(CpuBackendOptions{flags.model.threads});
   auto instance = ModelInstance::create(*options, backend);
+  if (bar) bar->finish();  // before any error message, which needs its own line
   if (!instance.ok()) return report_error(instance.message());
   ModelInstance& model = **instance;
   const double load_seconds = std::chrono::duration<double>(Clock::now() - load_start).count();

@@ -21,10 +21,10 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create(const ModelInstance
 
   ModelWeights weights;
   if (options.dummy_weights) {
-    weights = make_dummy_weights(config, options.dummy_seed);
+    weights = make_dummy_weights(config, options.dummy_seed, options.on_progress);
   } else {
     if (options.model_dir.empty()) return make_error("no model folder given");
-    SS_ASSIGN_OR_RETURN(weights, load_weights(config, options.model_dir));
+    SS_ASSIGN_OR_RETURN(weights, load_weights(config, options.model_dir, options.on_progress));
   }
   if (options.block_size <= 0) return errorf("block size must be positive, got {}", options.block_size);
 

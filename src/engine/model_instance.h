@@ -24,6 +24,7 @@ struct ModelInstanceOptions {
   int64_t kv_blocks = 0;         // 0: enough for kv_tokens
   int64_t kv_tokens = 4096;      // KV capacity in tokens when kv_blocks == 0
   int64_t block_size = 16;
+  LoadProgress on_progress;      // optional: weight-loading progress (see load_weights)
 };
 
 class ModelInstance {

@@ -35,6 +35,10 @@ void ModelRunner::check_plan(const StepPlan& plan) const {
   for (size_t i = 1; i < plan.logit_rows.size(); ++i) {
     SS_CHECK_LT(plan.logit_rows[i - 1], plan.logit_rows[i]);
   }
+  for (size_t i = 0; i < plan.capture_rows.size(); ++i) {
+    SS_CHECK_LT(plan.capture_rows[i], static_cast<int32_t>(n));
+    if (i > 0) SS_CHECK_LT(plan.capture_rows[i - 1], plan.capture_rows[i]);
+  }
 }
 
 StepOutput ModelRunner::run(const StepPlan& plan) {
@@ -47,7 +51,9 @@ StepOutput ModelRunner::run(const StepPlan& plan) {
   for (const auto& table : plan.block_tables) batch.attention.block_tables.emplace_back(table);
   batch.attention.seq_n_slots = plan.seq_n_slots;
   batch.logit_rows = plan.logit_rows;
+  batch.capture_rows = plan.capture_rows;
   StepOutput output;
+  if (!plan.capture_rows.empty()) batch.captured_queries = &output.captured_queries;
   model_.forward(batch, kv_, output.logits);
   return output;
 }

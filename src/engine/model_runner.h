@@ -12,6 +12,7 @@ namespace specstack {
 
 struct StepOutput {
   Tensor logits;  // [plan.logit_rows.size(), vocab] f32
+  Tensor captured_queries;  // [plan.capture_rows.size(), n_layers, n_heads * head_dim] f32 (if asked)
 };
 
 class ModelRunner {

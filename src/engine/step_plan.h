@@ -17,6 +17,9 @@ struct StepPlan {
   std::vector<int32_t> seq_index;   // index into the per-sequence vectors
   std::vector<int32_t> slots;       // logical KV slot within the sequence; masks causally
   std::vector<int32_t> logit_rows;  // ascending token indices whose logits are returned
+  // Ascending token indices whose post-RoPE (post q_norm) queries are returned
+  // for every layer: the speculative-prefill draft asks for them.
+  std::vector<int32_t> capture_rows;
 
   // Per sequence [n_seqs].
   std::vector<std::vector<int32_t>> block_tables;  // logical -> physical block

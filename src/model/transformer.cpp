@@ -57,6 +57,11 @@ void Transformer::forward(const ForwardBatch& batch, KvCache& kv, Tensor& logits
   const int64_t n_tokens = static_cast<int64_t>(batch.token_ids.size());
   const int64_t hidden = config_.hidden_size;
   SS_CHECK_GT(n_tokens, 0);
+  if (batch.captured_queries != nullptr) {
+    *batch.captured_queries =
+        Tensor::zeros(DType::kF32, {static_cast<int64_t>(batch.capture_rows.size()), config_.n_layers,
+                                    config_.n_heads * config_.head_dim});
+  }
   x_ = scratch(kScratchX, n_tokens, hidden);
   h_ = scratch(kScratchH, n_tokens, hidden);
   backend_.embedding(weights_.embed, batch.token_ids, x_);
@@ -110,6 +115,13 @@ void Transformer::attention_block(int64_t l, const ForwardBatch& batch, KvCache&
   backend_.rope(q, head_dim, batch.attention.token_pos, weights_.rope_inv_freq);
   backend_.rope(k, head_dim, batch.attention.token_pos, weights_.rope_inv_freq);
   backend_.write_kv(k, v, batch.attention, kv.layer(l));
+  if (batch.captured_queries != nullptr) {
+    float* out = batch.captured_queries->f32();
+    for (size_t i = 0; i < batch.capture_rows.size(); ++i) {
+      std::copy_n(q.f32() + batch.capture_rows[i] * q_width, q_width,
+                  out + (static_cast<int64_t>(i) * config_.n_layers + l) * q_width);
+    }
+  }
 
   AttentionParams params;
   params.n_heads = config_.n_heads;

@@ -19,6 +19,11 @@ struct ForwardBatch {
   std::span<const int32_t> token_ids;   // [n_tokens]
   AttentionBatch attention;             // positions, slots, sequences, block tables
   std::span<const int32_t> logit_rows;  // ascending token indices whose logits are wanted
+  // Ascending token indices whose queries (post q_norm, post-RoPE: exactly what
+  // attention sees) are copied out for every layer into *captured_queries
+  // [capture_rows.size(), n_layers, n_heads * head_dim] (resized by forward).
+  std::span<const int32_t> capture_rows;
+  Tensor* captured_queries = nullptr;
 };
 
 class Transformer {

@@ -106,7 +106,12 @@ class DummySource final : public WeightSource {
 };
 
 // Assembles ModelWeights from any source using HF tensor names.
-Result<ModelWeights> build_weights(const ModelConfig& config, WeightSource& source) {
+Result<ModelWeights> build_weights(const ModelConfig& config, WeightSource& source,
+                                   const LoadProgress& on_progress) {
+  const int64_t n_steps = config.n_layers + 1;  // the embeddings and head, then each layer
+  auto report = [&](int64_t done) {
+    if (on_progress) on_progress(done, n_steps);
+  };
   const int64_t hidden = config.hidden_size;
   const int64_t q_width = config.n_heads * config.head_dim;
   const int64_t kv_width = config.n_kv_heads * config.head_dim;
@@ -140,6 +145,7 @@ Result<ModelWeights> build_weights(const ModelConfig& config, WeightSource& sour
     SS_ASSIGN_OR_RETURN(weights.lm_head, matrix(head_name, {config.vocab_size, hidden}));
   }
   SS_ASSIGN_OR_RETURN(weights.final_norm, vector_f32("model.norm.weight", hidden, true));
+  report(1);
 
   for (int64_t l = 0; l < config.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
@@ -184,6 +190,7 @@ Result<ModelWeights> build_weights(const ModelConfig& config, WeightSource& sour
       SS_ASSIGN_OR_RETURN(layer.w_down, matrix(p + "mlp.down_proj.weight", {hidden, inter}));
     }
     weights.layers.push_back(std::move(layer));
+    report(l + 2);
   }
   weights.rope_inv_freq = compute_rope_inv_freq(config);
   weights.weight_bytes = bytes;
@@ -223,15 +230,17 @@ Tensor compute_rope_inv_freq(const ModelConfig& config) {
   return out;
 }
 
-Result<ModelWeights> load_weights(const ModelConfig& config, const std::string& model_dir) {
+Result<ModelWeights> load_weights(const ModelConfig& config, const std::string& model_dir,
+                                  const LoadProgress& on_progress) {
   SS_ASSIGN_OR_RETURN(WeightFiles files, WeightFiles::open(model_dir));
   SafetensorsSource source(std::move(files));
-  return build_weights(config, source);
+  return build_weights(config, source, on_progress);
 }
 
-ModelWeights make_dummy_weights(const ModelConfig& config, uint64_t seed) {
+ModelWeights make_dummy_weights(const ModelConfig& config, uint64_t seed,
+                                const LoadProgress& on_progress) {
   DummySource source(config.weight_dtype, seed);
-  Result<ModelWeights> weights = build_weights(config, source);
+  Result<ModelWeights> weights = build_weights(config, source, on_progress);
   SS_CHECK_MSG(weights.ok(), weights.ok() ? "" : weights.message());
   return std::move(weights).value();
 }

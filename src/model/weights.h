@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,14 +53,23 @@ struct ModelWeights {
   size_t weight_bytes = 0;  // bytes of all distinct weight tensors, for start-up reporting
 };
 
+// Progress of a weight load, for a start-up progress bar: called on the
+// loading thread with done = 1 after the embeddings, final norm and LM head,
+// then once per decoder layer, up to done == total == n_layers + 1. An empty
+// function is never called.
+using LoadProgress = std::function<void(int64_t done, int64_t total)>;
+
 // Loads the weights of `config` from the safetensors in model_dir (mmap'd,
 // zero-copy). Every expected tensor must exist with the expected shape;
-// errors name the tensor and both shapes.
-Result<ModelWeights> load_weights(const ModelConfig& config, const std::string& model_dir);
+// errors name the tensor and both shapes. On an error the progress stops short
+// of total.
+Result<ModelWeights> load_weights(const ModelConfig& config, const std::string& model_dir,
+                                  const LoadProgress& on_progress = {});
 
 // Seeded random weights in config.weight_dtype (norm weights 1, others small
 // uniform noise), no files: for benchmarks on published shapes.
-ModelWeights make_dummy_weights(const ModelConfig& config, uint64_t seed);
+ModelWeights make_dummy_weights(const ModelConfig& config, uint64_t seed,
+                                const LoadProgress& on_progress = {});
 
 // RoPE inverse frequencies exactly as transformers computes them in fp32.
 Tensor compute_rope_inv_freq(const ModelConfig& config);
