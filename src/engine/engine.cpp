@@ -7,6 +7,8 @@
 #include "engine/histogram.h"
 #include "engine/logprobs.h"
 #include "engine/scheduler.h"
+#include "engine/specprefill_stage.h"
+#include "specprefill/policy.h"
 
 namespace specstack {
 namespace {
@@ -86,6 +88,9 @@ class EngineCore {
  private:
   void loop();
   void take_inbox();
+  void start_request(std::unique_ptr<Request> request);
+  void add_target_sequence(Request& request, SpecPrefillOutcome* outcome);
+  void run_specprefill_step();
   void handle_cancellations();
   void step();
   void on_logits(Sequence* seq, float* logits);
@@ -98,6 +103,8 @@ class EngineCore {
   int64_t max_context_;
   int64_t vocab_;
   Scheduler scheduler_;
+  std::unique_ptr<SpecPrefillStage> specprefill_;  // null without a draft model
+  SpecPrefillPolicy specprefill_policy_;
   std::shared_ptr<LoopSignal> signal_ = std::make_shared<LoopSignal>();
 
   // Submitted, not yet seen by the loop (guarded by inbox_mutex_).
@@ -129,8 +136,17 @@ EngineCore::EngineCore(ModelInstance& model, const EngineOptions& options)
       vocab_(model.config().vocab_size),
       scheduler_(model.kv_manager(),
                  SchedulerOptions{options.max_num_batched_tokens, options.max_num_seqs,
-                                  options.enable_prefix_caching, options.static_batching}) {
+                                  options.enable_prefix_caching, options.static_batching}),
+      specprefill_policy_(SpecPrefillPolicyOptions{options.specprefill.draft != nullptr,
+                                                   options.specprefill.threshold,
+                                                   options.specprefill.keep_pct}) {
   if (max_context_ <= 0) max_context_ = 4096;
+  if (options.specprefill.draft != nullptr) {
+    const ModelConfig& config = model.config();
+    specprefill_ = std::make_unique<SpecPrefillStage>(
+        options.specprefill, options.max_num_batched_tokens,
+        config.sliding_window > 0 ? config.sliding_window : 0);
+  }
   publish_metrics();
   thread_ = std::thread([this] { loop(); });
 }
@@ -147,6 +163,10 @@ EngineCore::~EngineCore() {
       scheduler_.remove(seq.get());
       seq->finished = true;
       request->stream->push(RequestEvent{seq->choice, {}, {}, FinishReason::kFinishAbort});
+    }
+    // Choices that never got a sequence (still in draft scoring, or not forked yet).
+    for (auto c = static_cast<int32_t>(request->sequences.size()); c < request->options.n; ++c) {
+      request->stream->push(RequestEvent{c, {}, {}, FinishReason::kFinishAbort});
     }
   }
 }
@@ -174,6 +194,7 @@ Result<std::shared_ptr<RequestStream>> EngineCore::submit(RequestOptions options
     return errorf("prompt + max_tokens = {} tokens can never fit in the KV cache of {} tokens", total,
                   model_.pool().n_blocks() * block_size);
   }
+  if (options.specprefill.keep_pct) SS_TRY(validate_keep_pct(*options.specprefill.keep_pct));
   if (n_queued_.load() >= options_.max_queue) {
     return make_error(fmt::format("the waiting queue is full ({} requests); retry later", options_.max_queue),
                       ErrorCode::kErrorResourceExhausted);
@@ -201,16 +222,63 @@ void EngineCore::take_inbox() {
     std::lock_guard<std::mutex> lock(inbox_mutex_);
     incoming.swap(inbox_);
   }
-  for (auto& request : incoming) {
-    auto seq = std::make_unique<Sequence>(model_.kv_manager().new_sequence());
-    seq->request = request.get();
-    seq->choice = 0;
-    seq->tokens = request->options.prompt;
-    SamplingParams params = request->options.params;
-    seq->sampler.emplace(params, request->options.prompt);
-    scheduler_.add_waiting(seq.get());
-    request->sequences.push_back(std::move(seq));
-    requests_.push_back(std::move(request));
+  for (auto& request : incoming) start_request(std::move(request));
+}
+
+void EngineCore::start_request(std::unique_ptr<Request> request) {
+  Request& r = *request;
+  requests_.push_back(std::move(request));
+  if (specprefill_) {
+    // The threshold applies to the suffix after the target's cached prefix.
+    const CachedPrefix prefix = model_.kv_manager().find_cached_prefix(r.options.prompt, 0);
+    SpecPrefillRequest ask;
+    ask.n_prompt_tokens = static_cast<int64_t>(r.options.prompt.size());
+    ask.n_cached_tokens = options_.enable_prefix_caching ? prefix.n_tokens : 0;
+    ask.specprefill = r.options.specprefill.enabled;
+    ask.specprefill_keep_pct = r.options.specprefill.keep_pct;
+    auto decision = specprefill_policy_.decide(ask);  // keep_pct was validated by submit()
+    if (decision.ok() && decision->apply) {
+      specprefill_->add(&r, static_cast<int32_t>(decision->position_offset), decision->keep_pct);
+      return;
+    }
+  }
+  add_target_sequence(r, nullptr);
+}
+
+// The request's first target sequence: dense, or the sparse selection of a
+// speculative prefill (never published under dense token hashes).
+void EngineCore::add_target_sequence(Request& request, SpecPrefillOutcome* outcome) {
+  const bool sparse = outcome != nullptr && outcome->applied;
+  auto seq = std::make_unique<Sequence>(
+      model_.kv_manager().new_sequence(KvSequenceOptions{0, /*publishable=*/!sparse}));
+  seq->request = &request;
+  seq->choice = 0;
+  if (sparse) {
+    seq->tokens = std::move(outcome->tokens);
+    seq->positions = std::move(outcome->positions);
+    seq->prefix_lookup_tokens = outcome->prefix_tokens;
+  } else {
+    seq->tokens = request.options.prompt;
+  }
+  if (outcome != nullptr) {
+    std::lock_guard<std::mutex> lock(request.stream->mutex);
+    request.stream->stats.specprefill = outcome->stats;
+  }
+  seq->sampler.emplace(request.options.params, request.options.prompt);
+  scheduler_.add_waiting(seq.get());
+  request.sequences.push_back(std::move(seq));
+}
+
+void EngineCore::run_specprefill_step() {
+  if (!specprefill_ || specprefill_->n_jobs() == 0) return;
+  for (SpecPrefillOutcome& outcome : specprefill_->step()) {
+    if (outcome.applied) {
+      ++counters_.specprefill_applied_total;
+      counters_.specprefill_tokens_saved_total += outcome.stats.prompt_tokens - outcome.stats.kept_tokens;
+    } else {
+      ++counters_.specprefill_fallback_total;
+    }
+    add_target_sequence(*outcome.request, &outcome);
   }
 }
 
@@ -227,6 +295,7 @@ void EngineCore::finish(Sequence* seq, FinishReason reason, RequestEvent event) 
 void EngineCore::handle_cancellations() {
   for (auto& request : requests_) {
     if (!request->stream->cancel_requested.load()) continue;
+    if (specprefill_) specprefill_->remove(request.get());
     for (auto& seq : request->sequences) {
       if (!seq->finished) finish(seq.get(), FinishReason::kFinishAbort, RequestEvent{seq->choice, {}, {}, {}});
     }
@@ -262,6 +331,8 @@ void EngineCore::on_logits(Sequence* seq, float* logits) {
       child->request = &request;
       child->choice = c;
       child->tokens = seq->tokens;
+      child->positions = seq->positions;
+      child->prefix_lookup_tokens = seq->prefix_lookup_tokens;
       child->n_computed = seq->n_computed;
       child->admitted = true;
       SamplingParams params = request.options.params;
@@ -323,6 +394,7 @@ void EngineCore::on_logits(Sequence* seq, float* logits) {
 }
 
 void EngineCore::step() {
+  run_specprefill_step();  // draft work first: finished selections can be admitted now
   ScheduleResult scheduled = scheduler_.schedule();
   for (Sequence* seq : scheduled.preempted) {
     std::lock_guard<std::mutex> lock(seq->request->stream->mutex);
@@ -355,7 +427,8 @@ void EngineCore::step() {
 
 void EngineCore::publish_metrics() {
   EngineMetrics m = counters_;
-  m.n_waiting = static_cast<int64_t>(scheduler_.n_waiting());
+  m.n_waiting = static_cast<int64_t>(scheduler_.n_waiting()) +
+                static_cast<int64_t>(specprefill_ ? specprefill_->n_jobs() : 0);
   m.n_running = static_cast<int64_t>(scheduler_.n_running());
   const BlockPool& pool = model_.pool();
   m.kv_blocks_total = pool.n_blocks();
@@ -382,7 +455,8 @@ void EngineCore::loop() {
       return static_cast<int64_t>(inbox_.size());
     }();
     publish_metrics();
-    if (scheduler_.n_running() == 0 && scheduler_.n_waiting() == 0) {
+    const bool draft_idle = !specprefill_ || specprefill_->n_jobs() == 0;
+    if (scheduler_.n_running() == 0 && scheduler_.n_waiting() == 0 && draft_idle) {
       std::unique_lock<std::mutex> lock(signal_->mutex);
       signal_->wake.wait(lock, [&] { return signal_->pending || stopping_; });
       signal_->pending = false;

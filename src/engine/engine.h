@@ -17,6 +17,18 @@
 
 namespace specstack {
 
+// Speculative prefill (ALGORITHM.md). The draft must share the target's tokenizer.
+struct SpecPrefillOptions {
+  ModelInstance* draft = nullptr;  // null: speculative prefill is off
+  int64_t threshold = 8192;        // minimum suffix length (after a cached prefix) to apply it
+  double keep_pct = 0.2;
+  int32_t lookahead = 8;           // captured query steps (last prompt token + N-1 draft tokens)
+  int32_t chunk = 32;
+  int32_t pool_kernel = 13;
+  // Tests only: "scoring" or "draft_kv" makes that stage fail to exercise the fallback.
+  std::string inject_fault;
+};
+
 struct EngineOptions {
   int32_t max_num_batched_tokens = 2048;  // token budget of one step
   int32_t max_num_seqs = 256;             // running sequences cap
@@ -25,6 +37,7 @@ struct EngineOptions {
   int64_t max_model_len = 0;              // 0: the model's max_position_embeddings
   bool static_batching = false;           // benchmark baseline: admit only when nothing runs
   bool record_steps = false;              // keep a StepRecord per step (benchmarks)
+  SpecPrefillOptions specprefill;
 };
 
 // One engine step, for benchmark phase analysis.

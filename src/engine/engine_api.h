@@ -18,11 +18,19 @@ namespace specstack {
 
 enum class FinishReason { kFinishLength, kFinishStop, kFinishAbort };
 
+// Per-request speculative prefill controls (OpenAI body: `specprefill`,
+// `specprefill_keep_pct`, top level or in extra_body).
+struct SpecPrefillControls {
+  std::optional<bool> enabled;     // true: force on below the threshold; false: off
+  std::optional<double> keep_pct;  // (0, 1]; default: the server's --specprefill-keep-pct
+};
+
 struct RequestOptions {
   std::vector<int32_t> prompt;  // token ids (already templated and tokenized)
   SamplingParams params;        // validated by submit()
   int32_t n = 1;                // parallel samples sharing the prompt's KV (copy-on-write)
   int32_t top_logprobs = -1;    // -1: no logprobs; 0..20: sampled token + this many alternatives
+  SpecPrefillControls specprefill;
 };
 
 struct TokenLogprob {
@@ -39,11 +47,21 @@ struct RequestEvent {
   std::optional<FinishReason> finish;  // set on the choice's last event
 };
 
+// What speculative prefill did for one request (usage.specprefill).
+struct SpecPrefillStats {
+  bool applied = false;          // the target prefilled only the kept tokens
+  int64_t prompt_tokens = 0;     // tokens scored (the suffix after a cached prefix)
+  int64_t kept_tokens = 0;       // of those, prefilled by the target
+  double scoring_ms = 0;         // draft prefill + lookahead + scoring wall time
+  std::string fallback_reason;   // non-empty when it was attempted and fell back to full prefill
+};
+
 struct RequestStats {
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
   int64_t generated_tokens = 0;  // over all choices
   int32_t preemptions = 0;
+  SpecPrefillStats specprefill;
 };
 
 // The handle an HTTP thread holds for one request.
@@ -82,6 +100,9 @@ struct EngineMetrics {
   int64_t requests_aborted_total = 0;
   int64_t preemptions_total = 0;
   int64_t steps_total = 0;
+  int64_t specprefill_applied_total = 0;
+  int64_t specprefill_fallback_total = 0;
+  int64_t specprefill_tokens_saved_total = 0;  // prompt tokens the target did not prefill
   HistogramSnapshot time_to_first_token;
   HistogramSnapshot inter_token_latency;
 };

@@ -51,6 +51,13 @@ struct Sequence {
   int32_t choice = 0;
   KvSequence kv;
   std::vector<int32_t> tokens;
+  // Explicit RoPE positions of tokens[0, positions.size()) — a speculative
+  // prefill keeps tokens at their original positions. Empty: position = index.
+  // Tokens after them continue at positions.back() + 1.
+  std::vector<int32_t> positions;
+  // Only tokens[0, prefix_lookup_tokens) may be served from the prefix cache
+  // (the dense prefix of a sparse sequence); -1: all of them.
+  int32_t prefix_lookup_tokens = -1;
   int32_t n_computed = 0;
   int32_t n_generated = 0;
   std::optional<Sampler> sampler;
@@ -60,6 +67,11 @@ struct Sequence {
   Clock::time_point last_token_time;
 
   int32_t n_needed() const { return static_cast<int32_t>(tokens.size()) - n_computed; }
+  int32_t position_of(int32_t index) const {
+    if (positions.empty()) return index;
+    const auto n = static_cast<int32_t>(positions.size());
+    return index < n ? positions[static_cast<size_t>(index)] : positions.back() + (index - n + 1);
+  }
 };
 
 struct Request {

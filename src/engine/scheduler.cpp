@@ -38,12 +38,12 @@ void Scheduler::preempt(Sequence* seq) {
 }
 
 void Scheduler::add_chunk(ScheduleResult& result, Sequence* seq, int32_t first_slot, int32_t count) {
-  SS_CHECK_EQ(first_slot, seq->n_computed);  // dense: slot i holds token i
+  SS_CHECK_EQ(first_slot, seq->n_computed);  // slot i holds tokens[i] (sparse or dense)
   const auto s = static_cast<int32_t>(result.plan.block_tables.size());
   const bool wants_logits = seq->n_computed + count == static_cast<int32_t>(seq->tokens.size());
   for (int32_t i = 0; i < count; ++i) {
     const int32_t index = seq->n_computed + i;
-    result.plan.add_token(seq->tokens[static_cast<size_t>(index)], index, s, first_slot + i,
+    result.plan.add_token(seq->tokens[static_cast<size_t>(index)], seq->position_of(index), s, first_slot + i,
                           wants_logits && i == count - 1);
   }
   result.plan.block_tables.push_back(seq->kv.blocks());
@@ -91,7 +91,12 @@ ScheduleResult Scheduler::schedule() {
     Sequence* seq = waiting_.front();
     CachedPrefix prefix;
     if (options_.enable_prefix_caching) {
-      prefix = kv_.find_cached_prefix(seq->tokens, seq->kv.options().extra_key);
+      std::span<const int32_t> lookup(seq->tokens);
+      if (seq->prefix_lookup_tokens >= 0) {
+        // +1: the lookup always leaves the last given token to compute.
+        lookup = lookup.first(std::min(lookup.size(), static_cast<size_t>(seq->prefix_lookup_tokens) + 1));
+      }
+      prefix = kv_.find_cached_prefix(lookup, seq->kv.options().extra_key);
     }
     const int32_t count = std::min(static_cast<int32_t>(seq->tokens.size()) - prefix.n_tokens, budget);
     if (!kv_.can_allocate(seq->kv, prefix, count)) break;  // wait for blocks to free up

@@ -1,0 +1,217 @@
+#include "engine/specprefill_stage.h"
+
+#include <algorithm>
+
+#include "specprefill/prompt_keys.h"
+#include "specprefill/scorer.h"
+#include "specprefill/selector.h"
+
+namespace specstack {
+
+struct SpecPrefillStage::Job {
+  Job(Request* r, KvSequence sequence) : request(r), kv(std::move(sequence)) {}
+
+  Request* request;
+  KvSequence kv;               // on the draft's KV pool
+  int32_t prefix_tokens = 0;   // P: target prefix-cache hit; only [P, M) is scored
+  double keep_pct = 0.2;
+  bool admitted = false;
+  int32_t n_computed = 0;      // draft prompt tokens with KV
+  int32_t n_steps = 0;         // captured query steps so far
+  int32_t next_token = -1;     // greedy draft token to feed next (lookahead)
+  bool done = false;
+  AttentionCapture capture;
+  Clock::time_point start;
+  std::span<const int32_t> prompt() const { return request->options.prompt; }
+};
+
+SpecPrefillStage::SpecPrefillStage(const SpecPrefillOptions& options, int32_t max_batched_tokens,
+                                   int64_t target_sliding_window)
+    : options_(options),
+      max_batched_tokens_(max_batched_tokens),
+      target_sliding_window_(target_sliding_window) {
+  SS_CHECK(options_.draft != nullptr);
+}
+
+SpecPrefillStage::~SpecPrefillStage() {
+  for (auto& job : jobs_) options_.draft->kv_manager().free(job->kv);
+}
+
+void SpecPrefillStage::add(Request* request, int32_t prefix_tokens, double keep_pct) {
+  ModelInstance& draft = *options_.draft;
+  auto job = std::make_unique<Job>(request, draft.kv_manager().new_sequence());
+  job->prefix_tokens = prefix_tokens;
+  job->keep_pct = keep_pct;
+  const ModelConfig& config = draft.config();
+  job->capture = AttentionCapture::zeros(config.n_layers, options_.lookahead, config.n_heads, config.head_dim);
+  job->capture.layer_window.resize(static_cast<size_t>(config.n_layers));
+  for (int64_t l = 0; l < config.n_layers; ++l) {
+    job->capture.layer_window[static_cast<size_t>(l)] = config.layer_is_sliding(l) ? config.sliding_window : 0;
+  }
+  job->start = Clock::now();
+  jobs_.push_back(std::move(job));
+}
+
+void SpecPrefillStage::remove(Request* request) {
+  for (auto& job : jobs_) {
+    if (job->request == request) options_.draft->kv_manager().free(job->kv);
+  }
+  jobs_.erase(std::remove_if(jobs_.begin(), jobs_.end(),
+                             [&](const auto& job) { return job->request == request; }),
+              jobs_.end());
+}
+
+SpecPrefillOutcome SpecPrefillStage::fallback(Job& job, std::string reason) {
+  options_.draft->kv_manager().free(job.kv);
+  job.done = true;
+  SpecPrefillOutcome outcome;
+  outcome.request = job.request;
+  outcome.stats.prompt_tokens = static_cast<int64_t>(job.prompt().size()) - job.prefix_tokens;
+  outcome.stats.scoring_ms = std::chrono::duration<double, std::milli>(Clock::now() - job.start).count();
+  outcome.stats.fallback_reason = std::move(reason);
+  return outcome;
+}
+
+SpecPrefillOutcome SpecPrefillStage::finish_job(Job& job) {
+  ModelInstance& draft = *options_.draft;
+  const auto m = static_cast<int32_t>(job.prompt().size());
+  const int32_t p = job.prefix_tokens;
+  job.capture.keep_first_steps(job.n_steps);  // fewer steps when the draft hit EOS
+  if (options_.inject_fault == "scoring") return fallback(job, "scoring failed (injected fault)");
+  // The lookahead tokens' own keys are excluded: only prompt slots [P, M) are scored.
+  auto keys = PagedPromptKeys::make(draft.kv(), job.kv.blocks(), p, m);
+  if (!keys.ok()) return fallback(job, "scoring failed: " + keys.message());
+  auto importance = score_tokens(job.capture, *keys, ScoreParams{options_.pool_kernel, &scoring_pool_});
+  if (!importance.ok()) return fallback(job, "scoring failed: " + importance.message());
+  SelectionOptions select;
+  select.keep_pct = job.keep_pct;
+  select.chunk = options_.chunk;
+  select.force_first_last = true;  // the last prompt token's logits start decoding
+  select.force_recent_window = std::max<int64_t>(job.capture.max_window(), target_sliding_window_);
+  select.position_offset = p;
+  auto selection = select_chunks(*importance, select);
+  if (!selection.ok()) return fallback(job, "selection failed: " + selection.message());
+
+  SpecPrefillOutcome outcome;
+  outcome.request = job.request;
+  outcome.applied = true;
+  outcome.prefix_tokens = p;
+  for (int32_t i = 0; i < p; ++i) {
+    outcome.tokens.push_back(job.prompt()[static_cast<size_t>(i)]);
+    outcome.positions.push_back(i);
+  }
+  for (int32_t position : selection->kept_positions) {
+    outcome.tokens.push_back(job.prompt()[static_cast<size_t>(position)]);
+    outcome.positions.push_back(position);
+  }
+  SS_CHECK_EQ(outcome.positions.back(), m - 1);
+  outcome.stats.applied = true;
+  outcome.stats.prompt_tokens = m - p;
+  outcome.stats.kept_tokens = static_cast<int64_t>(selection->kept_positions.size());
+  outcome.stats.scoring_ms = std::chrono::duration<double, std::milli>(Clock::now() - job.start).count();
+  // Cleanup: the draft's lookahead and prompt KV are dropped (no speculative decoding yet).
+  draft.kv_manager().free(job.kv);
+  job.done = true;
+  return outcome;
+}
+
+std::vector<SpecPrefillOutcome> SpecPrefillStage::step() {
+  std::vector<SpecPrefillOutcome> outcomes;
+  if (jobs_.empty()) return outcomes;
+  ModelInstance& draft = *options_.draft;
+  KvManager& kv = draft.kv_manager();
+  StepPlan plan;
+  struct Row {
+    Job* job;
+    int32_t count;   // tokens this step
+    bool last_row;   // carries the capture and the logits
+  };
+  std::vector<Row> rows;
+  int32_t budget = max_batched_tokens_;
+  for (auto& owned : jobs_) {
+    Job& job = *owned;
+    if (budget == 0) break;
+    const auto m = static_cast<int32_t>(job.prompt().size());
+    int32_t first_slot = 0;
+    int32_t count = 0;
+    if (job.n_computed < m) {  // draft prefill, chunked
+      if (options_.inject_fault == "draft_kv") {
+        outcomes.push_back(fallback(job, "draft KV cache exhausted (injected fault)"));
+        continue;
+      }
+      if (!job.admitted) {
+        CachedPrefix prefix = kv.find_cached_prefix(job.prompt(), 0);
+        count = std::min(m - prefix.n_tokens, budget);
+        if (!kv.can_allocate(job.kv, prefix, count)) {
+          outcomes.push_back(fallback(job, "draft KV cache exhausted"));
+          continue;
+        }
+        first_slot = kv.allocate(job.kv, prefix, count);
+        job.n_computed = prefix.n_tokens;
+        job.admitted = true;
+      } else {
+        count = std::min(m - job.n_computed, budget);
+        if (!kv.can_append(job.kv, count)) {
+          outcomes.push_back(fallback(job, "draft KV cache exhausted"));
+          continue;
+        }
+        first_slot = kv.append(job.kv, count);
+      }
+      const bool reaches_end = job.n_computed + count == m;
+      const auto s = static_cast<int32_t>(plan.block_tables.size());
+      for (int32_t i = 0; i < count; ++i) {
+        const int32_t index = job.n_computed + i;
+        const int32_t row = plan.add_token(job.prompt()[static_cast<size_t>(index)], index, s, first_slot + i,
+                                           reaches_end && i == count - 1);
+        if (reaches_end && i == count - 1) plan.capture_rows.push_back(row);
+      }
+      rows.push_back({&job, count, reaches_end});
+    } else {  // lookahead: feed the last greedy draft token at position M + step - 1
+      if (!kv.can_append(job.kv, 1)) {
+        outcomes.push_back(fallback(job, "draft KV cache exhausted"));
+        continue;
+      }
+      first_slot = kv.append(job.kv, 1);
+      count = 1;
+      const auto s = static_cast<int32_t>(plan.block_tables.size());
+      const int32_t row = plan.add_token(job.next_token, m + job.n_steps - 1, s, first_slot, true);
+      plan.capture_rows.push_back(row);
+      rows.push_back({&job, 1, true});
+    }
+    plan.block_tables.push_back(job.kv.blocks());
+    plan.seq_n_slots.push_back(job.kv.n_slots());
+    budget -= count;
+  }
+
+  if (plan.n_tokens() > 0) {
+    StepOutput output = draft.runner().run(plan);
+    const ModelConfig& config = draft.config();
+    const int64_t q_width = config.n_heads * config.head_dim;
+    int64_t captured = 0;
+    for (const Row& row : rows) {
+      Job& job = *row.job;
+      const auto m = static_cast<int32_t>(job.prompt().size());
+      if (job.n_computed < m) {
+        job.n_computed += row.count;
+        kv.publish(job.kv, job.prompt().subspan(0, static_cast<size_t>(job.n_computed)));
+      }
+      if (!row.last_row) continue;
+      for (int64_t l = 0; l < config.n_layers; ++l) {
+        std::copy_n(output.captured_queries.f32() + (captured * config.n_layers + l) * q_width, q_width,
+                    job.capture.query(l, job.n_steps));
+      }
+      const float* logits = output.logits.f32() + captured * config.vocab_size;
+      ++captured;
+      ++job.n_steps;
+      job.next_token = static_cast<int32_t>(std::max_element(logits, logits + config.vocab_size) - logits);
+      const bool eos = std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), job.next_token) !=
+                       config.eos_token_ids.end();
+      if (job.n_steps == options_.lookahead || eos) outcomes.push_back(finish_job(job));
+    }
+  }
+  jobs_.erase(std::remove_if(jobs_.begin(), jobs_.end(), [](const auto& job) { return job->done; }),
+              jobs_.end());
+  return outcomes;
+}
+
+}  // namespace specstack
