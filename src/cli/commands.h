@@ -39,5 +39,7 @@ std::function<int()> add_logits_command(CLI::App& app);
 std::function<int()> add_serve_command(CLI::App& app);
 // `bench` groups the benchmark subcommands (bench serve, ...).
 std::function<int()> add_bench_command(CLI::App& app);
+// `eval needle|json|ppl`: speculative-prefill quality probes.
+std::function<int()> add_eval_command(CLI::App& app);
 
 }  // namespace specstack::cli
