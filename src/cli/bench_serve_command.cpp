@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "backend/cpu/cpu_backend.h"
+#include "cli/bench_ttft_command.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
 
@@ -100,7 +101,7 @@ ModeResult run_mode(ModelInstance& model, const BenchServeFlags& f, const std::v
     params.temperature = 0;
     params.ignore_eos = true;
     params.max_tokens = plans[i].output_len;
-    auto stream = engine.submit(RequestOptions{plans[i].prompt, params, 1, -1});
+    auto stream = engine.submit(RequestOptions{plans[i].prompt, params, 1, -1, {}});
     SS_CHECK_MSG(stream.ok(), stream.ok() ? "" : stream.message());
     result.traces[i].arrival = since_start();
     readers.emplace_back([&, i, s = *stream] {
@@ -294,7 +295,11 @@ std::function<int()> add_bench_command(CLI::App& app) {
   serve->add_option("--kv-tokens", flags->kv_tokens, "KV capacity in tokens (default: all requests at once)");
   serve->add_flag("--skip-static", flags->skip_static, "do not run the static-batching baseline");
   serve->add_option("--out", flags->out_prefix, "output prefix for CSV / PNG files");
-  return [flags] { return run_bench_serve(*flags); };
+  std::function<int()> run_ttft = add_bench_ttft_command(*bench);
+  return [flags, bench, run_ttft] {
+    if (bench->got_subcommand("ttft")) return run_ttft();
+    return run_bench_serve(*flags);
+  };
 }
 
 }  // namespace specstack::cli

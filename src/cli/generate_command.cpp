@@ -1,18 +1,21 @@
 // specstack generate: stream a completion for one prompt to the terminal and
-// report prompt / generation throughput.
+// report prompt / generation throughput. With --draft it runs through the
+// serving Engine (target + draft, speculative prefill) instead of the offline
+// Generator, and also reports what speculative prefill did.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
-
-#include <nlohmann/json.hpp>
 
 #include "backend/cpu/cpu_backend.h"
 #include "chat/chat_template.h"
 #include "cli/commands.h"
+#include "cli/draft_model_flags.h"
 #include "cli/progress_bar.h"
+#include "engine/engine.h"
 #include "engine/generator.h"
 #include "engine/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -31,6 +34,14 @@ struct GenerateFlags {
   uint64_t seed = 0;
   bool has_seed = false;
   int32_t max_batched_tokens = 512;
+  DraftModelFlags draft;
+  bool specprefill = false;  // force it on for this prompt, whatever its length
+  SpecPrefillOptions specprefill_settings;
+};
+
+struct RunResult {
+  GenerationStats stats;
+  FinishReason finish_reason = FinishReason::kFinishLength;
 };
 
 Result<std::vector<int32_t>> build_prompt(const GenerateFlags& flags, const Tokenizer* tokenizer,
@@ -51,7 +62,8 @@ Result<std::vector<int32_t>> build_prompt(const GenerateFlags& flags, const Toke
     for (auto& id : ids) id = pick(rng);
     return ids;
   }
-  if (tokenizer == nullptr) return make_error("--prompt needs a tokenizer.json in the model folder");
+  if (tokenizer == nullptr)
+    return make_error("--prompt needs a tokenizer.json in the model folder");
   if (!flags.chat) return tokenizer->encode(flags.prompt, /*add_special_tokens=*/true);
   if (tokenizer->chat_template().empty()) {
     return make_error("--chat: the model's tokenizer_config.json has no chat_template");
@@ -66,6 +78,83 @@ Result<std::vector<int32_t>> build_prompt(const GenerateFlags& flags, const Toke
   return tokenizer->encode(rendered, /*add_special_tokens=*/false);
 }
 
+Result<RunResult> run_generator(ModelInstance& model, const GenerateFlags& flags,
+                                GenerationRequest request, const TokenCallback& on_token) {
+  GeneratorOptions generator_options;
+  generator_options.max_batched_tokens = flags.max_batched_tokens;
+  Generator generator(model.runner(), model.kv_manager(), generator_options);
+  RunResult run;
+  SS_ASSIGN_OR_RETURN(std::vector<GenerationResult> results,
+                      generator.generate({std::move(request)}, on_token, &run.stats));
+  run.finish_reason = results[0].finish_reason;
+  return run;
+}
+
+void print_specprefill_stats(const SpecPrefillStats& sp, const GenerateFlags& flags) {
+  if (!sp.applied && sp.fallback_reason.empty()) {
+    std::fprintf(stderr,
+                 "specstack: specprefill: not applied (prompt below --specprefill-threshold %lld; "
+                 "--specprefill forces it)\n",
+                 static_cast<long long>(flags.specprefill_settings.threshold));
+    return;
+  }
+  const double kept_pct = sp.prompt_tokens > 0 ? 100.0 * static_cast<double>(sp.kept_tokens) /
+                                                     static_cast<double>(sp.prompt_tokens)
+                                               : 0.0;
+  std::fprintf(stderr,
+               "specstack: specprefill: applied %s, kept %lld of %lld prompt tokens (%.1f%%), "
+               "scoring %.1f ms%s%s\n",
+               sp.applied ? "yes" : "no", static_cast<long long>(sp.kept_tokens),
+               static_cast<long long>(sp.prompt_tokens), kept_pct, sp.scoring_ms,
+               sp.fallback_reason.empty() ? "" : ", fallback: ", sp.fallback_reason.c_str());
+}
+
+// One request through an in-process Engine with the draft. The prefill time
+// is submit -> first token, so it includes the draft's scoring.
+Result<RunResult> run_engine(ModelInstance& target, ModelInstance& draft,
+                             const GenerateFlags& flags, GenerationRequest request,
+                             const TokenCallback& on_token) {
+  using SteadyClock = std::chrono::steady_clock;
+  EngineOptions options;
+  options.max_num_batched_tokens = flags.max_batched_tokens;
+  options.max_num_seqs = 1;
+  options.max_queue = 1;
+  options.specprefill = flags.specprefill_settings;
+  options.specprefill.draft = &draft;
+  Engine engine(target, options);
+  RequestOptions submit{std::move(request.prompt), request.params, 1, -1, {}};
+  if (flags.specprefill) submit.specprefill.enabled = true;
+  RunResult run;
+  run.stats.prompt_tokens = static_cast<int64_t>(submit.prompt.size());
+  auto seconds_since = [](SteadyClock::time_point t) {
+    return std::chrono::duration<double>(SteadyClock::now() - t).count();
+  };
+  const auto start = SteadyClock::now();
+  SS_ASSIGN_OR_RETURN(std::shared_ptr<RequestStream> stream, engine.submit(std::move(submit)));
+  SteadyClock::time_point first_token;
+  bool stopped = false;
+  while (!stream->done()) {
+    auto event = stream->next(std::chrono::milliseconds(1000));
+    if (!event) continue;
+    for (int32_t token : event->tokens) {
+      if (stopped) break;
+      if (run.stats.generated_tokens++ == 0) {
+        run.stats.prefill_seconds = seconds_since(start);
+        first_token = SteadyClock::now();
+      }
+      if (!on_token(0, token)) {  // a stop string matched: the rest is not wanted
+        stopped = true;
+        stream->cancel();
+      }
+    }
+    if (event->finish && !stopped) run.finish_reason = *event->finish;
+  }
+  if (run.stats.generated_tokens > 0) run.stats.decode_seconds = seconds_since(first_token);
+  if (stopped) run.finish_reason = FinishReason::kFinishStop;
+  print_specprefill_stats(stream->stats().specprefill, flags);
+  return run;
+}
+
 int run_generate(GenerateFlags& flags) {
   const auto load_start = std::chrono::steady_clock::now();
   std::optional<Tokenizer> tokenizer;
@@ -77,27 +166,50 @@ int run_generate(GenerateFlags& flags) {
   }
   if (flags.has_seed) flags.sampling.seed = flags.seed;
   flags.sampling.stop_strings = flags.stop;
-  if (Status status = flags.sampling.validate(); !status.ok()) return report_error(status.message());
+  if (Status status = flags.sampling.validate(); !status.ok())
+    return report_error(status.message());
+  if (flags.specprefill && !flags.draft.has_draft()) {
+    return report_error(
+        "--specprefill needs a draft model: give --draft DIR (a small model with the "
+        "target's tokenizer)");
+  }
+  if (flags.draft.has_draft()) {
+    if (Status status = flags.draft.validate(flags.model); !status.ok())
+      return report_error(status.message());
+    if (Status status = validate_specprefill_settings(flags.specprefill_settings); !status.ok()) {
+      return report_error(status.message());
+    }
+  }
 
   // The config is read first to size the KV cache and check the context length.
   auto options = flags.model.instance_options(0);
   if (!options.ok()) return report_error(options.message());
-  auto config = load_model_config(options->config_path.empty() ? options->model_dir : options->config_path);
+  auto config =
+      load_model_config(options->config_path.empty() ? options->model_dir : options->config_path);
   if (!config.ok()) return report_error(config.message());
   auto prompt = build_prompt(flags, tokenizer ? &*tokenizer : nullptr, config->vocab_size);
   if (!prompt.ok()) return report_error(prompt.message());
   const int64_t total = static_cast<int64_t>(prompt->size()) + flags.sampling.max_tokens;
   if (config->max_position_embeddings > 0 && total > config->max_position_embeddings) {
-    return report_error(fmt::format("prompt ({} tokens) + -n {} exceeds the model context of {} tokens",
-                                    prompt->size(), flags.sampling.max_tokens,
-                                    config->max_position_embeddings));
+    return report_error(
+        fmt::format("prompt ({} tokens) + -n {} exceeds the model context of {} tokens",
+                    prompt->size(), flags.sampling.max_tokens, config->max_position_embeddings));
   }
   options->kv_tokens = total + options->block_size;
+  if (flags.draft.has_draft()) {  // before any weights load, so a mismatched draft fails fast
+    if (auto draft_config = load_draft_config(flags.draft, *config); !draft_config.ok()) {
+      return report_error(draft_config.message());
+    }
+  }
 
   std::optional<ProgressBar> bar;
   if (stderr_is_terminal()) {
     bar.emplace(stderr, "specstack: loading weights", "layers");
-    options->on_progress = [&bar](int64_t done, int64_t total) { bar->update(done, total); };
+    // The loader counts the embeddings and head as one step before the
+    // layers; the bar counts layers only, so a 24-layer model ends at 24/24.
+    options->on_progress = [&bar](int64_t done, int64_t total) {
+      bar->update(done - 1, total - 1);
+    };
   }
   CpuBackend backend(CpuBackendOptions{flags.model.threads});
   auto instance = ModelInstance::create(*options, backend);
@@ -106,14 +218,18 @@ int run_generate(GenerateFlags& flags) {
   ModelInstance& model = **instance;
   const double load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
-  std::fprintf(stderr, "specstack: %s, %lld layers, hidden %lld, weights %.1f MiB, KV cache %.1f MiB, loaded in %.2f s\n",
-               architecture_name(model.config().arch), static_cast<long long>(model.config().n_layers),
+  std::fprintf(stderr,
+               "specstack: %s, %lld layers, hidden %lld, weights %.1f MiB, KV cache %.1f MiB, "
+               "loaded in %.2f s\n",
+               architecture_name(model.config().arch),
+               static_cast<long long>(model.config().n_layers),
                static_cast<long long>(model.config().hidden_size),
                model.model().weights().weight_bytes / 1048576.0, model.kv().nbytes() / 1048576.0,
                load_seconds);
 
   std::unique_ptr<StreamDecoder> decoder;
-  if (tokenizer) decoder = std::make_unique<StreamDecoder>(*tokenizer, /*skip_special_tokens=*/true);
+  if (tokenizer)
+    decoder = std::make_unique<StreamDecoder>(*tokenizer, /*skip_special_tokens=*/true);
   StopStringMatcher stops(flags.stop);
   auto emit = [&](const std::string& text) {
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -128,18 +244,33 @@ int run_generate(GenerateFlags& flags) {
     return !stops.stopped();
   };
 
-  GeneratorOptions generator_options;
-  generator_options.max_batched_tokens = flags.max_batched_tokens;
-  Generator generator(model.runner(), model.kv_manager(), generator_options);
   GenerationRequest request;
   request.prompt = std::move(prompt).value();
   request.params = flags.sampling;
-  GenerationStats stats;
-  auto results = generator.generate({request}, on_token, &stats);
-  if (!results.ok()) return report_error(results.message());
+  Result<RunResult> run = make_error("no generation ran");
+  if (flags.draft.has_draft()) {
+    // The draft holds the prompt plus its lookahead tokens.
+    const int64_t draft_kv_tokens = static_cast<int64_t>(request.prompt.size()) +
+                                    flags.specprefill_settings.lookahead +
+                                    2 * flags.model.block_size;
+    auto draft = load_draft_model(flags.draft, flags.model, draft_kv_tokens, backend);
+    if (!draft.ok()) return report_error(draft.message());
+    const ModelConfig& draft_config = (*draft)->config();
+    std::fprintf(stderr, "specstack: draft %s, %lld layers, hidden %lld, weights %.1f MiB\n",
+                 architecture_name(draft_config.arch),
+                 static_cast<long long>(draft_config.n_layers),
+                 static_cast<long long>(draft_config.hidden_size),
+                 (*draft)->model().weights().weight_bytes / 1048576.0);
+    run = run_engine(model, **draft, flags, std::move(request), on_token);
+  } else {
+    run = run_generator(model, flags, std::move(request), on_token);
+  }
+  if (!run.ok()) return report_error(run.message());
+  const GenerationStats& stats = run->stats;
   if (decoder && !stops.stopped()) emit(stops.push(decoder->flush()) + stops.flush());
   emit("\n");
-  const double prefill_rate = stats.prefill_seconds > 0 ? stats.prompt_tokens / stats.prefill_seconds : 0;
+  const double prefill_rate =
+      stats.prefill_seconds > 0 ? stats.prompt_tokens / stats.prefill_seconds : 0;
   const int64_t decoded = std::max<int64_t>(0, stats.generated_tokens - 1);
   const double decode_rate = stats.decode_seconds > 0 ? decoded / stats.decode_seconds : 0;
   std::fprintf(stderr,
@@ -148,7 +279,7 @@ int run_generate(GenerateFlags& flags) {
                static_cast<long long>(stats.prompt_tokens), stats.prefill_seconds, prefill_rate,
                static_cast<long long>(stats.generated_tokens), static_cast<long long>(decoded),
                stats.decode_seconds, decode_rate,
-               (*results)[0].finish_reason == FinishReason::kFinishStop ? "stop" : "length");
+               run->finish_reason == FinishReason::kFinishStop ? "stop" : "length");
   return 0;
 }
 
@@ -162,20 +293,39 @@ std::function<int()> add_generate_command(CLI::App& app) {
   flags->model.add_to(*command);
   command->add_option("-p,--prompt", flags->prompt, "prompt text");
   command->add_option("--tokens", flags->tokens, "prompt as token ids, e.g. 1,2,3");
-  command->add_option("--prompt-length", flags->prompt_length, "random prompt of N token ids (seeded)");
-  command->add_flag("--chat", flags->chat, "wrap --prompt as a user message with the chat template");
-  command->add_option("-n,--max-tokens", flags->sampling.max_tokens, "tokens to generate")->check(CLI::PositiveNumber);
+  command->add_option("--prompt-length", flags->prompt_length,
+                      "random prompt of N token ids (seeded)");
+  command->add_flag("--chat", flags->chat,
+                    "wrap --prompt as a user message with the chat template");
+  command->add_option("-n,--max-tokens", flags->sampling.max_tokens, "tokens to generate")
+      ->check(CLI::PositiveNumber);
   command->add_option("--temperature", flags->sampling.temperature, "0 = greedy (default)");
   command->add_option("--top-k", flags->sampling.top_k, "top-k (0 = off)");
   command->add_option("--top-p", flags->sampling.top_p, "nucleus sampling mass");
   command->add_option("--min-p", flags->sampling.min_p, "min-p relative to the top token");
-  command->add_option("--repetition-penalty", flags->sampling.repetition_penalty, "HF-style repetition penalty");
-  command->add_option("--presence-penalty", flags->sampling.presence_penalty, "OpenAI presence penalty");
-  command->add_option("--frequency-penalty", flags->sampling.frequency_penalty, "OpenAI frequency penalty");
-  command->add_option("--seed", flags->seed, "sampling seed")->each([flags](const std::string&) { flags->has_seed = true; });
+  command->add_option("--repetition-penalty", flags->sampling.repetition_penalty,
+                      "HF-style repetition penalty");
+  command->add_option("--presence-penalty", flags->sampling.presence_penalty,
+                      "OpenAI presence penalty");
+  command->add_option("--frequency-penalty", flags->sampling.frequency_penalty,
+                      "OpenAI frequency penalty");
+  command->add_option("--seed", flags->seed, "sampling seed")->each([flags](const std::string&) {
+    flags->has_seed = true;
+  });
   command->add_option("--stop", flags->stop, "stop string (repeatable)");
   command->add_flag("--ignore-eos", flags->sampling.ignore_eos, "keep generating past EOS");
-  command->add_option("--max-batched-tokens", flags->max_batched_tokens, "prefill chunk size")->check(CLI::PositiveNumber);
+  command->add_option("--max-batched-tokens", flags->max_batched_tokens, "prefill chunk size")
+      ->check(CLI::PositiveNumber);
+  flags->draft.add_to(*command);
+  command->add_flag(
+      "--specprefill", flags->specprefill,
+      "speculative prefill for this prompt whatever its length (needs --draft; "
+      "without it, the draft is used for prompts of >= --specprefill-threshold tokens)");
+  command->add_option("--specprefill-keep-pct", flags->specprefill_settings.keep_pct,
+                      "fraction of prompt tokens the target prefills, in (0, 1] (default 0.2)");
+  command->add_option("--specprefill-threshold", flags->specprefill_settings.threshold,
+                      "apply it to prompts of at least this many tokens (default 8192)");
+  add_specprefill_tuning(*command, flags->specprefill_settings);
   return [flags] { return run_generate(*flags); };
 }
 

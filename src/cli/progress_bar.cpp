@@ -7,7 +7,9 @@
 
 namespace specstack::cli {
 
-bool stderr_is_terminal() { return isatty(STDERR_FILENO) == 1; }
+bool stderr_is_terminal() {
+  return isatty(STDERR_FILENO) == 1;
+}
 
 std::string format_progress_bar(const std::string& label, int64_t done, int64_t total,
                                 const std::string& unit, int width) {
@@ -24,7 +26,9 @@ std::string format_progress_bar(const std::string& label, int64_t done, int64_t 
 ProgressBar::ProgressBar(std::FILE* out, std::string label, std::string unit)
     : out_(out), label_(std::move(label)), unit_(std::move(unit)) {}
 
-ProgressBar::~ProgressBar() { finish(); }
+ProgressBar::~ProgressBar() {
+  finish();
+}
 
 void ProgressBar::update(int64_t done, int64_t total) {
   if (finished_) return;

@@ -3,12 +3,14 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <optional>
 
 #include "backend/cpu/cpu_backend.h"
 #include "cli/commands.h"
 #include "cli/progress_bar.h"
+#include "cli/serve_draft.h"
 #include "engine/engine.h"
 #include "kv/kv_cache.h"
 #include "server/http_server.h"
@@ -23,6 +25,7 @@ using Clock = std::chrono::steady_clock;
 
 struct ServeFlags {
   ModelFlags model;
+  DraftFlags draft;
   std::string tokenizer_dir;  // default: --model
   HttpServerOptions http;
   EngineOptions engine;
@@ -106,9 +109,29 @@ void log_stats(const EngineMetrics& m, const ThroughputRates& rates) {
                hit);
 }
 
+// Loads the draft of `plan` on `backend`, with a progress bar on a terminal.
+Result<std::unique_ptr<ModelInstance>> load_draft(DraftPlan& plan, Backend& backend) {
+  std::fprintf(stderr, "specstack: loading draft %s ...\n",
+               plan.options.dummy_weights ? "dummy weights" : plan.options.model_dir.c_str());
+  std::optional<ProgressBar> bar;
+  if (stderr_is_terminal()) {
+    bar.emplace(stderr, "specstack: loading draft weights", "layers");
+    plan.options.on_progress = [&bar](int64_t done, int64_t total) { bar->update(done, total); };
+  }
+  auto instance = ModelInstance::create(plan.options, backend);
+  if (bar) bar->finish();
+  plan.options.on_progress = nullptr;  // it refers to this frame's bar
+  if (!instance.ok()) return errorf("draft: {}", instance.message());
+  return instance;
+}
+
 int run_serve(ServeFlags& flags) {
   ShutdownSignals signals;  // from now on SIGINT / SIGTERM stop the server cleanly
 
+  if (Status valid = validate_draft_flags(flags.draft, flags.model, flags.engine.specprefill);
+      !valid.ok()) {
+    return report_error(valid.message());
+  }
   auto options = flags.model.instance_options(0);
   if (!options.ok()) return report_error(options.message());
   auto config =
@@ -123,6 +146,14 @@ int run_serve(ServeFlags& flags) {
   auto kv = plan_kv(flags, *config);
   if (!kv.ok()) return report_error(kv.message());
   options->kv_blocks = kv->blocks;
+  // The draft is checked before any weights load, so a mismatched one fails fast.
+  std::optional<DraftPlan> draft_plan;
+  if (flags.draft.has_draft()) {
+    auto planned = plan_draft(flags.draft, flags.model, *config, *tokenizer, kv->max_context,
+                              flags.engine.max_num_seqs);
+    if (!planned.ok()) return report_error(planned.message());
+    draft_plan = std::move(planned).value();
+  }
 
   const auto load_start = Clock::now();
   std::fprintf(stderr, "specstack: loading %s ...\n",
@@ -130,7 +161,11 @@ int run_serve(ServeFlags& flags) {
   std::optional<ProgressBar> bar;
   if (stderr_is_terminal()) {
     bar.emplace(stderr, "specstack: loading weights", "layers");
-    options->on_progress = [&bar](int64_t done, int64_t total) { bar->update(done, total); };
+    // The loader counts the embeddings and head as one step before the
+    // layers; the bar counts layers only, so a 24-layer model ends at 24/24.
+    options->on_progress = [&bar](int64_t done, int64_t total) {
+      bar->update(done - 1, total - 1);
+    };
   }
   CpuBackend backend(CpuBackendOptions{flags.model.threads});
   auto instance = ModelInstance::create(*options, backend);
@@ -138,6 +173,24 @@ int run_serve(ServeFlags& flags) {
   if (!instance.ok()) return report_error(instance.message());
   ModelInstance& model = **instance;
   const double load_seconds = std::chrono::duration<double>(Clock::now() - load_start).count();
+
+  // Declared before the engine, so it outlives the engine that uses it.
+  std::unique_ptr<ModelInstance> draft;
+  double draft_load_seconds = 0;
+  if (draft_plan) {
+    const auto draft_start = Clock::now();
+    auto loaded = load_draft(*draft_plan, backend);
+    if (!loaded.ok()) return report_error(loaded.message());
+    draft = std::move(loaded).value();
+    draft_load_seconds = std::chrono::duration<double>(Clock::now() - draft_start).count();
+    flags.engine.specprefill.draft = draft.get();
+  }
+  const SpecPrefillOptions specprefill_settings = flags.engine.specprefill;
+  if (draft && !flags.draft.specprefill) {
+    // Without --specprefill no prompt is long enough on its own; requests
+    // that ask ("specprefill": true) still force it on.
+    flags.engine.specprefill.threshold = std::numeric_limits<int64_t>::max();
+  }
 
   flags.engine.enable_prefix_caching = !flags.no_prefix_caching;
   flags.engine.max_model_len = kv->max_context;
@@ -147,6 +200,11 @@ int run_serve(ServeFlags& flags) {
                                      ? default_model_name(flags)
                                      : flags.http.served_model_name;
   flags.http.vocab_size = model.config().vocab_size;
+  if (draft) {
+    // Prompt ids must be valid for both models' embeddings.
+    flags.http.vocab_size = std::min(flags.http.vocab_size, draft->config().vocab_size);
+    flags.http.specprefill_usage = true;
+  }
   flags.http.access_log = !flags.no_access_log;
   // A request holds its HTTP thread until it ends, and connections beyond the
   // thread count wait unread; so there must be a thread for every running
@@ -172,6 +230,12 @@ int run_serve(ServeFlags& flags) {
       static_cast<long long>(kv->blocks), static_cast<long long>(flags.model.block_size),
       static_cast<long long>(kv->blocks * flags.model.block_size), model.kv().nbytes() / 1048576.0,
       static_cast<long long>(engine.max_context()), flags.no_prefix_caching ? "off" : "on");
+  if (draft) {
+    std::fprintf(
+        stderr, "%s\n",
+        describe_draft(flags.draft, flags.model, *draft, specprefill_settings, draft_load_seconds)
+            .c_str());
+  }
   if (!server.chat_template_error().empty()) {
     std::fprintf(stderr, "specstack: warning: /v1/chat/completions is unavailable: %s\n",
                  server.chat_template_error().c_str());
@@ -220,6 +284,7 @@ std::function<int()> add_serve_command(CLI::App& app) {
   auto flags = std::make_shared<ServeFlags>();
   CLI::App* command = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
   flags->model.add_to(*command);
+  flags->draft.add_to(*command, flags->engine.specprefill);
   command->add_option("--tokenizer", flags->tokenizer_dir,
                       "folder with tokenizer.json (default: --model)");
   command->add_option("--host", flags->http.host,

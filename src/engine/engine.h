@@ -37,7 +37,7 @@ struct EngineOptions {
   int64_t max_model_len = 0;              // 0: the model's max_position_embeddings
   bool static_batching = false;           // benchmark baseline: admit only when nothing runs
   bool record_steps = false;              // keep a StepRecord per step (benchmarks)
-  SpecPrefillOptions specprefill;
+  SpecPrefillOptions specprefill{};
 };
 
 // One engine step, for benchmark phase analysis.

@@ -30,7 +30,7 @@ struct RequestOptions {
   SamplingParams params;        // validated by submit()
   int32_t n = 1;                // parallel samples sharing the prompt's KV (copy-on-write)
   int32_t top_logprobs = -1;    // -1: no logprobs; 0..20: sampled token + this many alternatives
-  SpecPrefillControls specprefill;
+  SpecPrefillControls specprefill{};
 };
 
 struct TokenLogprob {

@@ -184,7 +184,9 @@ UsageCounts CompletionSession::usage() const {
   UsageCounts usage;
   usage.prompt_tokens = options_.prompt_tokens;
   for (const auto& choice : choices_) usage.completion_tokens += choice->n_tokens;
-  usage.cached_tokens = stream_->stats().cached_tokens;
+  const RequestStats stats = stream_->stats();
+  usage.cached_tokens = stats.cached_tokens;
+  if (options_.specprefill_usage) usage.specprefill = stats.specprefill;
   return usage;
 }
 

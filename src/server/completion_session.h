@@ -29,6 +29,7 @@ struct SessionOptions {
   bool skip_special_tokens = true;
   std::vector<std::string> stop_strings;
   int64_t prompt_tokens = 0;
+  bool specprefill_usage = false;  // usage carries the engine's SpecPrefillStats
 };
 
 SessionOptions session_options_for(const OpenAiRequest& request, ResponseHeader header);

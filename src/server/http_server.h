@@ -35,6 +35,8 @@ struct HttpServerOptions {
   // request cancelled even while it waits in the queue.
   std::chrono::milliseconds heartbeat_interval{1000};
   bool access_log = false;  // one stderr line per response
+  // The engine has a draft for speculative prefill: usage gains `specprefill`.
+  bool specprefill_usage = false;
 };
 
 class HttpServer {

@@ -108,6 +108,15 @@ std::string render_prometheus(const EngineMetrics& engine,
   sample(out, "specstack_preemptions_total", "counter", "Requests preempted for KV space.",
          engine.preemptions_total);
   sample(out, "specstack_engine_steps_total", "counter", "Engine steps run.", engine.steps_total);
+  sample(out, "specstack_specprefill_applied_total", "counter",
+         "Requests whose prompt the target prefilled sparsely (speculative prefill).",
+         engine.specprefill_applied_total);
+  sample(out, "specstack_specprefill_fallback_total", "counter",
+         "Requests where speculative prefill was attempted and fell back to full prefill.",
+         engine.specprefill_fallback_total);
+  sample(out, "specstack_specprefill_tokens_saved_total", "counter",
+         "Prompt tokens the target did not prefill thanks to speculative prefill.",
+         engine.specprefill_tokens_saved_total);
   histogram(out, "specstack_time_to_first_token_seconds", "Time from arrival to first token.",
             engine.time_to_first_token);
   histogram(out, "specstack_inter_token_latency_seconds", "Time between consecutive tokens.",

@@ -4,6 +4,7 @@
 
 #include "server/chat_prompt.h"
 #include "server/request_fields.h"
+#include "specprefill/policy.h"
 
 namespace specstack {
 namespace {
@@ -190,6 +191,17 @@ Status parse_stream_flags(const OrderedJson& body, OpenAiRequest& request) {
   return Status::ok_status();
 }
 
+// Speculative prefill controls. Accepted whether or not the server has a
+// draft: they only tune how the prompt is prefilled, never what it means, so a
+// server without one serves the request normally.
+Status parse_specprefill(const OrderedJson& body, SpecPrefillControls& specprefill) {
+  SS_ASSIGN_OR_RETURN(specprefill.enabled, get_bool(body, "specprefill"));
+  SS_ASSIGN_OR_RETURN(specprefill.keep_pct, get_number(body, "specprefill_keep_pct"));
+  // The engine's own check, so the 400 says exactly what submit() would.
+  if (specprefill.keep_pct) SS_TRY(validate_keep_pct(*specprefill.keep_pct));
+  return Status::ok_status();
+}
+
 // max_tokens (chat: max_completion_tokens wins) against the context. The
 // completions default is OpenAI's 16; the chat default is whatever room the
 // context leaves.
@@ -250,6 +262,7 @@ Result<OpenAiRequest> parse_openai_request(ApiEndpoint endpoint, std::string_vie
   SS_ASSIGN_OR_RETURN(std::optional<int64_t> n, get_integer(body, "n"));
   if (n) SS_TRY(check_integer_range("n", *n, 1, kMaxChoices));
   options.n = static_cast<int32_t>(n.value_or(1));
+  SS_TRY(parse_specprefill(body, options.specprefill));
 
   // The prompt last: tokenizing and rendering are the expensive part.
   if (endpoint == ApiEndpoint::kApiChatCompletions) {

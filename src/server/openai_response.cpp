@@ -82,6 +82,17 @@ OrderedJson header_json(const ResponseHeader& header, const char* object) {
   return out;
 }
 
+OrderedJson specprefill_json(const SpecPrefillStats& stats) {
+  OrderedJson out = OrderedJson::object();
+  out["applied"] = stats.applied;
+  out["prompt_tokens"] = stats.prompt_tokens;
+  out["kept_tokens"] = stats.kept_tokens;
+  out["scoring_ms"] = stats.scoring_ms;
+  out["fallback_reason"] =
+      stats.fallback_reason.empty() ? OrderedJson(nullptr) : OrderedJson(stats.fallback_reason);
+  return out;
+}
+
 }  // namespace
 
 const char* finish_reason_name(FinishReason reason) {
@@ -104,6 +115,7 @@ OrderedJson usage_json(const UsageCounts& usage) {
   OrderedJson details = OrderedJson::object();
   details["cached_tokens"] = usage.cached_tokens;
   out["prompt_tokens_details"] = std::move(details);
+  if (usage.specprefill) out["specprefill"] = specprefill_json(*usage.specprefill);
   return out;
 }
 

@@ -34,6 +34,9 @@ struct UsageCounts {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;
+  // Set only when the server has a draft (speculative prefill configured):
+  // usage.specprefill is absent otherwise, so plain servers keep OpenAI's shape.
+  std::optional<SpecPrefillStats> specprefill{};
 };
 
 // What one choice has to say: its whole output (non-streaming) or what is new
@@ -51,6 +54,9 @@ struct ChoiceOutput {
 // (e.g. at shutdown) while a client was still waiting.
 const char* finish_reason_name(FinishReason reason);
 
+// {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details:
+// {cached_tokens}} plus, when usage.specprefill is set, specprefill: {applied,
+// prompt_tokens, kept_tokens, scoring_ms, fallback_reason (string or null)}.
 OrderedJson usage_json(const UsageCounts& usage);
 
 // The `logprobs` of one choice: completions {tokens, token_logprobs,

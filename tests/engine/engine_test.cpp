@@ -106,7 +106,9 @@ TEST(Engine, ConcurrentGreedyRequestsEqualOfflineGenerationEvenWhenPreempted) {
       EXPECT_EQ(got.tokens[0], expected[i]) << "request " << i;
       EXPECT_EQ(got.finish[0], FinishReason::kFinishLength);
     }
-    if (kv_tokens == 160) EXPECT_GT(engine.metrics().preemptions_total, 0);
+    if (kv_tokens == 160) {
+      EXPECT_GT(engine.metrics().preemptions_total, 0);
+    }
     expect_pool_fully_free(engine);
   }
 }

@@ -59,8 +59,8 @@ TEST(WeightsProgressTest, FailedLoadStopsShortOfTotal) {
   const int64_t n_stored = config->n_layers;
   config->n_layers = n_stored + 2;  // the file lacks the last two layers
   Calls calls;
-  auto weights = load_weights(*config, testing::golden_model_dir("tinystories-656k"),
-                              record(calls));
+  auto weights =
+      load_weights(*config, testing::golden_model_dir("tinystories-656k"), record(calls));
   ASSERT_FALSE(weights.ok());
   EXPECT_NE(weights.message().find("model.layers." + std::to_string(n_stored) + "."),
             std::string::npos)

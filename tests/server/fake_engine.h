@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -99,6 +100,22 @@ class FakeStream : public RequestStream {
   int n_cancel_calls_ = 0;
 };
 
+// What a speculative prefill engine would report for `options`: applied when
+// the request asked for it (kept = ceil(keep_pct * prompt), keep_pct default
+// 0.2), nothing otherwise. Lets tests see the request's controls come back in
+// usage.specprefill.
+inline SpecPrefillStats echo_specprefill(const RequestOptions& options) {
+  SpecPrefillStats stats;
+  if (!options.specprefill.enabled.value_or(false)) return stats;
+  const auto n = static_cast<int64_t>(options.prompt.size());
+  stats.applied = true;
+  stats.prompt_tokens = n;
+  stats.kept_tokens = static_cast<int64_t>(
+      std::ceil(options.specprefill.keep_pct.value_or(0.2) * static_cast<double>(n)));
+  stats.scoring_ms = 1.5;
+  return stats;
+}
+
 class FakeEngine : public InferenceEngine {
  public:
   // Events for one submitted request (default: none, the stream never ends).
@@ -108,12 +125,14 @@ class FakeEngine : public InferenceEngine {
   int64_t context = 256;
   EngineMetrics metrics_value;
   RequestStats stats;
+  bool echo_specprefill_stats = false;  // stats.specprefill = echo_specprefill(request)
 
   Result<std::shared_ptr<RequestStream>> submit(RequestOptions options) override {
     if (submit_error) return *submit_error;
     std::vector<RequestEvent> events = script ? script(options) : std::vector<RequestEvent>{};
     RequestStats request_stats = stats;
     request_stats.prompt_tokens = static_cast<int64_t>(options.prompt.size());
+    if (echo_specprefill_stats) request_stats.specprefill = echo_specprefill(options);
     auto stream =
         std::make_shared<FakeStream>(options.n, std::move(events), request_stats, endless);
     std::lock_guard<std::mutex> lock(mutex_);

@@ -1,0 +1,79 @@
+#include "cli/draft_model_flags.h"
+
+namespace specstack::cli {
+
+void DraftModelFlags::add_to(CLI::App& command) {
+  command.add_option("--draft", dir,
+                     "draft model folder for speculative prefill (a small model with the "
+                     "target's tokenizer)");
+  command.add_option("--draft-config", config_path,
+                     "the draft's config.json with --dummy-weights (default: --draft's)");
+}
+
+Status DraftModelFlags::validate(const ModelFlags& model) const {
+  if (!config_path.empty() && !model.dummy_weights) {
+    return make_error("--draft-config is only used with --dummy-weights; give --draft DIR");
+  }
+  if (has_draft() && dir.empty() && !model.dummy_weights) {
+    return make_error("--draft DIR is required (or --dummy-weights --draft-config F)");
+  }
+  return Status::ok_status();
+}
+
+void add_specprefill_tuning(CLI::App& command, SpecPrefillOptions& settings) {
+  command.add_option("--specprefill-lookahead", settings.lookahead,
+                     "query steps the draft scores with (default 8)");
+  command.add_option("--specprefill-chunk", settings.chunk,
+                     "prompt tokens kept or dropped together (default 32)");
+  command.add_option("--specprefill-pool", settings.pool_kernel,
+                     "odd width of the importance smoothing window (default 13)");
+}
+
+Status validate_specprefill_settings(const SpecPrefillOptions& settings) {
+  if (!(settings.keep_pct > 0 && settings.keep_pct <= 1)) {
+    return errorf("--specprefill-keep-pct must be in (0, 1], got {}", settings.keep_pct);
+  }
+  if (settings.threshold < 0) {
+    return errorf("--specprefill-threshold must be >= 0, got {}", settings.threshold);
+  }
+  if (settings.lookahead < 1) {
+    return errorf("--specprefill-lookahead must be >= 1, got {}", settings.lookahead);
+  }
+  if (settings.chunk < 1) {
+    return errorf("--specprefill-chunk must be >= 1, got {}", settings.chunk);
+  }
+  if (settings.pool_kernel < 1 || settings.pool_kernel % 2 == 0) {
+    // The smoothing window is centred on each token, so it needs a middle.
+    return errorf("--specprefill-pool must be an odd number >= 1, got {}", settings.pool_kernel);
+  }
+  return Status::ok_status();
+}
+
+Result<ModelConfig> load_draft_config(const DraftModelFlags& draft, const ModelConfig& target) {
+  auto config = load_model_config(draft.config_path.empty() ? draft.dir : draft.config_path);
+  if (!config.ok()) return errorf("draft: {}", config.message());
+  if (config->vocab_size != target.vocab_size) {
+    return errorf(
+        "the draft's vocab_size ({}) differs from the target's ({}); the draft must use "
+        "the target's tokenizer",
+        config->vocab_size, target.vocab_size);
+  }
+  return std::move(config).value();
+}
+
+Result<std::unique_ptr<ModelInstance>> load_draft_model(const DraftModelFlags& draft,
+                                                        const ModelFlags& model, int64_t kv_tokens,
+                                                        Backend& backend) {
+  ModelInstanceOptions options;
+  options.model_dir = draft.dir;
+  options.config_path = draft.config_path;
+  options.dummy_weights = model.dummy_weights;
+  options.dtype_override = model.dtype;
+  options.block_size = model.block_size;
+  options.kv_tokens = kv_tokens;
+  auto instance = ModelInstance::create(options, backend);
+  if (!instance.ok()) return errorf("draft: {}", instance.message());
+  return instance;
+}
+
+}  // namespace specstack::cli
