@@ -202,18 +202,8 @@ int run_generate(GenerateFlags& flags) {
     }
   }
 
-  std::optional<ProgressBar> bar;
-  if (stderr_is_terminal()) {
-    bar.emplace(stderr, "specstack: loading weights", "layers");
-    // The loader counts the embeddings and head as one step before the
-    // layers; the bar counts layers only, so a 24-layer model ends at 24/24.
-    options->on_progress = [&bar](int64_t done, int64_t total) {
-      bar->update(done - 1, total - 1);
-    };
-  }
   CpuBackend backend(CpuBackendOptions{flags.model.threads});
-  auto instance = ModelInstance::create(*options, backend);
-  if (bar) bar->finish();  // before any error message, which needs its own line
+  auto instance = create_model_with_progress(*options, backend, "specstack: loading weights");
   if (!instance.ok()) return report_error(instance.message());
   ModelInstance& model = **instance;
   const double load_seconds =

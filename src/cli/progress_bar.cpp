@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 namespace specstack::cli {
@@ -48,6 +49,21 @@ void ProgressBar::finish() {
   if (!drawn_) return;
   std::fputc('\n', out_);
   std::fflush(out_);
+}
+
+Result<std::unique_ptr<ModelInstance>> create_model_with_progress(ModelInstanceOptions options,
+                                                                  Backend& backend,
+                                                                  const std::string& label) {
+  std::optional<ProgressBar> bar;
+  if (stderr_is_terminal()) {
+    bar.emplace(stderr, label, "layers");
+    // The loader counts the embeddings and head as one step before the
+    // layers; the bar counts layers only, so a 24-layer model ends at 24/24.
+    options.on_progress = [&bar](int64_t done, int64_t total) { bar->update(done - 1, total - 1); };
+  }
+  auto instance = ModelInstance::create(options, backend);
+  if (bar) bar->finish();
+  return instance;
 }
 
 }  // namespace specstack::cli

@@ -6,7 +6,10 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
+
+#include "engine/model_instance.h"
 
 namespace specstack::cli {
 
@@ -16,6 +19,13 @@ bool stderr_is_terminal();
 // [0, total] and a total <= 0 draws an empty bar.
 std::string format_progress_bar(const std::string& label, int64_t done, int64_t total,
                                 const std::string& unit, int width = 20);
+
+// ModelInstance::create with a bar of the layers loaded ("<label> [###  ] 12/24
+// layers") when stderr is a terminal. The bar's line is ended before the
+// result comes back, so an error message starts on a fresh line.
+Result<std::unique_ptr<ModelInstance>> create_model_with_progress(ModelInstanceOptions options,
+                                                                  Backend& backend,
+                                                                  const std::string& label);
 
 class ProgressBar {
  public:

@@ -110,17 +110,10 @@ void log_stats(const EngineMetrics& m, const ThroughputRates& rates) {
 }
 
 // Loads the draft of `plan` on `backend`, with a progress bar on a terminal.
-Result<std::unique_ptr<ModelInstance>> load_draft(DraftPlan& plan, Backend& backend) {
+Result<std::unique_ptr<ModelInstance>> load_draft(const DraftPlan& plan, Backend& backend) {
   std::fprintf(stderr, "specstack: loading draft %s ...\n",
                plan.options.dummy_weights ? "dummy weights" : plan.options.model_dir.c_str());
-  std::optional<ProgressBar> bar;
-  if (stderr_is_terminal()) {
-    bar.emplace(stderr, "specstack: loading draft weights", "layers");
-    plan.options.on_progress = [&bar](int64_t done, int64_t total) { bar->update(done, total); };
-  }
-  auto instance = ModelInstance::create(plan.options, backend);
-  if (bar) bar->finish();
-  plan.options.on_progress = nullptr;  // it refers to this frame's bar
+  auto instance = create_model_with_progress(plan.options, backend, "specstack: loading draft weights");
   if (!instance.ok()) return errorf("draft: {}", instance.message());
   return instance;
 }
@@ -158,18 +151,8 @@ int run_serve(ServeFlags& flags) {
   const auto load_start = Clock::now();
   std::fprintf(stderr, "specstack: loading %s ...\n",
                flags.model.dummy_weights ? "dummy weights" : flags.model.model_dir.c_str());
-  std::optional<ProgressBar> bar;
-  if (stderr_is_terminal()) {
-    bar.emplace(stderr, "specstack: loading weights", "layers");
-    // The loader counts the embeddings and head as one step before the
-    // layers; the bar counts layers only, so a 24-layer model ends at 24/24.
-    options->on_progress = [&bar](int64_t done, int64_t total) {
-      bar->update(done - 1, total - 1);
-    };
-  }
   CpuBackend backend(CpuBackendOptions{flags.model.threads});
-  auto instance = ModelInstance::create(*options, backend);
-  if (bar) bar->finish();  // before any error message, which needs its own line
+  auto instance = create_model_with_progress(*options, backend, "specstack: loading weights");
   if (!instance.ok()) return report_error(instance.message());
   ModelInstance& model = **instance;
   const double load_seconds = std::chrono::duration<double>(Clock::now() - load_start).count();
