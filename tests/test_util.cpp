@@ -1,6 +1,14 @@
 #include "test_util.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 namespace specstack::testing {
 
@@ -19,5 +27,27 @@ std::string npm_tokenizer_json(const std::string& family) {
 }
 
 std::string specstack_binary() { return SPECSTACK_BINARY; }
+
+CommandResult run_specstack(const std::string& args) {
+  static std::atomic<int> counter{0};  // distinct stderr files for concurrent calls
+  const std::filesystem::path err_file =
+      std::filesystem::temp_directory_path() /
+      ("specstack_test_err_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+  const std::string command = specstack_binary() + " " + args + " 2>" + err_file.string();
+  CommandResult result;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> buffer{};
+  size_t n;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.out.append(buffer.data(), n);
+  const int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream err(err_file, std::ios::binary);
+  std::ostringstream text;
+  text << err.rdbuf();
+  result.err = text.str();
+  std::filesystem::remove(err_file);
+  return result;
+}
 
 }  // namespace specstack::testing

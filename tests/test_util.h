@@ -15,4 +15,13 @@ std::string npm_tokenizer_json(const std::string& family);
 // Path of the built specstack binary.
 std::string specstack_binary();
 
+struct CommandResult {
+  int exit_code = -1;  // -1: killed by a signal (a crash)
+  std::string out;
+  std::string err;
+};
+
+// Runs `specstack <args>` through the shell, capturing stdout and stderr apart.
+CommandResult run_specstack(const std::string& args);
+
 }  // namespace specstack::testing

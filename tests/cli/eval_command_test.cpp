@@ -13,19 +13,12 @@ namespace {
 
 struct Output {
   int exit_code = -1;
-  std::string text;
+  std::string text;  // stdout then stderr
 };
 
 Output run(const std::string& args) {
-  const std::string command = testing::specstack_binary() + " " + args + " 2>&1";
-  Output out;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  std::array<char, 4096> buffer{};
-  size_t n;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.text.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
+  testing::CommandResult result = testing::run_specstack(args);
+  return {result.exit_code, result.out + result.err};
 }
 
 std::string model_args() {

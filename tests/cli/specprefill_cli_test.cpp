@@ -22,29 +22,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CommandResult {
-  int exit_code = -1;  // -1: killed by a signal (a crash)
-  std::string out;
-  std::string err;
-};
+using testing::CommandResult;
 
-CommandResult run(const std::string& args) {
-  const fs::path err_file =
-      fs::temp_directory_path() / ("specstack_spcli_err_" + std::to_string(::getpid()));
-  const std::string command = testing::specstack_binary() + " " + args + " 2>" + err_file.string();
-  CommandResult result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  SS_CHECK(pipe != nullptr);
-  std::array<char, 4096> buffer{};
-  size_t n;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
-    result.out.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  result.err = read_text_file(err_file.string()).value();
-  fs::remove(err_file);
-  return result;
-}
+CommandResult run(const std::string& args) { return testing::run_specstack(args); }
 
 void expect_clean_error(const CommandResult& r, const std::string& needle) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
