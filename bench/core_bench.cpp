@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
   ModelInstance& model = **instance;
   const int64_t vocab = model.config().vocab_size;
   std::fprintf(stderr, "core_bench: %s %s weights %.0f MiB, %d threads\n", flags.config.c_str(),
-               flags.dtype.c_str(), model.model().weights().weight_bytes / 1048576.0,
+               flags.dtype.c_str(), model.model().weight_bytes() / 1048576.0,
                backend.pool().n_threads());
 
   std::vector<Row> rows;

@@ -22,7 +22,7 @@ jobs=${FUZZ_JOBS:-2}
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
   -DSPECSTACK_FUZZ=ON -DSPECSTACK_BUILD_BENCH=OFF -DSPECSTACK_BUILD_TESTS=ON \
-  -DSPECSTACK_SANITIZE=address,undefined \
+  -DSPECSTACK_SANITIZE=address,undefined -DSPECSTACK_CUDA=OFF \
   -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link \
   >/dev/null
 

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${TSAN_BUILD:-build-tsan}
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DSPECSTACK_SANITIZE=thread -DSPECSTACK_BUILD_BENCH=OFF >/dev/null
+  -DSPECSTACK_SANITIZE=thread -DSPECSTACK_BUILD_BENCH=OFF -DSPECSTACK_CUDA=OFF >/dev/null
 targets=(test_engine)
 [ -d tests/server ] && targets+=(test_server)
 cmake --build "$build_dir" -j"$(nproc)" --target "${targets[@]}"

@@ -105,7 +105,8 @@ struct Round {
 
 Result<Round> run_round(const BenchTtftFlags& f, ModelInstance& target, ModelInstance& draft,
                         int64_t length, int32_t repeat, const std::vector<double>& keeps) {
-  const int64_t vocab = target.config().vocab_size;
+  // Ids both models embed (a draft's table may be padded less than the target's).
+  const int64_t vocab = std::min(target.config().vocab_size, draft.config().vocab_size);
   Round round;
   int32_t variant = 0;
   {
@@ -270,7 +271,7 @@ int run_bench_ttft(const BenchTtftFlags& f) {
   auto describe = [](ModelInstance& m) {
     const ModelConfig& c = m.config();
     return fmt::format("{}, {} layers, hidden {}, {:.1f} MiB", architecture_name(c.arch),
-                       c.n_layers, c.hidden_size, m.model().weights().weight_bytes / 1048576.0);
+                       c.n_layers, c.hidden_size, m.model().weight_bytes() / 1048576.0);
   };
   std::fprintf(stderr, "bench ttft: target %s; draft %s\n", describe(**target).c_str(),
                describe(**draft).c_str());

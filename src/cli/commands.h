@@ -21,6 +21,9 @@ struct ModelFlags {
   std::string dtype;
   int threads = 0;
   int64_t block_size = 16;
+  std::string device = "cpu";
+  double gpu_memory_fraction = 0.9;
+  bool no_cuda_graphs = false;
 
   void add_to(CLI::App& command);
   // Validates the combination and fills ModelInstanceOptions.

@@ -52,9 +52,13 @@ Status validate_specprefill_settings(const SpecPrefillOptions& settings) {
 Result<ModelConfig> load_draft_config(const DraftModelFlags& draft, const ModelConfig& target) {
   auto config = load_model_config(draft.config_path.empty() ? draft.dir : draft.config_path);
   if (!config.ok()) return errorf("draft: {}", config.message());
-  if (config->vocab_size != target.vocab_size) {
+  // A family shares its tokenizer but may pad the embedding differently
+  // (Qwen2.5-0.5B 151936 rows, 7B 152064); a far smaller table is another
+  // tokenizer. Ids past the draft's table make a request fall back.
+  if (config->vocab_size < target.vocab_size - 1024 ||
+      config->vocab_size > target.vocab_size + 1024) {
     return errorf(
-        "the draft's vocab_size ({}) differs from the target's ({}); the draft must use "
+        "the draft's vocab_size ({}) is far from the target's ({}); the draft must use "
         "the target's tokenizer",
         config->vocab_size, target.vocab_size);
   }
@@ -71,6 +75,10 @@ Result<std::unique_ptr<ModelInstance>> load_draft_model(const DraftModelFlags& d
   options.dtype_override = model.dtype;
   options.block_size = model.block_size;
   options.kv_tokens = kv_tokens;
+  options.device =
+      model.device == "cuda" ? Device::kCuda : Device::kCpu;  // draft beside its target
+  options.gpu_memory_fraction = model.gpu_memory_fraction;
+  options.cuda_graphs = !model.no_cuda_graphs;
   auto instance = ModelInstance::create(options, backend);
   if (!instance.ok()) return errorf("draft: {}", instance.message());
   return instance;

@@ -214,7 +214,7 @@ int run_generate(GenerateFlags& flags) {
                architecture_name(model.config().arch),
                static_cast<long long>(model.config().n_layers),
                static_cast<long long>(model.config().hidden_size),
-               model.model().weights().weight_bytes / 1048576.0, model.kv().nbytes() / 1048576.0,
+               model.model().weight_bytes() / 1048576.0, model.kv().nbytes() / 1048576.0,
                load_seconds);
 
   std::unique_ptr<StreamDecoder> decoder;
@@ -250,7 +250,7 @@ int run_generate(GenerateFlags& flags) {
                  architecture_name(draft_config.arch),
                  static_cast<long long>(draft_config.n_layers),
                  static_cast<long long>(draft_config.hidden_size),
-                 (*draft)->model().weights().weight_bytes / 1048576.0);
+                 (*draft)->model().weight_bytes() / 1048576.0);
     run = run_engine(model, **draft, flags, std::move(request), on_token);
   } else {
     run = run_generator(model, flags, std::move(request), on_token);

@@ -6,17 +6,31 @@
 namespace specstack::cli {
 
 void ModelFlags::add_to(CLI::App& command) {
-  command.add_option("-m,--model", model_dir, "HuggingFace model folder (config.json, *.safetensors, tokenizer.json)");
-  command.add_option("--config", config_path, "config.json for --dummy-weights (default: the model folder's)");
-  command.add_flag("--dummy-weights", dummy_weights, "seeded random weights from the config, no weight files (benchmarks)");
-  command.add_option("--dtype", dtype, "dtype of dummy weights: f32, bf16 or f16 (default: config torch_dtype)");
+  command.add_option("-m,--model", model_dir,
+                     "HuggingFace model folder (config.json, *.safetensors, tokenizer.json)");
+  command.add_option("--config", config_path,
+                     "config.json for --dummy-weights (default: the model folder's)");
+  command.add_flag("--dummy-weights", dummy_weights,
+                   "seeded random weights from the config, no weight files (benchmarks)");
+  command.add_option("--dtype", dtype,
+                     "dtype of dummy weights: f32, bf16 or f16 (default: config torch_dtype)");
   command.add_option("-t,--threads", threads, "CPU threads (default: all cores)");
-  command.add_option("--block-size", block_size, "KV cache block size in tokens")->check(CLI::Range(1, 1024));
+  command.add_option("--block-size", block_size, "KV cache block size in tokens")
+      ->check(CLI::Range(1, 1024));
+  command.add_option("--device", device, "cpu or cuda (the CUDA backend, when built with nvcc)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  command
+      .add_option("--gpu-memory-fraction", gpu_memory_fraction,
+                  "with --device cuda: share of GPU memory for weights, activations and KV")
+      ->check(CLI::Range(0.05, 1.0));
+  command.add_flag("--no-cuda-graphs", no_cuda_graphs,
+                   "with --device cuda: run decode steps eagerly");
 }
 
 Result<ModelInstanceOptions> ModelFlags::instance_options(int64_t kv_tokens) const {
   if (model_dir.empty() && config_path.empty()) return make_error("--model is required");
-  if (!dummy_weights && model_dir.empty()) return make_error("--model is required (or --dummy-weights --config F)");
+  if (!dummy_weights && model_dir.empty())
+    return make_error("--model is required (or --dummy-weights --config F)");
   ModelInstanceOptions options;
   options.model_dir = model_dir;
   options.config_path = config_path;
@@ -24,6 +38,9 @@ Result<ModelInstanceOptions> ModelFlags::instance_options(int64_t kv_tokens) con
   options.dtype_override = dtype;
   options.block_size = block_size;
   options.kv_tokens = kv_tokens;
+  options.device = device == "cuda" ? Device::kCuda : Device::kCpu;
+  options.gpu_memory_fraction = gpu_memory_fraction;
+  options.cuda_graphs = !no_cuda_graphs;
   return options;
 }
 

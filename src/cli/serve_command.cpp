@@ -69,6 +69,11 @@ Result<KvPlan> plan_kv(const ServeFlags& flags, const ModelConfig& config) {
   const int64_t blocks_per_context = (plan.max_context + block_size - 1) / block_size;
   if (flags.kv_blocks > 0) {
     plan.blocks = flags.kv_blocks;
+  } else if (flags.model.device == "cuda") {
+    // The GPU pool takes --gpu-memory-fraction of device memory once the
+    // weights are in (sized by the backend); the context is checked after.
+    plan.blocks = 0;
+    return plan;
   } else {
     if (!(flags.kv_memory_gb > 0))
       return errorf("--kv-memory-gb must be > 0, got {}", flags.kv_memory_gb);
@@ -155,6 +160,10 @@ int run_serve(ServeFlags& flags) {
   auto instance = create_model_with_progress(*options, backend, "specstack: loading weights");
   if (!instance.ok()) return report_error(instance.message());
   ModelInstance& model = **instance;
+  if (kv->blocks == 0) {  // sized from GPU memory: now known
+    kv->blocks = model.pool().n_blocks();
+    kv->max_context = std::min(kv->max_context, kv->blocks * flags.model.block_size);
+  }
   const double load_seconds = std::chrono::duration<double>(Clock::now() - load_start).count();
 
   // Declared before the engine, so it outlives the engine that uses it.
@@ -205,7 +214,7 @@ int run_serve(ServeFlags& flags) {
                flags.http.served_model_name.c_str(), architecture_name(mc.arch),
                static_cast<long long>(mc.n_layers), static_cast<long long>(mc.hidden_size),
                static_cast<long long>(mc.vocab_size),
-               model.model().weights().weight_bytes / 1048576.0, load_seconds);
+               model.model().weight_bytes() / 1048576.0, load_seconds);
   std::fprintf(
       stderr,
       "specstack: KV cache: %lld blocks x %lld tokens = %lld tokens, %.1f MiB; max context "

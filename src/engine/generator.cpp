@@ -132,9 +132,17 @@ Result<std::vector<GenerationResult>> Generator::generate(
   }
   local_stats.prefill_seconds = seconds_since(prefill_start);
 
+  // Plain greedy requests let a GPU model pick tokens on the device.
+  bool device_greedy = runner_.model().device() != Device::kCpu;
+  for (const GenerationRequest& request : requests) {
+    const SamplingParams& p = request.params;
+    device_greedy &= p.temperature == 0.0f && p.repetition_penalty == 1.0f &&
+                     p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
+  }
   const auto decode_start = std::chrono::steady_clock::now();
   for (;;) {
     StepPlan plan;
+    plan.greedy_on_device = device_greedy;
     std::vector<LiveSequence*> in_plan;
     for (LiveSequence& seq : live) {
       if (seq.done) continue;
@@ -148,6 +156,10 @@ Result<std::vector<GenerationResult>> Generator::generate(
     }
     if (in_plan.empty()) break;
     StepOutput output = runner_.run(plan);
+    if (device_greedy) {
+      for (size_t i = 0; i < in_plan.size(); ++i) accept(*in_plan[i], output.greedy_tokens[i]);
+      continue;
+    }
     const int64_t vocab = output.logits.size(1);
     for (size_t i = 0; i < in_plan.size(); ++i) {
       std::span<float> logits(output.logits.f32() + static_cast<int64_t>(i) * vocab,

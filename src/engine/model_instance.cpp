@@ -1,6 +1,11 @@
 #include "engine/model_instance.h"
 
+#include <algorithm>
 #include <filesystem>
+
+#if SPECSTACK_HAVE_CUDA
+#include "cuda/cuda_instance.h"
+#endif
 
 namespace specstack {
 
@@ -12,12 +17,19 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create(const ModelInstance
     config_path = options.model_dir;
   }
   SS_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(config_path));
-  if (options.dtype_override == "f32") config.weight_dtype = DType::kF32;
-  else if (options.dtype_override == "bf16") config.weight_dtype = DType::kBF16;
-  else if (options.dtype_override == "f16") config.weight_dtype = DType::kF16;
+  if (options.dtype_override == "f32")
+    config.weight_dtype = DType::kF32;
+  else if (options.dtype_override == "bf16")
+    config.weight_dtype = DType::kBF16;
+  else if (options.dtype_override == "f16")
+    config.weight_dtype = DType::kF16;
   else if (!options.dtype_override.empty()) {
     return errorf("unknown dtype '{}' (expected f32, bf16 or f16)", options.dtype_override);
   }
+
+  if (options.block_size <= 0)
+    return errorf("block size must be positive, got {}", options.block_size);
+  if (options.device == Device::kCuda) return create_on_gpu(std::move(config), options);
 
   ModelWeights weights;
   if (options.dummy_weights) {
@@ -26,16 +38,61 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create(const ModelInstance
     if (options.model_dir.empty()) return make_error("no model folder given");
     SS_ASSIGN_OR_RETURN(weights, load_weights(config, options.model_dir, options.on_progress));
   }
-  if (options.block_size <= 0) return errorf("block size must be positive, got {}", options.block_size);
 
   std::unique_ptr<ModelInstance> instance(new ModelInstance());
   instance->model_ = std::make_unique<Transformer>(std::move(config), std::move(weights), backend);
   int64_t n_blocks = options.kv_blocks;
   if (n_blocks <= 0) n_blocks = (options.kv_tokens + options.block_size - 1) / options.block_size;
-  instance->kv_ = std::make_unique<KvCache>(instance->model_->kv_shape(n_blocks, options.block_size));
+  instance->kv_ =
+      std::make_unique<KvCache>(instance->model_->kv_shape(n_blocks, options.block_size));
   instance->kv_manager_ = std::make_unique<KvManager>(*instance->kv_);
   instance->runner_ = std::make_unique<ModelRunner>(*instance->model_, *instance->kv_);
   return instance;
+}
+
+Result<std::unique_ptr<ModelInstance>> ModelInstance::create_on_gpu(
+    ModelConfig config, const ModelInstanceOptions& options) {
+#if SPECSTACK_HAVE_CUDA
+  if (options.dummy_weights == false && options.model_dir.empty()) {
+    return make_error("no model folder given");
+  }
+  cuda::CudaInstanceOptions gpu;
+  gpu.model_dir = options.model_dir;
+  gpu.dummy_weights = options.dummy_weights;
+  gpu.dummy_seed = options.dummy_seed;
+  gpu.block_size = options.block_size;
+  gpu.gpu_memory_fraction = options.gpu_memory_fraction;
+  gpu.on_progress = options.on_progress;
+  gpu.model.max_tokens_per_step = options.max_tokens_per_step;
+  if (!options.cuda_graphs) gpu.model.graph_batch_sizes.clear();
+  gpu.kv_blocks = options.kv_blocks;
+  if (gpu.kv_blocks <= 0 && options.kv_tokens > 0) {
+    gpu.kv_blocks = (options.kv_tokens + options.block_size - 1) / options.block_size;
+  }
+  SS_ASSIGN_OR_RETURN(cuda::CudaInstance built, cuda::create_cuda_instance(config, gpu));
+  std::unique_ptr<ModelInstance> instance(new ModelInstance());
+  cuda::CudaModel* model = built.model.get();
+  cuda::CudaKvCache* kv = built.kv.get();
+  const int64_t capacity = kv->shape().n_blocks * kv->shape().block_size;
+  const int64_t graph_context = std::min<int64_t>(options.graph_max_context, capacity);
+  model->capture_decode_graphs(*kv, static_cast<int32_t>(graph_context));
+  instance->model_ = std::move(built.model);
+  instance->kv_ = std::move(built.kv);
+  instance->device_scorer_ = [model, kv](const AttentionCapture& capture,
+                                         std::span<const int32_t> table, int64_t begin, int64_t end,
+                                         int64_t pool_kernel) {
+    return model->score_prompt(capture, *kv, table, begin, end, pool_kernel);
+  };
+  instance->kv_manager_ = std::make_unique<KvManager>(*instance->kv_);
+  instance->runner_ = std::make_unique<ModelRunner>(*instance->model_, *instance->kv_);
+  return instance;
+#else
+  (void)config;
+  (void)options;
+  return make_error(
+      "--device cuda: this build has no CUDA backend (nvcc was not found when it was configured; "
+      "install the CUDA toolkit and rebuild)");
+#endif
 }
 
 }  // namespace specstack

@@ -4,28 +4,46 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "engine/model_runner.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_manager.h"
 #include "model/transformer.h"
+#include "specprefill/attention_capture.h"
 
 namespace specstack {
 
 struct ModelInstanceOptions {
-  std::string model_dir;         // HF folder (config.json + safetensors)
-  std::string config_path;       // with dummy_weights: a config.json path (or use model_dir)
+  std::string model_dir;    // HF folder (config.json + safetensors)
+  std::string config_path;  // with dummy_weights: a config.json path (or use model_dir)
   bool dummy_weights = false;
   uint64_t dummy_seed = 1234;
-  std::string dtype_override;    // "", "f32", "bf16", "f16": dummy weight dtype
-  int64_t kv_blocks = 0;         // 0: enough for kv_tokens
-  int64_t kv_tokens = 4096;      // KV capacity in tokens when kv_blocks == 0
+  std::string dtype_override;  // "", "f32", "bf16", "f16": dummy weight dtype
+  int64_t kv_blocks = 0;       // 0: enough for kv_tokens
+  int64_t kv_tokens = 4096;    // KV capacity in tokens when kv_blocks == 0
   int64_t block_size = 16;
-  LoadProgress on_progress;      // optional: weight-loading progress (see load_weights)
+  LoadProgress on_progress;  // optional: weight-loading progress (see load_weights)
+  // GPU (--device cuda): bf16 weights and KV on device 0. With kv_blocks == 0
+  // and kv_tokens == 0 the KV pool takes gpu_memory_fraction of device memory
+  // minus what is already used.
+  Device device = Device::kCpu;
+  double gpu_memory_fraction = 0.9;
+  bool cuda_graphs = true;             // capture decode graphs at start-up
+  int64_t graph_max_context = 32768;   // contexts the decode graphs serve (longer run eagerly)
+  int64_t max_tokens_per_step = 8192;  // activation scratch sized up front (GPU)
 };
+
+// SpecPrefill scoring on the model's own device (GPU): importance of slots
+// [slot_begin, slot_end) of a sequence with this block table.
+using DeviceScorer = std::function<Result<std::vector<float>>(
+    const AttentionCapture& capture, std::span<const int32_t> block_table, int64_t slot_begin,
+    int64_t slot_end, int64_t pool_kernel)>;
 
 class ModelInstance {
  public:
@@ -33,7 +51,10 @@ class ModelInstance {
                                                        Backend& backend);
 
   const ModelConfig& config() const { return model_->config(); }
-  Transformer& model() { return *model_; }
+  Device device() const { return model_->device(); }
+  ForwardModel& model() { return *model_; }
+  // Empty on the CPU (the host scorer reads the cache directly).
+  const DeviceScorer& device_scorer() const { return device_scorer_; }
   KvCache& kv() { return *kv_; }
   KvManager& kv_manager() { return *kv_manager_; }
   const BlockPool& pool() const { return kv_manager_->pool(); }
@@ -41,7 +62,10 @@ class ModelInstance {
 
  private:
   ModelInstance() = default;
-  std::unique_ptr<Transformer> model_;
+  static Result<std::unique_ptr<ModelInstance>> create_on_gpu(ModelConfig config,
+                                                              const ModelInstanceOptions& options);
+  std::unique_ptr<ForwardModel> model_;
+  DeviceScorer device_scorer_;
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<KvManager> kv_manager_;  // owns the block pool of kv_
   std::unique_ptr<ModelRunner> runner_;

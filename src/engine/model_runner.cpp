@@ -1,10 +1,11 @@
 #include "engine/model_runner.h"
 
+#include <algorithm>
 #include <span>
 
 namespace specstack {
 
-ModelRunner::ModelRunner(Transformer& model, KvCache& kv) : model_(model), kv_(kv) {}
+ModelRunner::ModelRunner(ForwardModel& model, KvCache& kv) : model_(model), kv_(kv) {}
 
 void ModelRunner::check_plan(const StepPlan& plan) const {
   const size_t n = plan.token_ids.size();
@@ -54,7 +55,16 @@ StepOutput ModelRunner::run(const StepPlan& plan) {
   batch.capture_rows = plan.capture_rows;
   StepOutput output;
   if (!plan.capture_rows.empty()) batch.captured_queries = &output.captured_queries;
+  if (plan.greedy_on_device) batch.greedy_tokens = &output.greedy_tokens;
   model_.forward(batch, kv_, output.logits);
+  if (plan.greedy_on_device && output.logits.defined()) {  // a host model: argmax here
+    const int64_t vocab = output.logits.size(1);
+    output.greedy_tokens.resize(plan.logit_rows.size());
+    for (size_t r = 0; r < plan.logit_rows.size(); ++r) {
+      const float* row = output.logits.f32() + static_cast<int64_t>(r) * vocab;
+      output.greedy_tokens[r] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+    }
+  }
   return output;
 }
 

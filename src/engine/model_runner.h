@@ -6,28 +6,29 @@
 
 #include "engine/step_plan.h"
 #include "kv/kv_cache.h"
-#include "model/transformer.h"
+#include "model/forward_model.h"
 
 namespace specstack {
 
 struct StepOutput {
   Tensor logits;  // [plan.logit_rows.size(), vocab] f32
-  Tensor captured_queries;  // [plan.capture_rows.size(), n_layers, n_heads * head_dim] f32 (if asked)
+  Tensor captured_queries;
+  std::vector<int32_t> greedy_tokens;  // [plan.logit_rows.size()] with plan.greedy_on_device  // [plan.capture_rows.size(), n_layers, n_heads * head_dim] f32 (if asked)
 };
 
 class ModelRunner {
  public:
-  ModelRunner(Transformer& model, KvCache& kv);
+  ModelRunner(ForwardModel& model, KvCache& kv);
 
   StepOutput run(const StepPlan& plan);
 
-  Transformer& model() { return model_; }
+  ForwardModel& model() { return model_; }
   KvCache& kv() { return kv_; }
 
  private:
   void check_plan(const StepPlan& plan) const;
 
-  Transformer& model_;
+  ForwardModel& model_;
   KvCache& kv_;
 };
 

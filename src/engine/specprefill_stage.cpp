@@ -12,13 +12,13 @@ struct SpecPrefillStage::Job {
   Job(Request* r, KvSequence sequence) : request(r), kv(std::move(sequence)) {}
 
   Request* request;
-  KvSequence kv;               // on the draft's KV pool
-  int32_t prefix_tokens = 0;   // P: target prefix-cache hit; only [P, M) is scored
+  KvSequence kv;              // on the draft's KV pool
+  int32_t prefix_tokens = 0;  // P: target prefix-cache hit; only [P, M) is scored
   double keep_pct = 0.2;
   bool admitted = false;
-  int32_t n_computed = 0;      // draft prompt tokens with KV
-  int32_t n_steps = 0;         // captured query steps so far
-  int32_t next_token = -1;     // greedy draft token to feed next (lookahead)
+  int32_t n_computed = 0;   // draft prompt tokens with KV
+  int32_t n_steps = 0;      // captured query steps so far
+  int32_t next_token = -1;  // greedy draft token to feed next (lookahead)
   bool done = false;
   AttentionCapture capture;
   Clock::time_point start;
@@ -43,10 +43,12 @@ void SpecPrefillStage::add(Request* request, int32_t prefix_tokens, double keep_
   job->prefix_tokens = prefix_tokens;
   job->keep_pct = keep_pct;
   const ModelConfig& config = draft.config();
-  job->capture = AttentionCapture::zeros(config.n_layers, options_.lookahead, config.n_heads, config.head_dim);
+  job->capture =
+      AttentionCapture::zeros(config.n_layers, options_.lookahead, config.n_heads, config.head_dim);
   job->capture.layer_window.resize(static_cast<size_t>(config.n_layers));
   for (int64_t l = 0; l < config.n_layers; ++l) {
-    job->capture.layer_window[static_cast<size_t>(l)] = config.layer_is_sliding(l) ? config.sliding_window : 0;
+    job->capture.layer_window[static_cast<size_t>(l)] =
+        config.layer_is_sliding(l) ? config.sliding_window : 0;
   }
   job->start = Clock::now();
   jobs_.push_back(std::move(job));
@@ -67,7 +69,8 @@ SpecPrefillOutcome SpecPrefillStage::fallback(Job& job, std::string reason) {
   SpecPrefillOutcome outcome;
   outcome.request = job.request;
   outcome.stats.prompt_tokens = static_cast<int64_t>(job.prompt().size()) - job.prefix_tokens;
-  outcome.stats.scoring_ms = std::chrono::duration<double, std::milli>(Clock::now() - job.start).count();
+  outcome.stats.scoring_ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - job.start).count();
   outcome.stats.fallback_reason = std::move(reason);
   return outcome;
 }
@@ -79,9 +82,15 @@ SpecPrefillOutcome SpecPrefillStage::finish_job(Job& job) {
   job.capture.keep_first_steps(job.n_steps);  // fewer steps when the draft hit EOS
   if (options_.inject_fault == "scoring") return fallback(job, "scoring failed (injected fault)");
   // The lookahead tokens' own keys are excluded: only prompt slots [P, M) are scored.
-  auto keys = PagedPromptKeys::make(draft.kv(), job.kv.blocks(), p, m);
-  if (!keys.ok()) return fallback(job, "scoring failed: " + keys.message());
-  auto importance = score_tokens(job.capture, *keys, ScoreParams{options_.pool_kernel, &scoring_pool_});
+  Result<std::vector<float>> importance = std::vector<float>();
+  if (draft.device_scorer()) {  // GPU: the keys never leave the device
+    importance = draft.device_scorer()(job.capture, job.kv.blocks(), p, m, options_.pool_kernel);
+  } else {
+    auto keys = PagedPromptKeys::make(draft.kv(), job.kv.blocks(), p, m);
+    if (!keys.ok()) return fallback(job, "scoring failed: " + keys.message());
+    importance =
+        score_tokens(job.capture, *keys, ScoreParams{options_.pool_kernel, &scoring_pool_});
+  }
   if (!importance.ok()) return fallback(job, "scoring failed: " + importance.message());
   SelectionOptions select;
   select.keep_pct = job.keep_pct;
@@ -108,7 +117,8 @@ SpecPrefillOutcome SpecPrefillStage::finish_job(Job& job) {
   outcome.stats.applied = true;
   outcome.stats.prompt_tokens = m - p;
   outcome.stats.kept_tokens = static_cast<int64_t>(selection->kept_positions.size());
-  outcome.stats.scoring_ms = std::chrono::duration<double, std::milli>(Clock::now() - job.start).count();
+  outcome.stats.scoring_ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - job.start).count();
   // Cleanup: the draft's lookahead and prompt KV are dropped (no speculative decoding yet).
   draft.kv_manager().free(job.kv);
   job.done = true;
@@ -123,8 +133,8 @@ std::vector<SpecPrefillOutcome> SpecPrefillStage::step() {
   StepPlan plan;
   struct Row {
     Job* job;
-    int32_t count;   // tokens this step
-    bool last_row;   // carries the capture and the logits
+    int32_t count;  // tokens this step
+    bool last_row;  // carries the capture and the logits
   };
   std::vector<Row> rows;
   int32_t budget = max_batched_tokens_;
@@ -140,6 +150,15 @@ std::vector<SpecPrefillOutcome> SpecPrefillStage::step() {
         continue;
       }
       if (!job.admitted) {
+        // Same tokenizer, but the draft's embedding may be padded less than
+        // the target's (Qwen2.5: 151936 vs 152064 rows): an id past it cannot
+        // be scored.
+        const int64_t draft_vocab = draft.config().vocab_size;
+        if (std::any_of(job.prompt().begin(), job.prompt().end(),
+                        [&](int32_t id) { return id >= draft_vocab; })) {
+          outcomes.push_back(fallback(job, "a prompt token is outside the draft's vocabulary"));
+          continue;
+        }
         CachedPrefix prefix = kv.find_cached_prefix(job.prompt(), 0);
         count = std::min(m - prefix.n_tokens, budget);
         if (!kv.can_allocate(job.kv, prefix, count)) {
@@ -161,8 +180,8 @@ std::vector<SpecPrefillOutcome> SpecPrefillStage::step() {
       const auto s = static_cast<int32_t>(plan.block_tables.size());
       for (int32_t i = 0; i < count; ++i) {
         const int32_t index = job.n_computed + i;
-        const int32_t row = plan.add_token(job.prompt()[static_cast<size_t>(index)], index, s, first_slot + i,
-                                           reaches_end && i == count - 1);
+        const int32_t row = plan.add_token(job.prompt()[static_cast<size_t>(index)], index, s,
+                                           first_slot + i, reaches_end && i == count - 1);
         if (reaches_end && i == count - 1) plan.capture_rows.push_back(row);
       }
       rows.push_back({&job, count, reaches_end});
@@ -197,15 +216,16 @@ std::vector<SpecPrefillOutcome> SpecPrefillStage::step() {
       }
       if (!row.last_row) continue;
       for (int64_t l = 0; l < config.n_layers; ++l) {
-        std::copy_n(output.captured_queries.f32() + (captured * config.n_layers + l) * q_width, q_width,
-                    job.capture.query(l, job.n_steps));
+        std::copy_n(output.captured_queries.f32() + (captured * config.n_layers + l) * q_width,
+                    q_width, job.capture.query(l, job.n_steps));
       }
       const float* logits = output.logits.f32() + captured * config.vocab_size;
       ++captured;
       ++job.n_steps;
-      job.next_token = static_cast<int32_t>(std::max_element(logits, logits + config.vocab_size) - logits);
-      const bool eos = std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), job.next_token) !=
-                       config.eos_token_ids.end();
+      job.next_token =
+          static_cast<int32_t>(std::max_element(logits, logits + config.vocab_size) - logits);
+      const bool eos = std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(),
+                                 job.next_token) != config.eos_token_ids.end();
       if (job.n_steps == options_.lookahead || eos) outcomes.push_back(finish_job(job));
     }
   }

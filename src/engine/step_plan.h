@@ -20,6 +20,10 @@ struct StepPlan {
   // Ascending token indices whose post-RoPE (post q_norm) queries are returned
   // for every layer: the speculative-prefill draft asks for them.
   std::vector<int32_t> capture_rows;
+  // The model picks the argmax token of every logit row itself (on the GPU:
+  // no logits cross PCIe) and returns ids instead of logits. Greedy requests
+  // without penalties or logprobs only.
+  bool greedy_on_device = false;
 
   // Per sequence [n_seqs].
   std::vector<std::vector<int32_t>> block_tables;  // logical -> physical block

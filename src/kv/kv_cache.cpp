@@ -23,10 +23,10 @@ KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
   }
 }
 
-size_t KvCache::bytes_per_block(const KvCacheShape& shape) {
+size_t KvCache::bytes_per_block(const KvCacheShape& shape, size_t element_bytes) {
   return static_cast<size_t>(shape.n_layers * 2 * shape.block_size * shape.n_kv_heads *
                              shape.head_dim) *
-             sizeof(float) +
+             element_bytes +
          static_cast<size_t>(shape.block_size) * sizeof(int32_t);
 }
 

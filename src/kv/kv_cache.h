@@ -19,19 +19,34 @@ struct KvCacheShape {
   int64_t head_dim = 0;
 };
 
+// The base class holds host f32 storage (the CPU backend's cache); a device
+// backend derives from it with its own storage (cuda::CudaKvCache) and
+// overrides the virtuals.
 class KvCache {
  public:
   explicit KvCache(const KvCacheShape& shape);
+  virtual ~KvCache() = default;
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  virtual Device device() const { return Device::kCpu; }
 
   const KvCacheShape& shape() const { return shape_; }
   KvLayerView& layer(int64_t index) { return layers_[static_cast<size_t>(index)]; }
   const KvLayerView& layer(int64_t index) const { return layers_[static_cast<size_t>(index)]; }
   // Bytes of K/V storage, for start-up reporting and sizing.
-  size_t nbytes() const;
-  static size_t bytes_per_block(const KvCacheShape& shape);
+  virtual size_t nbytes() const;
+  // Bytes one block takes: K and V of every layer at `element_bytes` per value
+  // (4 for the CPU's f32, 2 for the GPU's bf16) plus the slot positions.
+  static size_t bytes_per_block(const KvCacheShape& shape, size_t element_bytes = sizeof(float));
   // Copies block src into block dst: every layer's K and V and the slot
   // positions (copy-on-write of a shared block).
-  void copy_block(int32_t src, int32_t dst);
+  virtual void copy_block(int32_t src, int32_t dst);
+
+ protected:
+  // For derived caches that bring their own storage.
+  KvCache(const KvCacheShape& shape, Tensor positions, std::vector<KvLayerView> layers)
+      : shape_(shape), positions_(std::move(positions)), layers_(std::move(layers)) {}
 
  private:
   KvCacheShape shape_;

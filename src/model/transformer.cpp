@@ -34,16 +34,6 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights, Backend& back
   scratch_views_.resize(kScratchCount);
 }
 
-KvCacheShape Transformer::kv_shape(int64_t n_blocks, int64_t block_size) const {
-  KvCacheShape shape;
-  shape.n_layers = config_.n_layers;
-  shape.n_blocks = n_blocks;
-  shape.block_size = block_size;
-  shape.n_kv_heads = config_.n_kv_heads;
-  shape.head_dim = config_.head_dim;
-  return shape;
-}
-
 Tensor& Transformer::scratch(size_t index, int64_t rows, int64_t cols) {
   Tensor& storage = scratch_storage_[index];
   if (!storage.defined() || storage.numel() < rows * cols) {

@@ -11,32 +11,25 @@
 #include "backend/backend.h"
 #include "kv/kv_cache.h"
 #include "model/config.h"
+#include "model/forward_model.h"
 #include "model/weights.h"
 
 namespace specstack {
 
-struct ForwardBatch {
-  std::span<const int32_t> token_ids;   // [n_tokens]
-  AttentionBatch attention;             // positions, slots, sequences, block tables
-  std::span<const int32_t> logit_rows;  // ascending token indices whose logits are wanted
-  // Ascending token indices whose queries (post q_norm, post-RoPE: exactly what
-  // attention sees) are copied out for every layer into *captured_queries
-  // [capture_rows.size(), n_layers, n_heads * head_dim] (resized by forward).
-  std::span<const int32_t> capture_rows;
-  Tensor* captured_queries = nullptr;
-};
 
-class Transformer {
+class Transformer final : public ForwardModel {
  public:
   Transformer(ModelConfig config, ModelWeights weights, Backend& backend);
 
-  const ModelConfig& config() const { return config_; }
+  Device device() const override { return Device::kCpu; }
+  const ModelConfig& config() const override { return config_; }
+  size_t weight_bytes() const override { return weights_.weight_bytes; }
+  const Tensor& rope_inv_freq() const override { return weights_.rope_inv_freq; }
   const ModelWeights& weights() const { return weights_; }
-  KvCacheShape kv_shape(int64_t n_blocks, int64_t block_size) const;
 
   // Runs every token of the batch through the model, writing K/V into `kv`,
   // and fills logits [logit_rows.size(), vocab] (f32, resized by the call).
-  void forward(const ForwardBatch& batch, KvCache& kv, Tensor& logits);
+  void forward(const ForwardBatch& batch, KvCache& kv, Tensor& logits) override;
 
  private:
   void attention_block(int64_t layer, const ForwardBatch& batch, KvCache& kv);

@@ -11,16 +11,6 @@
 namespace specstack {
 namespace {
 
-// Where tensors come from: safetensors files, or a seeded generator.
-class WeightSource {
- public:
-  virtual ~WeightSource() = default;
-  virtual bool has(const std::string& name) const = 0;
-  // The tensor in its stored dtype, shape-checked.
-  virtual Result<Tensor> get(const std::string& name, const std::vector<int64_t>& shape,
-                             bool is_norm) = 0;
-};
-
 std::string shape_text(const std::vector<int64_t>& shape) {
   return Tensor::view(nullptr, DType::kF32, shape, nullptr).shape_string();
 }
@@ -63,41 +53,7 @@ class DummySource final : public WeightSource {
   bool has(const std::string&) const override { return true; }
   Result<Tensor> get(const std::string& name, const std::vector<int64_t>& shape,
                      bool is_norm) override {
-    Tensor out = Tensor::zeros(dtype_, shape);
-    const int64_t n = out.numel();
-    const uint64_t stream = seed_ ^ (std::hash<std::string>{}(name) * 0x9E3779B97F4A7C15ull);
-    // Uniform noise with std 0.02 (like HF init); norm weights are exactly 1.
-    // Each element is a counter-based hash of its index, so filling splits
-    // over threads and the values do not depend on the thread count.
-    const float amplitude = 0.02f * std::sqrt(3.0f);
-    const DType dtype = dtype_;
-    auto fill = [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        float value = 1.0f;
-        if (!is_norm) {
-          uint64_t z = stream + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
-          z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-          z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-          z ^= z >> 31;
-          value = amplitude * (static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f);
-        }
-        switch (dtype) {
-          case DType::kF32: out.f32()[i] = value; break;
-          case DType::kBF16: out.data<uint16_t>()[i] = f32_to_bf16(value); break;
-          case DType::kF16: out.data<uint16_t>()[i] = f32_to_f16(value); break;
-          case DType::kI32: SS_CHECK(false);
-        }
-      }
-    };
-    const int64_t n_threads = n < (1 << 20) ? 1 : std::max(1u, std::thread::hardware_concurrency());
-    std::vector<std::thread> threads;
-    const int64_t chunk = (n + n_threads - 1) / n_threads;
-    for (int64_t t = 1; t < n_threads; ++t) {
-      threads.emplace_back(fill, std::min(n, t * chunk), std::min(n, (t + 1) * chunk));
-    }
-    fill(0, std::min(n, chunk));
-    for (auto& thread : threads) thread.join();
-    return out;
+    return make_dummy_tensor(dtype_, shape, dummy_stream_seed(seed_, name), is_norm);
   }
 
  private:
@@ -105,7 +61,52 @@ class DummySource final : public WeightSource {
   uint64_t seed_;
 };
 
-// Assembles ModelWeights from any source using HF tensor names.
+}  // namespace
+
+uint64_t dummy_stream_seed(uint64_t seed, const std::string& name) {
+  return seed ^ (std::hash<std::string>{}(name) * 0x9E3779B97F4A7C15ull);
+}
+
+float dummy_amplitude() { return 0.02f * std::sqrt(3.0f); }
+
+Tensor make_dummy_tensor(DType dtype, const std::vector<int64_t>& shape, uint64_t stream,
+                         bool is_norm) {
+  Tensor out = Tensor::zeros(dtype, shape);
+  const int64_t n = out.numel();
+  // Uniform noise with std 0.02 (like HF init); norm weights are exactly 1.
+  // Each element is a counter-based hash of its index, so filling splits
+  // over threads and the values do not depend on the thread count (the CUDA
+  // backend's fill_dummy_bf16 computes the same values on the device).
+  const float amplitude = dummy_amplitude();
+  auto fill = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      float value = 1.0f;
+      if (!is_norm) {
+        uint64_t z = stream + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        value = amplitude * (static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f);
+      }
+      switch (dtype) {
+        case DType::kF32: out.f32()[i] = value; break;
+        case DType::kBF16: out.data<uint16_t>()[i] = f32_to_bf16(value); break;
+        case DType::kF16: out.data<uint16_t>()[i] = f32_to_f16(value); break;
+        case DType::kI32: SS_CHECK(false);
+      }
+    }
+  };
+  const int64_t n_threads = n < (1 << 20) ? 1 : std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> threads;
+  const int64_t chunk = (n + n_threads - 1) / n_threads;
+  for (int64_t t = 1; t < n_threads; ++t) {
+    threads.emplace_back(fill, std::min(n, t * chunk), std::min(n, (t + 1) * chunk));
+  }
+  fill(0, std::min(n, chunk));
+  for (auto& thread : threads) thread.join();
+  return out;
+}
+
 Result<ModelWeights> build_weights(const ModelConfig& config, WeightSource& source,
                                    const LoadProgress& on_progress) {
   const int64_t n_steps = config.n_layers + 1;  // the embeddings and head, then each layer
@@ -197,7 +198,6 @@ Result<ModelWeights> build_weights(const ModelConfig& config, WeightSource& sour
   return weights;
 }
 
-}  // namespace
 
 Tensor compute_rope_inv_freq(const ModelConfig& config) {
   // Mirrors transformers' fp32 arithmetic so angles match the references.

@@ -59,6 +59,29 @@ struct ModelWeights {
 // function is never called.
 using LoadProgress = std::function<void(int64_t done, int64_t total)>;
 
+// Where tensors come from: safetensors files, a seeded generator, or (for
+// the CUDA backend) a generator that fills device memory directly.
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual bool has(const std::string& name) const = 0;
+  // The tensor in its stored dtype, shape-checked. Matrices may live on a
+  // device; 1-D tensors (norms, biases) must be host tensors.
+  virtual Result<Tensor> get(const std::string& name, const std::vector<int64_t>& shape,
+                             bool is_norm) = 0;
+};
+
+// Assembles ModelWeights from any source using HF tensor names.
+Result<ModelWeights> build_weights(const ModelConfig& config, WeightSource& source,
+                                   const LoadProgress& on_progress = {});
+
+// The --dummy-weights generator: a per-tensor stream from the seed and the
+// HF tensor name, then element i = amplitude * (u(stream, i) * 2 - 1).
+uint64_t dummy_stream_seed(uint64_t seed, const std::string& name);
+float dummy_amplitude();
+Tensor make_dummy_tensor(DType dtype, const std::vector<int64_t>& shape, uint64_t stream,
+                         bool is_norm);
+
 // Loads the weights of `config` from the safetensors in model_dir (mmap'd,
 // zero-copy). Every expected tensor must exist with the expected shape;
 // errors name the tensor and both shapes. On an error the progress stops short

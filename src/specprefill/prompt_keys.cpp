@@ -38,7 +38,7 @@ Result<PagedPromptKeys> PagedPromptKeys::make(const KvCache& cache,
                                               std::span<const int32_t> block_table,
                                               int64_t slot_begin, int64_t slot_end) {
   const KvCacheShape& shape = cache.shape();
-  if (shape.n_layers <= 0 || cache.layer(0).k.device() != Device::kCpu) {
+  if (shape.n_layers <= 0 || cache.device() != Device::kCpu) {
     return errorf("prompt keys: the KV cache is not in host memory");
   }
   const int64_t n_slots = static_cast<int64_t>(block_table.size()) * shape.block_size;

@@ -36,8 +36,9 @@ Tensor Tensor::zeros(DType dtype, std::vector<int64_t> shape) {
 }
 
 Tensor Tensor::view(void* data, DType dtype, std::vector<int64_t> shape,
-                    std::shared_ptr<const void> owner) {
+                    std::shared_ptr<const void> owner, Device device) {
   Tensor t;
+  t.device_ = device;
   t.data_ = data;
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);

@@ -22,9 +22,10 @@ class Tensor {
 
   // Heap storage, 64-byte aligned, zero-filled.
   static Tensor zeros(DType dtype, std::vector<int64_t> shape);
-  // A view of memory owned by `owner`.
+  // A view of memory owned by `owner` (device memory with device = kCuda:
+  // only its shape, dtype and pointer are used on the host).
   static Tensor view(void* data, DType dtype, std::vector<int64_t> shape,
-                     std::shared_ptr<const void> owner);
+                     std::shared_ptr<const void> owner, Device device = Device::kCpu);
 
   bool defined() const { return !shape_.empty(); }
   DType dtype() const { return dtype_; }

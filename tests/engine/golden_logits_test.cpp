@@ -186,7 +186,7 @@ TEST(GoldenRope, InverseFrequenciesMatchTransformers) {
     SCOPED_TRACE(name);
     GoldenModel model(name);
     const Tensor& ref = model.reference().get("rope.inv_freq");
-    const Tensor& ours = model.instance().model().weights().rope_inv_freq;
+    const Tensor& ours = model.instance().model().rope_inv_freq();
     ASSERT_EQ(ours.numel(), ref.numel());
     for (int64_t j = 0; j < ref.numel(); ++j) {
       EXPECT_NEAR(ours.f32()[j], ref.f32()[j], 2e-7 * std::abs(ref.f32()[j])) << "j=" << j;

@@ -1,0 +1,534 @@
+// Paged decode attention (split-K over partitions of kPartitionSize slots,
+// merged by log-sum-exp), gather_kv and masked_softmax. Contracts and the
+// visibility rule are in attention.h; the CPU twin is CpuBackend::attention.
+//
+// paged_attention, one CTA per (token, kv head, partition), 128 threads:
+//  1. the partition's key slots are resolved once into flat slot indices
+//     (-1 where the sliding window hides the key) in shared memory;
+//  2. QK: head_dim / 8 lanes share one key row (one 16-byte load each); up to
+//     kHeadsPerPass query heads of the kv group are held in registers
+//     (pre-scaled by scale * log2 e, so the softmax uses exp2) and each K row
+//     load serves all of them; dot products are reduced with shuffles into
+//     s_p[head][key];
+//  3. a per-head softmax over the partition (max and sum, fp32);
+//  4. PV: each warp owns a quarter of head_dim and walks every key of the
+//     partition (no cross-warp reduction); lanes of a warp split keys and are
+//     reduced with shuffles at the end.
+// A group of more than kHeadsPerPass heads (qwen's 7) takes several passes
+// over the partition's K and V (the second mostly from L2): measured on an
+// H200 that beats holding 8 heads in registers, because occupancy (80
+// registers, 6 CTAs per SM) is what keeps enough loads in flight here.
+// With one partition the CTA writes bf16 out directly; otherwise it writes
+// (unnormalised acc, max, sum) to the workspace and combine_kernel merges.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "base/check.h"
+#include "cuda/attention.h"
+#include "cuda/cuda_check.h"
+
+namespace specstack::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxGroup = 16;     // query heads per kv head
+constexpr int kHeadsPerPass = 4;  // query heads held in registers at once (see above)
+constexpr int kUnroll = 4;        // K/V row loads each lane issues before using any
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+static_assert(kPartitionSize % 32 == 0, "partition must be whole warps of keys");
+
+int32_t num_partitions(int32_t max_context) {
+  return max_context <= kPartitionSize ? 1 : (max_context + kPartitionSize - 1) / kPartitionSize;
+}
+
+// Workspace: [n_tokens, n_heads, n_partitions, head_dim + 2] f32; an entry is
+// the partition's unnormalised acc[head_dim], then its max (log2 domain), then
+// its sum of exp2(score - max).
+__device__ __forceinline__ int64_t workspace_entry(int32_t t, int32_t head, int32_t part,
+                                                   int32_t n_heads, int32_t n_parts,
+                                                   int32_t head_dim) {
+  return ((static_cast<int64_t>(t) * n_heads + head) * n_parts + part) * (head_dim + 2);
+}
+
+// N consecutive bf16 as one load: 16 bytes for N = 8, 8 bytes for N = 4.
+template <int N>
+struct RawVec;
+template <>
+struct RawVec<8> {
+  using type = uint4;
+};
+template <>
+struct RawVec<4> {
+  using type = uint2;
+};
+
+template <int N>
+__device__ __forceinline__ typename RawVec<N>::type load_raw(const bf16* src) {
+  return __ldg(reinterpret_cast<const typename RawVec<N>::type*>(src));
+}
+
+template <int N>
+__device__ __forceinline__ void raw_to_f32(const typename RawVec<N>::type& raw, float* dst) {
+  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    dst[2 * i] = f.x;
+    dst[2 * i + 1] = f.y;
+  }
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(kFullMask, x, off));
+  return x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(kFullMask, x, off);
+  return x;
+}
+
+// grid (n_tokens, n_kv_heads, n_parts), kThreads threads.
+template <int kHeadDim>
+__global__ void __launch_bounds__(kThreads)
+    paged_attention_kernel(const PagedAttentionArgs a, const int32_t n_parts) {
+  // QK: kQkLanes lanes per key row, 8 dims each.
+  constexpr int kQkLanes = kHeadDim / 8;
+  constexpr int kQkKeysPerWarp = 32 / kQkLanes;
+  constexpr int kQkStride = kWarps * kQkKeysPerWarp;  // keys one step of the CTA covers
+  // PV: warp w owns dims [w * kWarpDims, (w + 1) * kWarpDims), kPvVec per lane.
+  constexpr int kWarpDims = kHeadDim / kWarps;
+  constexpr int kPvVec = kWarpDims >= 8 ? 8 : 4;
+  constexpr int kPvLanes = kWarpDims / kPvVec;
+  constexpr int kPvKeysPerWarp = 32 / kPvLanes;
+  static_assert(kQkLanes >= 1 && kQkLanes <= 32 && 32 % kQkLanes == 0, "head_dim");
+  static_assert(kPvLanes >= 1 && 32 % kPvLanes == 0 && kWarpDims % kPvVec == 0, "head_dim");
+
+  __shared__ float s_p[kMaxGroup][kPartitionSize];  // scores (log2 units), then exp2(score - max)
+  __shared__ int32_t s_flat[kPartitionSize];        // flat slot of each key, -1 when hidden
+  __shared__ float s_max[kMaxGroup];                // per head of the group
+  __shared__ float s_sum[kMaxGroup];
+
+  const int32_t t = blockIdx.x;
+  const int32_t kvh = blockIdx.y;
+  const int32_t part = blockIdx.z;
+  const int32_t g = a.n_heads / a.n_kv_heads;
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+
+  const int32_t own_slot = a.token_slot[t];
+  const int32_t start = part * kPartitionSize;
+  // Keys [start, start + n_keys) of this partition are at or before the query's slot.
+  const int32_t n_keys = min(kPartitionSize, own_slot + 1 - start);
+  if (n_keys <= 0) {
+    // Nothing visible here: the combine skips this partition. With a single
+    // partition (only when own_slot < 0, e.g. a padding token) write zeros.
+    if (n_parts == 1) {
+      for (int i = tid; i < g * kHeadDim; i += kThreads) {
+        const int64_t head = static_cast<int64_t>(kvh) * g + i / kHeadDim;
+        a.out[t * a.out_stride + head * kHeadDim + i % kHeadDim] = __float2bfloat16(0.0f);
+      }
+    }
+    return;  // uniform across the CTA: no barrier has been reached yet
+  }
+
+  // 1. Resolve slots and the sliding-window mask once.
+  {
+    const int32_t* table =
+        a.block_tables + static_cast<int64_t>(a.token_seq[t]) * a.max_blocks_per_seq;
+    const int64_t lowest_hidden = static_cast<int64_t>(a.token_pos[t]) - a.sliding_window;
+    for (int i = tid; i < n_keys; i += kThreads) {
+      const int32_t j = start + i;
+      const int32_t flat = table[j / a.block_size] * a.block_size + j % a.block_size;
+      const bool visible = a.sliding_window <= 0 || a.slot_positions[flat] > lowest_hidden;
+      s_flat[i] = visible ? flat : -1;
+    }
+  }
+  __syncthreads();
+
+  const int64_t kv_row = static_cast<int64_t>(a.n_kv_heads) * kHeadDim;  // elements per slot
+  const float q_scale = a.scale * kLog2e;
+
+  // 2. QK scores.
+  {
+    const int qk_sub = lane / kQkLanes;  // which key of the warp's kQkKeysPerWarp
+    const int qk_dim = (lane % kQkLanes) * 8;
+    const bf16* q_group = a.q + t * a.q_stride + static_cast<int64_t>(kvh) * g * kHeadDim + qk_dim;
+    const bf16* k_base = a.k_cache + static_cast<int64_t>(kvh) * kHeadDim + qk_dim;
+    for (int hb = 0; hb < g; hb += kHeadsPerPass) {
+      float qr[kHeadsPerPass][8];  // this lane's 8 dims of heads hb .. hb + 3
+#pragma unroll
+      for (int hh = 0; hh < kHeadsPerPass; ++hh) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          qr[hh][e] =
+              hb + hh < g ? __bfloat162float(q_group[(hb + hh) * kHeadDim + e]) * q_scale : 0.0f;
+        }
+      }
+      // base is warp-uniform, so every lane reaches the shuffles. Each lane
+      // issues kUnroll row loads before using any (memory-level parallelism).
+      for (int base = warp * kQkKeysPerWarp; base < n_keys; base += kQkStride * kUnroll) {
+        int32_t flat[kUnroll];
+        uint4 raw[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int i = base + u * kQkStride + qk_sub;
+          flat[u] = i < n_keys ? s_flat[i] : -1;
+          raw[u] = flat[u] >= 0 ? load_raw<8>(k_base + flat[u] * kv_row) : uint4{0, 0, 0, 0};
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int i = base + u * kQkStride + qk_sub;
+          float k[8];
+          raw_to_f32<8>(raw[u], k);
+#pragma unroll
+          for (int hh = 0; hh < kHeadsPerPass; ++hh) {
+            if (hb + hh < g) {  // uniform
+              float s = 0.0f;
+#pragma unroll
+              for (int e = 0; e < 8; ++e) s = fmaf(qr[hh][e], k[e], s);
+#pragma unroll
+              for (int off = kQkLanes / 2; off > 0; off >>= 1) {
+                s += __shfl_xor_sync(kFullMask, s, off);
+              }
+              if (lane % kQkLanes == 0 && i < n_keys) {
+                s_p[hb + hh][i] = flat[u] >= 0 ? s : -INFINITY;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  __syncthreads();
+
+  // 3. Softmax over the partition, one warp per head; each lane rewrites only
+  // the entries it read.
+  for (int h = warp; h < g; h += kWarps) {
+    float m = -INFINITY;
+    for (int i = lane; i < n_keys; i += 32) m = fmaxf(m, s_p[h][i]);
+    m = warp_max(m);
+    float l = 0.0f;
+    for (int i = lane; i < n_keys; i += 32) {
+      const float p = m == -INFINITY ? 0.0f : exp2f(s_p[h][i] - m);
+      s_p[h][i] = p;
+      l += p;
+    }
+    l = warp_sum(l);
+    if (lane == 0) {
+      s_max[h] = m;
+      s_sum[h] = l;
+    }
+  }
+  __syncthreads();
+
+  // 4. PV.
+  const int pv_sub = lane / kPvLanes;  // key stream of this lane
+  const int dim0 = warp * kWarpDims + (lane % kPvLanes) * kPvVec;
+  const bf16* v_base = a.v_cache + static_cast<int64_t>(kvh) * kHeadDim + dim0;
+  for (int hb = 0; hb < g; hb += kHeadsPerPass) {
+    float acc[kHeadsPerPass][kPvVec];
+#pragma unroll
+    for (int hh = 0; hh < kHeadsPerPass; ++hh) {
+#pragma unroll
+      for (int e = 0; e < kPvVec; ++e) acc[hh][e] = 0.0f;
+    }
+    for (int i0 = pv_sub; i0 < n_keys; i0 += kPvKeysPerWarp * kUnroll) {
+      int32_t flat[kUnroll];
+      typename RawVec<kPvVec>::type raw[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = i0 + u * kPvKeysPerWarp;
+        // Keys hidden by the window have probability 0: skip their loads.
+        flat[u] = i < n_keys ? s_flat[i] : -1;
+        raw[u] = flat[u] >= 0 ? load_raw<kPvVec>(v_base + flat[u] * kv_row)
+                              : typename RawVec<kPvVec>::type{};
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (flat[u] < 0) continue;
+        const int i = i0 + u * kPvKeysPerWarp;
+        float v[kPvVec];
+        raw_to_f32<kPvVec>(raw[u], v);
+#pragma unroll
+        for (int hh = 0; hh < kHeadsPerPass; ++hh) {
+          if (hb + hh < g) {
+            const float p = s_p[hb + hh][i];
+#pragma unroll
+            for (int e = 0; e < kPvVec; ++e) acc[hh][e] = fmaf(p, v[e], acc[hh][e]);
+          }
+        }
+      }
+    }
+    // Sum the key streams (lanes with equal lane % kPvLanes).
+#pragma unroll
+    for (int hh = 0; hh < kHeadsPerPass; ++hh) {
+      if (hb + hh < g) {  // uniform
+#pragma unroll
+        for (int e = 0; e < kPvVec; ++e) {
+#pragma unroll
+          for (int off = 16; off >= kPvLanes; off >>= 1) {
+            acc[hh][e] += __shfl_xor_sync(kFullMask, acc[hh][e], off);
+          }
+        }
+      }
+    }
+    if (pv_sub == 0) {
+#pragma unroll
+      for (int hh = 0; hh < kHeadsPerPass; ++hh) {
+        const int32_t h = hb + hh;
+        if (h >= g) continue;
+        const int32_t head = kvh * g + h;
+        if (n_parts == 1) {
+          const float l = s_sum[h];
+          const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+          bf16* o = a.out + t * a.out_stride + static_cast<int64_t>(head) * kHeadDim + dim0;
+#pragma unroll
+          for (int e = 0; e < kPvVec; ++e) o[e] = __float2bfloat16(acc[hh][e] * inv);
+        } else {
+          float* w =
+              a.workspace + workspace_entry(t, head, part, a.n_heads, n_parts, kHeadDim) + dim0;
+#pragma unroll
+          for (int e = 0; e < kPvVec; ++e) w[e] = acc[hh][e];
+        }
+      }
+    }
+  }
+  if (n_parts > 1 && tid < g) {
+    float* w = a.workspace + workspace_entry(t, kvh * g + tid, part, a.n_heads, n_parts, kHeadDim);
+    w[kHeadDim] = s_max[tid];
+    w[kHeadDim + 1] = s_sum[tid];
+  }
+}
+
+// Merges the partitions of one (token, head): out = sum_p acc_p 2^(m_p - M) /
+// sum_p l_p 2^(m_p - M). grid (n_tokens, n_heads), kThreads threads.
+__global__ void __launch_bounds__(kThreads)
+    combine_kernel(const float* workspace, const int32_t* token_slot, int32_t n_heads,
+                   int32_t head_dim, int32_t n_parts, bf16* out, int64_t out_stride) {
+  const int32_t t = blockIdx.x;
+  const int32_t head = blockIdx.y;
+  const int32_t own_slot = token_slot[t];
+  // Partitions the main kernel wrote: those starting at or before own_slot.
+  const int32_t n_used = own_slot < 0 ? 0 : min(n_parts, own_slot / kPartitionSize + 1);
+  const float* entry = workspace + workspace_entry(t, head, 0, n_heads, n_parts, head_dim);
+  const int64_t entry_floats = head_dim + 2;
+  bf16* o = out + t * out_stride + static_cast<int64_t>(head) * head_dim;
+
+  float m = -INFINITY;
+  for (int32_t p = 0; p < n_used; ++p) m = fmaxf(m, entry[p * entry_floats + head_dim]);
+  if (m == -INFINITY) {  // no visible key at all
+    for (int d = threadIdx.x; d < head_dim; d += kThreads) o[d] = __float2bfloat16(0.0f);
+    return;
+  }
+  float l = 0.0f;  // >= 1: the partition holding the max has a term exp2(0)
+  for (int32_t p = 0; p < n_used; ++p) {
+    const float* e = entry + p * entry_floats;
+    l += e[head_dim + 1] * exp2f(e[head_dim] - m);
+  }
+  const float inv = 1.0f / l;
+  for (int d = threadIdx.x; d < head_dim; d += kThreads) {
+    float acc = 0.0f;
+    for (int32_t p = 0; p < n_used; ++p) {
+      const float* e = entry + p * entry_floats;
+      acc += e[d] * exp2f(e[head_dim] - m);
+    }
+    o[d] = __float2bfloat16(acc * inv);
+  }
+}
+
+template <int kHeadDim>
+void launch_paged_attention(const PagedAttentionArgs& a, int32_t n_parts, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_kv_heads),
+                  static_cast<unsigned>(n_parts));
+  paged_attention_kernel<kHeadDim><<<grid, kThreads, 0, stream>>>(a, n_parts);
+  SS_CUDA_CHECK_LAUNCH();
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// Copies row chunks of type Vec (uint4 = 8 bf16, or one bf16 as uint16_t):
+// element idx of k_out/v_out is chunk c of slot s with idx = s * row_vecs + c.
+template <typename Vec>
+__global__ void gather_kv_kernel(const Vec* k_cache, const Vec* v_cache,
+                                 const int32_t* slot_positions, const int32_t* block_table,
+                                 int32_t n_slots, int32_t block_size, int32_t row_vecs, Vec* k_out,
+                                 Vec* v_out, int32_t* pos_out) {
+  const int64_t total = static_cast<int64_t>(n_slots) * row_vecs;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+       idx += stride) {
+    const auto s = static_cast<int32_t>(idx / row_vecs);
+    const auto c = static_cast<int32_t>(idx - static_cast<int64_t>(s) * row_vecs);
+    const int64_t flat =
+        static_cast<int64_t>(block_table[s / block_size]) * block_size + s % block_size;
+    k_out[idx] = k_cache[flat * row_vecs + c];
+    v_out[idx] = v_cache[flat * row_vecs + c];
+    if (c == 0) pos_out[s] = slot_positions[flat];
+  }
+}
+
+constexpr int kSoftmaxThreads = 256;
+
+// Online softmax state (max m, sum l of exp(x - m)) merge; m = -inf means empty.
+__device__ __forceinline__ void merge_max_sum(float& m, float& l, float m2, float l2) {
+  const float mx = fmaxf(m, m2);
+  l = mx == -INFINITY ? 0.0f : l * expf(m - mx) + l2 * expf(m2 - mx);
+  m = mx;
+}
+
+// One CTA per (batch, row): blockIdx.x = b * n_rows + r. Pass 1 reads the
+// visible scores once (online max / sum), pass 2 writes every column.
+__global__ void __launch_bounds__(kSoftmaxThreads)
+    masked_softmax_kernel(const float* scores, int32_t n_rows, int32_t n_keys,
+                          const int32_t* q_slot, const int32_t* q_pos, const int32_t* k_pos,
+                          int32_t sliding_window, bf16* probs) {
+  __shared__ float s_m[kSoftmaxThreads / 32];
+  __shared__ float s_l[kSoftmaxThreads / 32];
+  const int64_t row = blockIdx.x;
+  const auto r = static_cast<int32_t>(row % n_rows);
+  const float* x = scores + row * n_keys;  // [n_keys]
+  bf16* y = probs + row * n_keys;          // [n_keys]
+  // Keys after the query's slot are hidden; the window hides k_pos <= lowest_hidden.
+  const int32_t limit = min(n_keys, max(q_slot[r], -1) + 1);
+  const int64_t lowest_hidden = static_cast<int64_t>(q_pos[r]) - sliding_window;
+  const bool windowed = sliding_window > 0;
+
+  float m = -INFINITY, l = 0.0f;
+  for (int32_t j = threadIdx.x; j < limit; j += kSoftmaxThreads) {
+    if (windowed && k_pos[j] <= lowest_hidden) continue;
+    const float s = x[j];
+    if (s == -INFINITY) continue;  // contributes 0 (and would give inf - inf)
+    if (s > m) {
+      l = l * expf(m - s) + 1.0f;
+      m = s;
+    } else {
+      l += expf(s - m);
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float m2 = __shfl_xor_sync(kFullMask, m, off);
+    const float l2 = __shfl_xor_sync(kFullMask, l, off);
+    merge_max_sum(m, l, m2, l2);
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    s_m[warp] = m;
+    s_l[warp] = l;
+  }
+  __syncthreads();
+  // Every thread merges the per-warp states itself (8 entries), so no second barrier.
+  m = s_m[0];
+  l = s_l[0];
+  for (int w = 1; w < kSoftmaxThreads / 32; ++w) merge_max_sum(m, l, s_m[w], s_l[w]);
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // l == 0: no visible key, all zeros
+
+  for (int32_t j = threadIdx.x; j < n_keys; j += kSoftmaxThreads) {
+    float p = 0.0f;
+    if (inv > 0.0f && j < limit && (!windowed || k_pos[j] > lowest_hidden)) {
+      const float s = x[j];
+      p = s == -INFINITY ? 0.0f : expf(s - m) * inv;
+    }
+    y[j] = __float2bfloat16(p);
+  }
+}
+
+}  // namespace
+
+size_t paged_attention_workspace_floats(int32_t n_tokens, int32_t n_heads, int32_t head_dim,
+                                        int32_t max_context) {
+  const int32_t n_parts = num_partitions(max_context);
+  if (n_parts == 1 || n_tokens <= 0) return 0;  // one partition writes out directly
+  return static_cast<size_t>(n_tokens) * static_cast<size_t>(n_heads) *
+         static_cast<size_t>(n_parts) * static_cast<size_t>(head_dim + 2);
+}
+
+void paged_attention(const PagedAttentionArgs& a, cudaStream_t stream) {
+  if (a.n_tokens <= 0) return;
+  SS_CHECK_GT(a.n_kv_heads, 0);
+  SS_CHECK_GE(a.n_heads, a.n_kv_heads);
+  SS_CHECK_EQ(a.n_heads % a.n_kv_heads, 0);
+  SS_CHECK_LE(a.n_heads / a.n_kv_heads, kMaxGroup);
+  SS_CHECK_GT(a.block_size, 0);
+  // K/V rows are read with 16-byte loads.
+  SS_CHECK(aligned16(a.k_cache) && aligned16(a.v_cache));
+  const int32_t n_parts = num_partitions(a.max_context);
+  SS_CHECK_LE(n_parts, 65535);  // gridDim.z
+  if (n_parts > 1) SS_CHECK(a.workspace != nullptr);
+  switch (a.head_dim) {
+    case 16:
+      launch_paged_attention<16>(a, n_parts, stream);
+      break;
+    case 32:
+      launch_paged_attention<32>(a, n_parts, stream);
+      break;
+    case 64:
+      launch_paged_attention<64>(a, n_parts, stream);
+      break;
+    case 128:
+      launch_paged_attention<128>(a, n_parts, stream);
+      break;
+    case 256:
+      launch_paged_attention<256>(a, n_parts, stream);
+      break;
+    default:
+      SS_CHECK_MSG(false, "paged_attention: head_dim must be 16, 32, 64, 128 or 256");
+  }
+  if (n_parts > 1) {
+    const dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_heads));
+    combine_kernel<<<grid, kThreads, 0, stream>>>(a.workspace, a.token_slot, a.n_heads, a.head_dim,
+                                                  n_parts, a.out, a.out_stride);
+    SS_CUDA_CHECK_LAUNCH();
+  }
+}
+
+void gather_kv(const bf16* k_cache, const bf16* v_cache, const int32_t* slot_positions,
+               const int32_t* block_table, int32_t n_slots, int32_t block_size, int32_t kv_width,
+               bf16* k_out, bf16* v_out, int32_t* pos_out, cudaStream_t stream) {
+  if (n_slots <= 0 || kv_width <= 0) return;
+  SS_CHECK_GT(block_size, 0);
+  const bool vec = kv_width % 8 == 0 && aligned16(k_cache) && aligned16(v_cache) &&
+                   aligned16(k_out) && aligned16(v_out);
+  const int32_t row_vecs = vec ? kv_width / 8 : kv_width;
+  const int64_t total = static_cast<int64_t>(n_slots) * row_vecs;
+  constexpr int kGatherThreads = 256;
+  // Grid-stride loop: a few waves of CTAs are plenty for a copy.
+  const auto blocks =
+      static_cast<unsigned>(std::min<int64_t>((total + kGatherThreads - 1) / kGatherThreads, 4096));
+  if (vec) {
+    gather_kv_kernel<uint4><<<blocks, kGatherThreads, 0, stream>>>(
+        reinterpret_cast<const uint4*>(k_cache), reinterpret_cast<const uint4*>(v_cache),
+        slot_positions, block_table, n_slots, block_size, row_vecs, reinterpret_cast<uint4*>(k_out),
+        reinterpret_cast<uint4*>(v_out), pos_out);
+  } else {
+    gather_kv_kernel<uint16_t><<<blocks, kGatherThreads, 0, stream>>>(
+        reinterpret_cast<const uint16_t*>(k_cache), reinterpret_cast<const uint16_t*>(v_cache),
+        slot_positions, block_table, n_slots, block_size, row_vecs,
+        reinterpret_cast<uint16_t*>(k_out), reinterpret_cast<uint16_t*>(v_out), pos_out);
+  }
+  SS_CUDA_CHECK_LAUNCH();
+}
+
+void masked_softmax(const float* scores, int32_t n_batch, int32_t n_rows, int32_t n_keys,
+                    const int32_t* q_slot, const int32_t* q_pos, const int32_t* k_pos,
+                    int32_t sliding_window, bf16* probs, cudaStream_t stream) {
+  if (n_batch <= 0 || n_rows <= 0 || n_keys <= 0) return;
+  const int64_t n_ctas = static_cast<int64_t>(n_batch) * n_rows;
+  SS_CHECK_LE(n_ctas, int64_t{0x7fffffff});  // gridDim.x
+  masked_softmax_kernel<<<static_cast<unsigned>(n_ctas), kSoftmaxThreads, 0, stream>>>(
+      scores, n_rows, n_keys, q_slot, q_pos, k_pos, sliding_window, probs);
+  SS_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace specstack::cuda

@@ -1,0 +1,440 @@
+// CudaModel::forward: stage the step's metadata in one transfer, run the
+// layers, copy the wanted logits back. Decode-shaped steps go through a
+// captured graph when one fits (cuda_graphs.cpp).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "cuda/attention.h"
+#include "cuda/cuda_model_internal.h"
+#include "cuda/elementwise.h"
+#include "cuda/flash_attention.h"
+#include "cuda/row_scatter.h"
+#include "cuda/sampling.h"
+
+namespace specstack::cuda {
+
+namespace {
+
+// Chunks at least this long use the flash kernel; shorter ones (and decode
+// tokens) the paged kernel, whose per-query cost is lower for few rows.
+constexpr int32_t kFlashMinRows = 16;
+
+// Appends sections to the staged int32 buffer and remembers their offsets.
+struct Stager {
+  std::vector<int32_t>& data;
+  size_t add(size_t count, int32_t fill = 0) {
+    const size_t offset = data.size();
+    data.resize(offset + count, fill);
+    return offset;
+  }
+};
+
+}  // namespace
+
+void grow_pinned(void** ptr, size_t* capacity, size_t bytes) {
+  if (bytes <= *capacity) return;
+  if (*ptr != nullptr) SS_CUDA_CHECK(cudaFreeHost(*ptr));
+  const size_t grown = std::max(bytes, *capacity * 2);
+  SS_CUDA_CHECK(cudaMallocHost(ptr, grown));
+  *capacity = grown;
+}
+
+MetaOffsets plan_step(const ForwardBatch& batch, int64_t block_size, bool flash_ok,
+                      int32_t graph_batch, int32_t graph_max_blocks, int32_t graph_max_context,
+                      CudaModel::StepMeta& meta, std::vector<int32_t>& staged) {
+  const auto& att = batch.attention;
+  const auto n = static_cast<int32_t>(batch.token_ids.size());
+  const auto n_seqs = static_cast<int32_t>(att.block_tables.size());
+  const bool graph = graph_batch > 0;
+  meta = CudaModel::StepMeta();
+  meta.n_tokens = graph ? graph_batch : n;
+  meta.n_seqs = graph ? graph_batch : n_seqs;
+  int32_t max_blocks = 1;
+  for (const auto& table : att.block_tables) {
+    max_blocks = std::max(max_blocks, static_cast<int32_t>(table.size()));
+  }
+  if (graph) max_blocks = graph_max_blocks;
+  meta.max_blocks = max_blocks;
+
+  staged.clear();
+  Stager s{staged};
+  MetaOffsets o{};
+  o.ids = s.add(size_t(meta.n_tokens));
+  o.pos = s.add(size_t(meta.n_tokens));
+  o.slot_mapping = s.add(size_t(meta.n_tokens), -1);
+  o.token_slot = s.add(size_t(meta.n_tokens));
+  o.block_tables = s.add(size_t(meta.n_seqs) * size_t(max_blocks));
+  for (int32_t t = 0; t < n; ++t) {
+    const int32_t seq = att.token_seq[size_t(t)];
+    const int32_t slot = att.token_slot[size_t(t)];
+    const auto& table = att.block_tables[size_t(seq)];
+    staged[o.ids + t] = batch.token_ids[size_t(t)];
+    staged[o.pos + t] = att.token_pos[size_t(t)];
+    staged[o.slot_mapping + t] =
+        table[size_t(slot / block_size)] * static_cast<int32_t>(block_size) +
+        static_cast<int32_t>(slot % block_size);
+    staged[o.token_slot + t] = slot;
+  }
+  for (int32_t q = 0; q < n_seqs; ++q) {
+    const auto& table = att.block_tables[size_t(q)];
+    std::copy(table.begin(), table.end(), staged.begin() + o.block_tables + size_t(q) * max_blocks);
+  }
+
+  // Logit rows: the graph computes every row (padding rows are ignored).
+  meta.n_logit_rows = graph ? graph_batch : static_cast<int32_t>(batch.logit_rows.size());
+  o.logit_rows = s.add(size_t(meta.n_logit_rows));
+  for (int32_t i = 0; i < meta.n_logit_rows; ++i) {
+    staged[o.logit_rows + i] = graph ? i : batch.logit_rows[size_t(i)];
+  }
+
+  // Flash jobs: runs of >= kFlashMinRows consecutive rows of one sequence
+  // with ascending slots. Everything else is paged.
+  std::vector<int32_t> paged;
+  int32_t t = 0;
+  while (t < n) {
+    int32_t end = t + 1;
+    while (end < n && att.token_seq[size_t(end)] == att.token_seq[size_t(t)] &&
+           att.token_slot[size_t(end)] > att.token_slot[size_t(end - 1)]) {
+      ++end;
+    }
+    if (!graph && flash_ok && end - t >= kFlashMinRows) {
+      meta.flash.push_back(
+          FlashJob{t, end - t, att.token_seq[size_t(t)], att.token_slot[size_t(end - 1)] + 1});
+    } else {
+      for (int32_t r = t; r < end; ++r) paged.push_back(r);
+    }
+    t = end;
+  }
+  if (graph) {
+    paged.clear();
+    for (int32_t r = 0; r < graph_batch; ++r) paged.push_back(r);
+  }
+  meta.n_paged = static_cast<int32_t>(paged.size());
+  const bool contiguous = !paged.empty() && paged.back() - paged.front() + 1 == meta.n_paged;
+  meta.paged_begin = contiguous ? paged.front() : -1;
+  o.paged_rows = s.add(paged.size());
+  o.paged_seq = s.add(paged.size());
+  o.paged_slot = s.add(paged.size());
+  o.paged_pos = s.add(paged.size());
+  int32_t max_context = 0;
+  for (size_t i = 0; i < paged.size(); ++i) {
+    const int32_t r = paged[i];
+    staged[o.paged_rows + i] = r;
+    if (r < n) {
+      staged[o.paged_seq + i] = att.token_seq[size_t(r)];
+      staged[o.paged_slot + i] = att.token_slot[size_t(r)];
+      staged[o.paged_pos + i] = att.token_pos[size_t(r)];
+      max_context = std::max(max_context, att.token_slot[size_t(r)] + 1);
+    } else {  // graph padding: its own empty sequence row, slot 0
+      staged[o.paged_seq + i] = r;
+    }
+  }
+  meta.paged_max_context = graph ? graph_max_context : max_context;
+  meta.capture_rows.assign(batch.capture_rows.begin(), batch.capture_rows.end());
+  return o;
+}
+
+void set_device_pointers(const MetaOffsets& o, int32_t* base, CudaModel::StepMeta& meta) {
+  meta.ids = base + o.ids;
+  meta.pos = base + o.pos;
+  meta.slot_mapping = base + o.slot_mapping;
+  meta.token_slot = base + o.token_slot;
+  meta.block_tables = base + o.block_tables;
+  meta.logit_rows = base + o.logit_rows;
+  meta.paged_rows = base + o.paged_rows;
+  meta.paged_seq = base + o.paged_seq;
+  meta.paged_slot = base + o.paged_slot;
+  meta.paged_pos = base + o.paged_pos;
+}
+
+void CudaModel::forward(const ForwardBatch& batch, KvCache& kv_base, Tensor& logits) {
+  auto* kv = dynamic_cast<CudaKvCache*>(&kv_base);
+  SS_CHECK_MSG(kv != nullptr, "CudaModel needs a CudaKvCache");
+  const auto n = static_cast<int64_t>(batch.token_ids.size());
+  SS_CHECK_GT(n, 0);
+  const int64_t vocab = config_.vocab_size;
+  const int64_t q_width = config_.n_heads * config_.head_dim;
+  if (batch.captured_queries != nullptr) {
+    *batch.captured_queries = Tensor::zeros(
+        DType::kF32, {static_cast<int64_t>(batch.capture_rows.size()), config_.n_layers, q_width});
+  }
+  if (try_graph_forward(batch, *kv, logits)) return;
+
+  ensure_scratch(n);
+  StepMeta& meta = *meta_;
+  std::vector<int32_t> staged;
+  const MetaOffsets offsets =
+      plan_step(batch, kv->shape().block_size, flash_attention_supported(config_.head_dim), 0, 0, 0,
+                meta, staged);
+  grow_pinned(reinterpret_cast<void**>(&meta_host_), &meta_host_capacity_,
+              staged.size() * sizeof(int32_t));
+  std::memcpy(meta_host_, staged.data(), staged.size() * sizeof(int32_t));
+  meta_device_.reserve(staged.size());
+  SS_CUDA_CHECK(cudaMemcpyAsync(meta_device_.data(), meta_host_, staged.size() * sizeof(int32_t),
+                                cudaMemcpyHostToDevice, stream_));
+  set_device_pointers(offsets, meta_device_.data(), meta);
+  if (meta.n_paged > 0) {
+    attn_workspace_.reserve(paged_attention_workspace_floats(
+        meta.n_paged, static_cast<int32_t>(config_.n_heads), static_cast<int32_t>(config_.head_dim),
+        meta.paged_max_context));
+    meta.attn_workspace = attn_workspace_.data();
+    if (meta.paged_begin < 0) {
+      compact_q_.reserve(size_t(meta.n_paged) * q_width);
+      compact_out_.reserve(size_t(meta.n_paged) * q_width);
+    }
+  }
+  const size_t capture_count = meta.capture_rows.size() * config_.n_layers * q_width;
+  grow_pinned(reinterpret_cast<void**>(&capture_host_), &capture_host_capacity_,
+              capture_count * sizeof(bf16));
+  if (static_cast<size_t>(meta.n_logit_rows) * vocab > logits_.size()) {
+    graphs_.clear();  // reallocating buffers the graphs point at
+    logits_.reserve(size_t(meta.n_logit_rows) * vocab);
+    head_in_.reserve(size_t(meta.n_logit_rows) * config_.hidden_size);
+  }
+
+  run_layers(meta, *kv, /*graph_safe=*/false);
+  finish_step(batch, meta.n_logit_rows, logits);
+  if (batch.captured_queries != nullptr) {
+    float* out = batch.captured_queries->f32();
+    for (size_t i = 0; i < capture_count; ++i) out[i] = __bfloat162float(capture_host_[i]);
+  }
+}
+
+void CudaModel::finish_step(const ForwardBatch& batch, int32_t n_rows, Tensor& logits) {
+  const int64_t vocab = config_.vocab_size;
+  if (batch.greedy_tokens != nullptr) {
+    if (greedy_ids_.size() < size_t(n_rows)) {
+      greedy_zeros_.resize(size_t(n_rows));
+      greedy_zeros_.fill_bytes(0);
+      greedy_top_k_.resize(size_t(n_rows));
+      greedy_top_k_.fill_bytes(0);
+      greedy_ids_.resize(size_t(n_rows));
+    }
+    batch.greedy_tokens->resize(size_t(n_rows));
+    if (n_rows > 0) {
+      sample_tokens(logits_.data(), n_rows, static_cast<int32_t>(vocab), vocab,
+                    greedy_zeros_.data(), greedy_top_k_.data(), greedy_zeros_.data(),
+                    greedy_zeros_.data(), greedy_ids_.data(), stream_);
+      SS_CUDA_CHECK(cudaMemcpyAsync(batch.greedy_tokens->data(), greedy_ids_.data(),
+                                    size_t(n_rows) * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                    stream_));
+    }
+    SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    logits = Tensor();
+    return;
+  }
+  logits = Tensor::zeros(DType::kF32, {n_rows, vocab});
+  const size_t logit_bytes = size_t(n_rows) * vocab * sizeof(float);
+  grow_pinned(reinterpret_cast<void**>(&logits_host_), &logits_host_capacity_, logit_bytes);
+  if (logit_bytes > 0) {
+    SS_CUDA_CHECK(cudaMemcpyAsync(logits_host_, logits_.data(), logit_bytes, cudaMemcpyDeviceToHost,
+                                  stream_));
+  }
+  SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (logit_bytes > 0) std::memcpy(logits.f32(), logits_host_, logit_bytes);
+}
+
+void CudaModel::run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_safe) {
+  const ModelConfig& c = config_;
+  const auto n = meta.n_tokens;
+  const auto hidden = static_cast<int32_t>(c.hidden_size);
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  embedding(embed_, meta.ids, n, hidden, x_.data(), stream_);
+  const bf16* pending = nullptr;  // a block output not yet added to the residual
+  auto norm = [&](const float* weight) {
+    if (pending != nullptr) {
+      add_rmsnorm(x_.data(), pending, weight, eps, n, hidden, h_.data(), stream_);
+    } else {
+      rmsnorm(x_.data(), nullptr, weight, eps, n, hidden, h_.data(), stream_);
+    }
+    pending = nullptr;
+  };
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const DeviceLayer& layer = layers_[size_t(l)];
+    norm(layer.attn_norm);
+    attention(l, meta, kv, graph_safe);
+    pending = delta_.data();
+    norm(layer.ffn_norm);
+    if (c.layer_is_moe(l)) {
+      SS_CHECK(!graph_safe);
+      moe_mlp(layer, n);  // adds into the residual itself
+    } else {
+      const int64_t inter = c.intermediate_size;
+      gemm_->linear(h_.data(), hidden, layer.gate_up, n, 2 * inter, hidden, gate_up_.data(),
+                    2 * inter);
+      silu_mul(gate_up_.data(), n, static_cast<int32_t>(inter), act_.data(), stream_);
+      gemm_->linear(act_.data(), inter, layer.down, n, hidden, inter, delta_.data(), hidden);
+      pending = delta_.data();
+    }
+  }
+  norm(final_norm_);
+  if (meta.n_logit_rows > 0) {
+    gather_rows(h_.data(), hidden, meta.logit_rows, meta.n_logit_rows, hidden, head_in_.data(),
+                stream_);
+    gemm_->linear_f32(head_in_.data(), hidden, lm_head_, meta.n_logit_rows, c.vocab_size, hidden,
+                      logits_.data(), c.vocab_size);
+  }
+}
+
+void CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool graph_safe) {
+  const ModelConfig& c = config_;
+  const DeviceLayer& layer = layers_[size_t(l)];
+  const auto n = meta.n_tokens;
+  const auto hidden = static_cast<int32_t>(c.hidden_size);
+  const auto n_heads = static_cast<int32_t>(c.n_heads);
+  const auto n_kv_heads = static_cast<int32_t>(c.n_kv_heads);
+  const auto head_dim = static_cast<int32_t>(c.head_dim);
+  const int64_t q_width = int64_t(n_heads) * head_dim;
+  const int64_t kv_width = int64_t(n_kv_heads) * head_dim;
+  const int64_t qkv_width = q_width + 2 * kv_width;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  bf16* qkv = qkv_.data();  // [n, qkv_width]: q | k | v per row
+  gemm_->linear(h_.data(), hidden, layer.qkv, n, qkv_width, hidden, qkv, qkv_width);
+  if (layer.qkv_bias != nullptr) {
+    add_bias(qkv, n, static_cast<int32_t>(qkv_width), qkv_width, layer.qkv_bias, stream_);
+  }
+  if (layer.q_norm != nullptr) {
+    head_rmsnorm(qkv, n, qkv_width, n_heads, head_dim, layer.q_norm, eps, stream_);
+    head_rmsnorm(qkv + q_width, n, qkv_width, n_kv_heads, head_dim, layer.k_norm, eps, stream_);
+  }
+  // k's heads follow q's in each row: one launch rotates both.
+  rope(qkv, n, qkv_width, n_heads + n_kv_heads, head_dim, meta.pos, inv_freq_, stream_);
+  write_kv(qkv + q_width, qkv + q_width + kv_width, qkv_width, n, static_cast<int32_t>(kv_width),
+           meta.slot_mapping, meta.pos, kv.k(l), kv.v(l), kv.slot_positions(), stream_);
+  for (size_t i = 0; i < meta.capture_rows.size(); ++i) {
+    SS_CHECK(!graph_safe);
+    bf16* dst = capture_host_ + (i * size_t(c.n_layers) + size_t(l)) * size_t(q_width);
+    SS_CUDA_CHECK(cudaMemcpyAsync(dst, qkv + int64_t(meta.capture_rows[i]) * qkv_width,
+                                  q_width * sizeof(bf16), cudaMemcpyDeviceToHost, stream_));
+  }
+
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const int32_t window = c.layer_is_sliding(l) ? static_cast<int32_t>(c.sliding_window) : 0;
+  const int32_t block_size = static_cast<int32_t>(kv.shape().block_size);
+  bf16* attn = attn_.data();  // [n, q_width]
+  for (const FlashJob& job : meta.flash) {
+    FlashAttentionArgs a;
+    a.q = qkv + int64_t(job.row0) * qkv_width;
+    a.q_stride = qkv_width;
+    a.q_slot = meta.token_slot + job.row0;
+    a.q_pos = meta.pos + job.row0;
+    a.n_rows = job.n_rows;
+    a.k_cache = kv.k(l);
+    a.v_cache = kv.v(l);
+    a.slot_positions = kv.slot_positions();
+    a.block_table = meta.block_tables + int64_t(job.seq) * meta.max_blocks;
+    a.block_size = block_size;
+    a.n_keys = job.n_keys;
+    a.n_heads = n_heads;
+    a.n_kv_heads = n_kv_heads;
+    a.head_dim = head_dim;
+    a.scale = scale;
+    a.sliding_window = window;
+    a.out = attn + int64_t(job.row0) * q_width;
+    a.out_stride = q_width;
+    flash_attention(a, stream_);
+  }
+  if (meta.n_paged > 0) {
+    const bool compact = meta.paged_begin < 0;
+    SS_CHECK(!(compact && graph_safe));
+    PagedAttentionArgs a;
+    if (compact) {
+      gather_rows(qkv, qkv_width, meta.paged_rows, meta.n_paged, static_cast<int32_t>(q_width),
+                  compact_q_.data(), stream_);
+      a.q = compact_q_.data();
+      a.q_stride = q_width;
+      a.out = compact_out_.data();
+    } else {
+      a.q = qkv + int64_t(meta.paged_begin) * qkv_width;
+      a.q_stride = qkv_width;
+      a.out = attn + int64_t(meta.paged_begin) * q_width;
+    }
+    a.out_stride = q_width;
+    a.k_cache = kv.k(l);
+    a.v_cache = kv.v(l);
+    a.slot_positions = kv.slot_positions();
+    a.block_tables = meta.block_tables;
+    a.max_blocks_per_seq = meta.max_blocks;
+    a.token_seq = meta.paged_seq;
+    a.token_slot = meta.paged_slot;
+    a.token_pos = meta.paged_pos;
+    a.n_tokens = meta.n_paged;
+    a.n_heads = n_heads;
+    a.n_kv_heads = n_kv_heads;
+    a.head_dim = head_dim;
+    a.block_size = block_size;
+    a.scale = scale;
+    a.sliding_window = window;
+    a.max_context = meta.paged_max_context;
+    a.workspace = meta.attn_workspace;
+    paged_attention(a, stream_);
+    if (compact) {
+      scatter_rows(compact_out_.data(), meta.paged_rows, meta.n_paged,
+                   static_cast<int32_t>(q_width), attn, q_width, stream_);
+    }
+  }
+  gemm_->linear(attn, q_width, layer.o, n, hidden, q_width, delta_.data(), hidden);
+  if (layer.o_bias != nullptr) add_bias(delta_.data(), n, hidden, hidden, layer.o_bias, stream_);
+}
+
+void CudaModel::moe_mlp(const DeviceLayer& layer, int64_t n_tokens) {
+  const ModelConfig& c = config_;
+  const auto n = static_cast<int32_t>(n_tokens);
+  const auto hidden = static_cast<int32_t>(c.hidden_size);
+  const auto n_experts = static_cast<int32_t>(c.moe.n_experts);
+  const auto k = static_cast<int32_t>(c.moe.n_experts_per_token);
+  const int64_t inter = c.moe.expert_intermediate_size;
+  gemm_->linear_f32(h_.data(), hidden, layer.router, n, n_experts, hidden, router_logits_.data(),
+                    n_experts);
+  moe_topk(router_logits_.data(), n, n_experts, k, c.moe.norm_topk_prob, topk_ids_.data(),
+           topk_weights_.data(), stream_);
+  // Grouping by expert needs the choices on the host (one sync per MoE layer).
+  std::vector<int32_t> ids(size_t(n) * k);
+  std::vector<float> weights(size_t(n) * k);
+  SS_CUDA_CHECK(cudaMemcpyAsync(ids.data(), topk_ids_.data(), ids.size() * sizeof(int32_t),
+                                cudaMemcpyDeviceToHost, stream_));
+  SS_CUDA_CHECK(cudaMemcpyAsync(weights.data(), topk_weights_.data(),
+                                weights.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<int32_t> rows;
+  std::vector<float> row_weights;
+  std::vector<int32_t> begin(size_t(n_experts) + 1, 0);
+  for (int32_t e = 0; e < n_experts; ++e) {
+    begin[size_t(e)] = static_cast<int32_t>(rows.size());
+    for (int32_t t = 0; t < n; ++t) {
+      for (int32_t i = 0; i < k; ++i) {
+        if (ids[size_t(t) * k + i] == e) {
+          rows.push_back(t);
+          row_weights.push_back(weights[size_t(t) * k + i]);
+        }
+      }
+    }
+  }
+  begin[size_t(n_experts)] = static_cast<int32_t>(rows.size());
+  SS_CUDA_CHECK(cudaMemcpyAsync(expert_rows_.data(), rows.data(), rows.size() * sizeof(int32_t),
+                                cudaMemcpyHostToDevice, stream_));
+  SS_CUDA_CHECK(cudaMemcpyAsync(expert_weights_.data(), row_weights.data(),
+                                row_weights.size() * sizeof(float), cudaMemcpyHostToDevice,
+                                stream_));
+  for (int32_t e = 0; e < n_experts; ++e) {
+    const int32_t first = begin[size_t(e)];
+    const int32_t count = begin[size_t(e) + 1] - first;
+    if (count == 0) continue;
+    const DeviceExpert& expert = layer.experts[size_t(e)];
+    gather_rows(h_.data(), hidden, expert_rows_.data() + first, count, hidden, expert_in_.data(),
+                stream_);
+    gemm_->linear(expert_in_.data(), hidden, expert.gate_up, count, 2 * inter, hidden,
+                  expert_gate_up_.data(), 2 * inter);
+    silu_mul(expert_gate_up_.data(), count, static_cast<int32_t>(inter), expert_act_.data(),
+             stream_);
+    gemm_->linear(expert_act_.data(), inter, expert.down, count, hidden, inter, expert_out_.data(),
+                  hidden);
+    scatter_add_weighted(expert_out_.data(), expert_rows_.data() + first,
+                         expert_weights_.data() + first, count, hidden, x_.data(), stream_);
+  }
+  // The host vectors must outlive the async uploads above.
+  SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+}  // namespace specstack::cuda

@@ -1,0 +1,101 @@
+// Decode graphs: the whole forward of a decode step (one token per
+// sequence) captured once per batch size at start-up and replayed with new
+// metadata, so steady decode pays one launch per step instead of ~10 per
+// layer, and no shape is seen for the first time while serving.
+#include <algorithm>
+#include <cstring>
+
+#include "cuda/attention.h"
+#include "cuda/cuda_model_internal.h"
+
+namespace specstack::cuda {
+
+namespace {
+
+int32_t graph_max_blocks(int32_t max_context, int64_t block_size) {
+  return static_cast<int32_t>((max_context + block_size - 1) / block_size);
+}
+
+}  // namespace
+
+void CudaModel::capture_decode_graphs(CudaKvCache& kv, int32_t max_context) {
+  graphs_.clear();
+  if (config_.moe.n_experts > 0 || options_.graph_batch_sizes.empty() || max_context <= 0) return;
+  graph_kv_ = &kv;
+  graph_max_context_ = max_context;
+  const int64_t block_size = kv.shape().block_size;
+  const int32_t largest =
+      *std::max_element(options_.graph_batch_sizes.begin(), options_.graph_batch_sizes.end());
+  ensure_scratch(largest);
+  logits_.reserve(size_t(largest) * config_.vocab_size);
+  head_in_.reserve(size_t(largest) * config_.hidden_size);
+
+  for (int32_t batch_size : options_.graph_batch_sizes) {
+    auto graph = std::make_unique<Graph>();
+    graph->batch = batch_size;
+    // An empty batch padded to batch_size: every row is padding (no KV
+    // writes), which is exactly the layout a real decode step stages.
+    ForwardBatch empty;
+    std::vector<int32_t> staged;
+    const MetaOffsets offsets =
+        plan_step(empty, block_size, false, batch_size, graph_max_blocks(max_context, block_size),
+                  max_context, graph->step, staged);
+    graph->meta.resize(staged.size());
+    graph->meta.upload(staged);
+    set_device_pointers(offsets, graph->meta.data(), graph->step);
+    graph->attn_workspace.resize(
+        paged_attention_workspace_floats(batch_size, static_cast<int32_t>(config_.n_heads),
+                                         static_cast<int32_t>(config_.head_dim), max_context));
+    graph->step.attn_workspace = graph->attn_workspace.data();
+
+    // One eager run first: cuBLAS picks and loads its kernels outside capture.
+    run_layers(graph->step, kv, /*graph_safe=*/true);
+    SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    cudaGraph_t captured = nullptr;
+    SS_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    run_layers(graph->step, kv, /*graph_safe=*/true);
+    SS_CUDA_CHECK(cudaStreamEndCapture(stream_, &captured));
+    SS_CUDA_CHECK(cudaGraphInstantiate(&graph->exec, captured, 0));
+    SS_CUDA_CHECK(cudaGraphDestroy(captured));
+    SS_CUDA_CHECK(cudaGraphLaunch(graph->exec, stream_));  // pre-warm the replay path
+    SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    graphs_[batch_size] = std::move(graph);
+  }
+}
+
+bool CudaModel::try_graph_forward(const ForwardBatch& batch, CudaKvCache& kv, Tensor& logits) {
+  if (graphs_.empty() || &kv != graph_kv_ || !batch.capture_rows.empty()) return false;
+  const auto n = static_cast<int32_t>(batch.token_ids.size());
+  const auto& att = batch.attention;
+  // Decode shape: one token per sequence, each wanting logits, within capacity.
+  if (att.block_tables.size() != size_t(n) || batch.logit_rows.size() != size_t(n)) return false;
+  std::vector<char> seen(size_t(n), 0);
+  const int32_t max_blocks = graph_max_blocks(graph_max_context_, kv.shape().block_size);
+  for (int32_t t = 0; t < n; ++t) {
+    const int32_t seq = att.token_seq[size_t(t)];
+    if (seq < 0 || seq >= n || seen[size_t(seq)] || batch.logit_rows[size_t(t)] != t) return false;
+    seen[size_t(seq)] = 1;
+    if (att.token_slot[size_t(t)] + 1 > graph_max_context_) return false;
+    if (static_cast<int32_t>(att.block_tables[size_t(seq)].size()) > max_blocks) return false;
+  }
+  auto it = graphs_.lower_bound(n);
+  if (it == graphs_.end()) return false;
+  Graph& graph = *it->second;
+
+  std::vector<int32_t> staged;
+  StepMeta host_meta;
+  plan_step(batch, kv.shape().block_size, false, graph.batch, max_blocks, graph_max_context_,
+            host_meta, staged);
+  SS_CHECK_EQ(staged.size(), graph.meta.size());
+  grow_pinned(reinterpret_cast<void**>(&meta_host_), &meta_host_capacity_,
+              staged.size() * sizeof(int32_t));
+  std::memcpy(meta_host_, staged.data(), staged.size() * sizeof(int32_t));
+  SS_CUDA_CHECK(cudaMemcpyAsync(graph.meta.data(), meta_host_, staged.size() * sizeof(int32_t),
+                                cudaMemcpyHostToDevice, stream_));
+  SS_CUDA_CHECK(cudaGraphLaunch(graph.exec, stream_));
+  finish_step(batch, n, logits);
+  ++graph_replays_;
+  return true;
+}
+
+}  // namespace specstack::cuda

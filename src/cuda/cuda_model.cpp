@@ -1,0 +1,215 @@
+// CudaModel construction: device selection, weight upload into the fused
+// layout, scratch sizing. The forward pass is in cuda_forward.cpp, decode
+// graphs in cuda_graphs.cpp, device scoring in cuda_score.cpp.
+#include "cuda/cuda_model.h"
+
+#include <cstring>
+
+#include "cuda/cuda_model_internal.h"
+#include "cuda/elementwise.h"
+
+namespace specstack::cuda {
+
+namespace {
+
+// Source dtype code for convert_to_bf16.
+int dtype_code(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return 0;
+    case DType::kBF16:
+      return 1;
+    case DType::kF16:
+      return 2;
+    default:
+      return -1;
+  }
+}
+
+}  // namespace
+
+CudaModel::CudaModel(ModelConfig config, const CudaModelOptions& options)
+    : config_(std::move(config)), options_(options), meta_(std::make_unique<StepMeta>()) {}
+
+CudaModel::~CudaModel() {
+  graphs_.clear();
+  if (meta_host_ != nullptr) cudaFreeHost(meta_host_);
+  if (logits_host_ != nullptr) cudaFreeHost(logits_host_);
+  if (capture_host_ != nullptr) cudaFreeHost(capture_host_);
+  gemm_.reset();
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+template <typename T>
+T* CudaModel::alloc(size_t count) {
+  allocations_.emplace_back(count * sizeof(T));
+  weight_bytes_ += count * sizeof(T);
+  return reinterpret_cast<T*>(allocations_.back().data());
+}
+
+Result<std::unique_ptr<CudaModel>> CudaModel::create(ModelConfig config, ModelWeights weights,
+                                                     const CudaModelOptions& options) {
+  int count = 0;
+  cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess || count == 0) {
+    return errorf("--device cuda: no usable CUDA device ({})",
+                  error == cudaSuccess ? "none found" : cuda_error_message(error));
+  }
+  if (options.device_index < 0 || options.device_index >= count) {
+    return errorf("--device cuda: device {} does not exist ({} found)", options.device_index,
+                  count);
+  }
+  SS_CUDA_CHECK(cudaSetDevice(options.device_index));
+  if (config.head_dim % 2 != 0 || config.head_dim > 256) {
+    return errorf("--device cuda: head_dim {} is not supported (even, at most 256)",
+                  config.head_dim);
+  }
+  std::unique_ptr<CudaModel> model(new CudaModel(std::move(config), options));
+  SS_CUDA_CHECK(cudaStreamCreateWithFlags(&model->stream_, cudaStreamNonBlocking));
+  model->gemm_ = std::make_unique<Gemm>(model->stream_);
+  SS_TRY(model->load(std::move(weights)));
+  model->ensure_scratch(options.max_tokens_per_step);
+  SS_CUDA_CHECK(cudaStreamSynchronize(model->stream_));
+  return model;
+}
+
+Status CudaModel::load(ModelWeights weights) {
+  const ModelConfig& c = config_;
+  const int64_t hidden = c.hidden_size;
+  const int64_t q_width = c.n_heads * c.head_dim;
+  const int64_t kv_width = c.n_kv_heads * c.head_dim;
+  DeviceBuffer<uint8_t> staging;  // host dtype -> device before conversion
+
+  // Copies a [rows, cols] matrix (host or device, f32/bf16/f16) into dst and
+  // releases the source tensor.
+  auto put_matrix = [&](Tensor& src, bf16* dst) -> Status {
+    const int code = dtype_code(src.dtype());
+    if (code < 0) return make_error("weights: a matrix is not floating point");
+    const int64_t n = src.numel();
+    if (src.device() == Device::kCuda) {
+      if (src.dtype() != DType::kBF16) return make_error("weights: device matrices must be bf16");
+      SS_CUDA_CHECK(
+          cudaMemcpyAsync(dst, src.raw(), n * sizeof(bf16), cudaMemcpyDeviceToDevice, stream_));
+    } else if (src.dtype() == DType::kBF16) {
+      SS_CUDA_CHECK(
+          cudaMemcpyAsync(dst, src.raw(), n * sizeof(bf16), cudaMemcpyHostToDevice, stream_));
+    } else {
+      staging.reserve(src.nbytes());
+      SS_CUDA_CHECK(cudaMemcpyAsync(staging.data(), src.raw(), src.nbytes(), cudaMemcpyHostToDevice,
+                                    stream_));
+      convert_to_bf16(staging.data(), code, n, dst, stream_);
+    }
+    // The source may be device memory freed with the tensor: finish first.
+    SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    src = Tensor();
+    return Status();
+  };
+  auto put_vector = [&](const Tensor& src) -> float* {
+    if (!src.defined()) return nullptr;
+    SS_CHECK(src.dtype() == DType::kF32 && src.device() == Device::kCpu);
+    float* dst = alloc<float>(static_cast<size_t>(src.numel()));
+    SS_CUDA_CHECK(cudaMemcpy(dst, src.raw(), src.nbytes(), cudaMemcpyHostToDevice));
+    return dst;
+  };
+
+  const bool tied = c.tie_word_embeddings;
+  embed_ = alloc<bf16>(static_cast<size_t>(c.vocab_size * hidden));
+  SS_TRY(put_matrix(weights.embed, embed_));
+  if (tied) {
+    lm_head_ = embed_;
+    weights.lm_head = Tensor();
+  } else {
+    lm_head_ = alloc<bf16>(static_cast<size_t>(c.vocab_size * hidden));
+    SS_TRY(put_matrix(weights.lm_head, lm_head_));
+  }
+  final_norm_ = put_vector(weights.final_norm);
+  inv_freq_host_ = weights.rope_inv_freq;
+  inv_freq_ = put_vector(inv_freq_host_);
+
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    LayerWeights& src = weights.layers[static_cast<size_t>(l)];
+    DeviceLayer layer;
+    layer.attn_norm = put_vector(src.attn_norm);
+    layer.ffn_norm = put_vector(src.ffn_norm);
+    layer.q_norm = put_vector(src.q_norm);
+    layer.k_norm = put_vector(src.k_norm);
+    layer.qkv = alloc<bf16>(static_cast<size_t>((q_width + 2 * kv_width) * hidden));
+    SS_TRY(put_matrix(src.wq, layer.qkv));
+    SS_TRY(put_matrix(src.wk, layer.qkv + q_width * hidden));
+    SS_TRY(put_matrix(src.wv, layer.qkv + (q_width + kv_width) * hidden));
+    if (src.bq.defined()) {
+      std::vector<float> bias(static_cast<size_t>(q_width + 2 * kv_width));
+      std::memcpy(bias.data(), src.bq.f32(), q_width * sizeof(float));
+      std::memcpy(bias.data() + q_width, src.bk.f32(), kv_width * sizeof(float));
+      std::memcpy(bias.data() + q_width + kv_width, src.bv.f32(), kv_width * sizeof(float));
+      layer.qkv_bias = alloc<float>(bias.size());
+      SS_CUDA_CHECK(cudaMemcpy(layer.qkv_bias, bias.data(), bias.size() * sizeof(float),
+                               cudaMemcpyHostToDevice));
+    }
+    layer.o = alloc<bf16>(static_cast<size_t>(hidden * q_width));
+    SS_TRY(put_matrix(src.wo, layer.o));
+    layer.o_bias = put_vector(src.bo);
+    if (c.layer_is_moe(l)) {
+      const int64_t inter = c.moe.expert_intermediate_size;
+      layer.router = alloc<bf16>(static_cast<size_t>(c.moe.n_experts * hidden));
+      SS_TRY(put_matrix(src.router, layer.router));
+      for (ExpertWeights& e : src.experts) {
+        DeviceExpert expert;
+        expert.gate_up = alloc<bf16>(static_cast<size_t>(2 * inter * hidden));
+        SS_TRY(put_matrix(e.w_gate, expert.gate_up));
+        SS_TRY(put_matrix(e.w_up, expert.gate_up + inter * hidden));
+        expert.down = alloc<bf16>(static_cast<size_t>(hidden * inter));
+        SS_TRY(put_matrix(e.w_down, expert.down));
+        layer.experts.push_back(expert);
+      }
+    } else {
+      const int64_t inter = c.intermediate_size;
+      layer.gate_up = alloc<bf16>(static_cast<size_t>(2 * inter * hidden));
+      SS_TRY(put_matrix(src.w_gate, layer.gate_up));
+      SS_TRY(put_matrix(src.w_up, layer.gate_up + inter * hidden));
+      layer.down = alloc<bf16>(static_cast<size_t>(hidden * inter));
+      SS_TRY(put_matrix(src.w_down, layer.down));
+    }
+    layers_.push_back(std::move(layer));
+  }
+  return Status();
+}
+
+void CudaModel::ensure_scratch(int64_t n_tokens) {
+  if (n_tokens <= scratch_tokens_) return;
+  // Reallocation moves buffers the decode graphs point at: they are dropped
+  // and re-captured lazily never (eager decode continues to work).
+  if (!graphs_.empty()) graphs_.clear();
+  const ModelConfig& c = config_;
+  const auto t = static_cast<size_t>(n_tokens);
+  const auto hidden = static_cast<size_t>(c.hidden_size);
+  const auto q_width = static_cast<size_t>(c.n_heads * c.head_dim);
+  const auto kv_width = static_cast<size_t>(c.n_kv_heads * c.head_dim);
+  size_t inter = static_cast<size_t>(c.intermediate_size);
+  x_.resize(t * hidden);
+  h_.resize(t * hidden);
+  qkv_.resize(t * (q_width + 2 * kv_width));
+  attn_.resize(t * q_width);
+  delta_.resize(t * hidden);
+  if (c.moe.n_experts > 0) {
+    const auto k = static_cast<size_t>(c.moe.n_experts_per_token);
+    const auto e_inter = static_cast<size_t>(c.moe.expert_intermediate_size);
+    router_logits_.resize(t * static_cast<size_t>(c.moe.n_experts));
+    topk_ids_.resize(t * k);
+    topk_weights_.resize(t * k);
+    expert_rows_.resize(t * k);
+    expert_weights_.resize(t * k);
+    expert_in_.resize(t * k * hidden);
+    expert_gate_up_.resize(t * k * 2 * e_inter);
+    expert_act_.resize(t * k * e_inter);
+    expert_out_.resize(t * k * hidden);
+    bool any_dense = false;
+    for (int64_t l = 0; l < c.n_layers; ++l) any_dense |= !c.layer_is_moe(l);
+    if (!any_dense) inter = 0;
+  }
+  gate_up_.resize(t * 2 * inter);
+  act_.resize(t * inter);
+  scratch_tokens_ = n_tokens;
+}
+
+}  // namespace specstack::cuda

@@ -1,0 +1,166 @@
+// CudaModel: the decoder-only forward pass on one NVIDIA GPU. Weights are
+// bf16 in device memory (q/k/v and gate/up fused into one matrix each, so a
+// layer runs 4 GEMMs), activations bf16 with an f32 residual stream, cuBLAS
+// GEMMs with fp32 accumulation, and the kernels of src/cuda for the rest.
+// Attention runs flash-style for long prefill chunks and as split-K paged
+// attention for decode and short chunks. Decode steps of common batch sizes
+// replay CUDA graphs captured at start-up (see cuda_graphs.cpp).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "base/status.h"
+#include "cuda/cuda_kv_cache.h"
+#include "cuda/device_buffer.h"
+#include "cuda/gemm.h"
+#include "model/forward_model.h"
+#include "specprefill/attention_capture.h"
+
+namespace specstack::cuda {
+
+using bf16 = __nv_bfloat16;
+
+struct CudaModelOptions {
+  int device_index = 0;
+  // Activation scratch is allocated up front for this many tokens per step
+  // (grown on demand past it), so the KV pool can take the rest of memory.
+  int64_t max_tokens_per_step = 8192;
+  // Decode graphs: captured for these batch sizes once the KV cache exists
+  // (capture_decode_graphs); empty disables them.
+  std::vector<int32_t> graph_batch_sizes = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+};
+
+struct DeviceExpert {
+  bf16* gate_up = nullptr;  // [2 * expert_inter, hidden]
+  bf16* down = nullptr;     // [hidden, expert_inter]
+};
+
+struct DeviceLayer {
+  float* attn_norm = nullptr;  // [hidden]
+  float* ffn_norm = nullptr;   // [hidden]
+  bf16* qkv = nullptr;         // [(n_heads + 2 n_kv_heads) * head_dim, hidden]
+  float* qkv_bias = nullptr;   // [(n_heads + 2 n_kv_heads) * head_dim] or null
+  bf16* o = nullptr;           // [hidden, n_heads * head_dim]
+  float* o_bias = nullptr;     // [hidden] or null
+  float* q_norm = nullptr;     // [head_dim] or null
+  float* k_norm = nullptr;     // [head_dim] or null
+  bf16* gate_up = nullptr;     // [2 * intermediate, hidden] (dense layers)
+  bf16* down = nullptr;        // [hidden, intermediate]
+  bf16* router = nullptr;      // [n_experts, hidden] (MoE layers)
+  std::vector<DeviceExpert> experts;
+};
+
+class CudaModel final : public ForwardModel {
+ public:
+  // Takes host or device weights (a DeviceDummySource makes device ones) and
+  // moves them into the fused device layout, releasing each source tensor as
+  // soon as it is copied.
+  static Result<std::unique_ptr<CudaModel>> create(ModelConfig config, ModelWeights weights,
+                                                   const CudaModelOptions& options);
+  ~CudaModel() override;
+
+  Device device() const override { return Device::kCuda; }
+  const ModelConfig& config() const override { return config_; }
+  size_t weight_bytes() const override { return weight_bytes_; }
+  const Tensor& rope_inv_freq() const override { return inv_freq_host_; }
+  void forward(const ForwardBatch& batch, KvCache& kv, Tensor& logits) override;
+
+  cudaStream_t stream() const { return stream_; }
+  std::unique_ptr<CudaKvCache> make_kv_cache(int64_t n_blocks, int64_t block_size);
+
+  // Captures the decode graphs for options.graph_batch_sizes against `kv`
+  // (the cache every later forward uses); max_context bounds the contexts the
+  // graphs serve (longer ones run eagerly).
+  void capture_decode_graphs(CudaKvCache& kv, int32_t max_context);
+  int64_t graph_replays() const { return graph_replays_; }
+
+  // SpecPrefill importance of slots [slot_begin, slot_end) of a draft
+  // sequence, computed on the device from the captured queries and the paged
+  // keys of `kv` (cuda/score.h).
+  Result<std::vector<float>> score_prompt(const AttentionCapture& capture, CudaKvCache& kv,
+                                          std::span<const int32_t> block_table, int64_t slot_begin,
+                                          int64_t slot_end, int64_t pool_kernel);
+
+  // Implementation records (cuda_model_internal.h).
+  struct StepMeta;
+  struct Graph;
+
+ private:
+  explicit CudaModel(ModelConfig config, const CudaModelOptions& options);
+  Status load(ModelWeights weights);
+  template <typename T>
+  T* alloc(size_t count);
+  void ensure_scratch(int64_t n_tokens);
+
+  // The forward body on device data already staged by prepare_meta.
+  void run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_safe);
+  void attention(int64_t layer, const StepMeta& meta, CudaKvCache& kv, bool graph_safe);
+  void moe_mlp(const DeviceLayer& layer, int64_t n_tokens);
+  bool try_graph_forward(const ForwardBatch& batch, CudaKvCache& kv, Tensor& logits);
+  // Copies the first n_rows rows of logits_ to the host, or with
+  // batch.greedy_tokens their argmax ids only; waits for the stream.
+  void finish_step(const ForwardBatch& batch, int32_t n_rows, Tensor& logits);
+
+  ModelConfig config_;
+  CudaModelOptions options_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<Gemm> gemm_;
+  std::deque<DeviceBuffer<uint8_t>> allocations_;  // weights, one buffer each
+  size_t weight_bytes_ = 0;
+  Tensor inv_freq_host_;  // [head_dim / 2] f32
+  float* inv_freq_ = nullptr;
+  bf16* embed_ = nullptr;    // [vocab, hidden]
+  bf16* lm_head_ = nullptr;  // [vocab, hidden] (== embed_ when tied)
+  float* final_norm_ = nullptr;
+  std::vector<DeviceLayer> layers_;
+
+  // Activations (device), sized for scratch_tokens_ rows.
+  int64_t scratch_tokens_ = 0;
+  DeviceBuffer<float> x_;               // [T, hidden] residual stream
+  DeviceBuffer<bf16> h_;                // [T, hidden] normed input of a block
+  DeviceBuffer<bf16> qkv_;              // [T, (H + 2 Hkv) * D]
+  DeviceBuffer<bf16> attn_;             // [T, H * D]
+  DeviceBuffer<bf16> delta_;            // [T, hidden] o_proj / down_proj output
+  DeviceBuffer<bf16> gate_up_;          // [T, 2 * inter]
+  DeviceBuffer<bf16> act_;              // [T, inter]
+  DeviceBuffer<bf16> head_in_;          // [rows, hidden] final-normed rows that want logits
+  DeviceBuffer<float> logits_;          // [rows, vocab]
+  DeviceBuffer<float> greedy_zeros_;    // [rows] temperature / top_p / uniform = 0: argmax
+  DeviceBuffer<int32_t> greedy_top_k_;  // [rows] 0
+  DeviceBuffer<int32_t> greedy_ids_;    // [rows] chosen tokens
+  DeviceBuffer<float> attn_workspace_;  // paged attention split-K partials
+  DeviceBuffer<bf16> compact_q_;        // [n, H * D] paged-path queries when not a contiguous range
+  DeviceBuffer<bf16> compact_out_;      // [n, H * D]
+  // MoE scratch.
+  DeviceBuffer<float> router_logits_;   // [T, E]
+  DeviceBuffer<int32_t> topk_ids_;      // [T, k]
+  DeviceBuffer<float> topk_weights_;    // [T, k]
+  DeviceBuffer<int32_t> expert_rows_;   // [T * k] token rows grouped by expert
+  DeviceBuffer<float> expert_weights_;  // [T * k]
+  DeviceBuffer<bf16> expert_in_;        // [T * k, hidden]
+  DeviceBuffer<bf16> expert_gate_up_;   // [T * k, 2 * expert_inter]
+  DeviceBuffer<bf16> expert_act_;       // [T * k, expert_inter]
+  DeviceBuffer<bf16> expert_out_;       // [T * k, hidden]
+  // Step metadata: one pinned host staging buffer and its device copy.
+  std::unique_ptr<StepMeta> meta_;
+  DeviceBuffer<int32_t> meta_device_;
+  int32_t* meta_host_ = nullptr;  // pinned
+  size_t meta_host_capacity_ = 0;
+  float* logits_host_ = nullptr;  // pinned [rows, vocab]
+  size_t logits_host_capacity_ = 0;
+  bf16* capture_host_ = nullptr;  // pinned captured query rows
+  size_t capture_host_capacity_ = 0;
+  // Decode graphs by batch size.
+  std::map<int32_t, std::unique_ptr<Graph>> graphs_;
+  int32_t graph_max_context_ = 0;
+  CudaKvCache* graph_kv_ = nullptr;
+  int64_t graph_replays_ = 0;
+};
+
+}  // namespace specstack::cuda

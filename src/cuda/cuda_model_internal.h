@@ -1,0 +1,78 @@
+// CudaModel's per-step metadata and decode-graph records, shared by its
+// implementation files (not part of the public interface).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "cuda/cuda_model.h"
+
+namespace specstack::cuda {
+
+// A long prefill chunk of one sequence that runs through flash_attention.
+struct FlashJob {
+  int32_t row0 = 0;    // first row of the chunk in the step
+  int32_t n_rows = 0;  // contiguous rows, ascending slots
+  int32_t seq = 0;     // row of the block tables
+  int32_t n_keys = 0;  // last slot + 1
+};
+
+// Everything a forward needs about one step. Host fields drive launches;
+// device pointers point into one staged int32 buffer copied in one transfer.
+struct CudaModel::StepMeta {
+  int32_t n_tokens = 0;
+  int32_t n_seqs = 0;
+  int32_t max_blocks = 0;  // block-table row width
+  int32_t n_logit_rows = 0;
+  // Device arrays.
+  int32_t* ids = nullptr;           // [n_tokens]
+  int32_t* pos = nullptr;           // [n_tokens]
+  int32_t* slot_mapping = nullptr;  // [n_tokens] physical slot (block * block_size + offset)
+  int32_t* block_tables = nullptr;  // [n_seqs, max_blocks]
+  int32_t* logit_rows = nullptr;    // [n_logit_rows]
+  // The paged-attention subset: tokens not covered by a flash job.
+  int32_t n_paged = 0;
+  int32_t paged_begin = -1;  // >= 0: the subset is rows [paged_begin, +n_paged)
+  int32_t paged_max_context = 0;
+  int32_t* paged_rows = nullptr;  // [n_paged] rows of the step (used when paged_begin < 0)
+  int32_t* paged_seq = nullptr;   // [n_paged]
+  int32_t* paged_slot = nullptr;  // [n_paged]
+  int32_t* paged_pos = nullptr;   // [n_paged]
+  // Flash jobs; their q_slot / q_pos are the step's token arrays at row0.
+  int32_t* token_slot = nullptr;  // [n_tokens]
+  std::vector<FlashJob> flash;
+  std::vector<int32_t> capture_rows;  // host
+  // Where paged attention's split-K partials go (eager or a graph's own).
+  float* attn_workspace = nullptr;
+};
+
+struct CudaModel::Graph {
+  int32_t batch = 0;
+  cudaGraphExec_t exec = nullptr;
+  DeviceBuffer<int32_t> meta;          // this graph's staged metadata
+  DeviceBuffer<float> attn_workspace;  // split-K partials at graph capacity
+  StepMeta step;                       // device pointers into `meta`
+  ~Graph() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+  }
+};
+
+// Offsets of each section of the staged metadata.
+struct MetaOffsets {
+  size_t ids, pos, slot_mapping, token_slot, block_tables, logit_rows;
+  size_t paged_rows, paged_seq, paged_slot, paged_pos;
+};
+
+// Fills `meta` (host fields) and `staged` for a batch. With graph_batch > 0
+// the layout is padded to that many tokens/sequences and graph_max_blocks
+// table columns, every row paged, so it matches the captured graph.
+MetaOffsets plan_step(const ForwardBatch& batch, int64_t block_size, bool flash_ok,
+                      int32_t graph_batch, int32_t graph_max_blocks, int32_t graph_max_context,
+                      CudaModel::StepMeta& meta, std::vector<int32_t>& staged);
+void set_device_pointers(const MetaOffsets& o, int32_t* base, CudaModel::StepMeta& meta);
+// Grows a pinned host buffer to at least `bytes` (contents lost).
+void grow_pinned(void** ptr, size_t* capacity, size_t bytes);
+
+}  // namespace specstack::cuda

@@ -1,0 +1,81 @@
+// CudaModel::score_prompt: SpecPrefill importance on the device. Only the
+// captured queries (a few KB) travel to the GPU and the importance vector
+// back; the draft's keys stay in its paged cache.
+#include <cmath>
+
+#include "cuda/cuda_model.h"
+#include "cuda/score.h"
+
+namespace specstack::cuda {
+
+Result<std::vector<float>> CudaModel::score_prompt(const AttentionCapture& capture, CudaKvCache& kv,
+                                                   std::span<const int32_t> block_table,
+                                                   int64_t slot_begin, int64_t slot_end,
+                                                   int64_t pool_kernel) {
+  SS_TRY(capture.validate());
+  const KvCacheShape& shape = kv.shape();
+  if (capture.n_layers != shape.n_layers || capture.n_heads != config_.n_heads ||
+      capture.head_dim != shape.head_dim) {
+    return make_error("the capture does not match the draft model");
+  }
+  if (pool_kernel < 1 || pool_kernel % 2 == 0) {
+    return errorf("pooling width must be a positive odd number, got {}", pool_kernel);
+  }
+  if (slot_begin < 0 || slot_end <= slot_begin ||
+      slot_end > static_cast<int64_t>(block_table.size()) * shape.block_size) {
+    return errorf("scored slots [{}, {}) are outside the block table", slot_begin, slot_end);
+  }
+  std::vector<int32_t> scored;
+  for (int64_t l = 0; l < capture.n_layers; ++l) {
+    if (!capture.is_sliding(l)) scored.push_back(static_cast<int32_t>(l));
+  }
+  if (scored.empty()) return make_error("every draft layer is sliding-window: nothing to score");
+
+  // [n_layers, n_steps, H, D] (capture) -> [n_steps, n_layers, H * D] (kernel).
+  const int64_t steps = capture.n_steps, layers = capture.n_layers;
+  const int64_t q_width = capture.n_heads * capture.head_dim;
+  std::vector<float> queries(static_cast<size_t>(steps * layers * q_width));
+  for (int64_t l = 0; l < layers; ++l) {
+    for (int64_t t = 0; t < steps; ++t) {
+      const float* src = capture.query(l, t);
+      std::copy(src, src + q_width, queries.begin() + (t * layers + l) * q_width);
+    }
+  }
+  DeviceBuffer<float> d_queries(queries.size());
+  d_queries.upload(queries);
+  DeviceBuffer<int32_t> d_table(block_table.size());
+  d_table.upload(block_table.data(), block_table.size());
+  const auto n_tokens = static_cast<int32_t>(slot_end - slot_begin);
+  DeviceBuffer<float> importance(static_cast<size_t>(n_tokens));
+  DeviceBuffer<float> workspace(score_workspace_floats(
+      static_cast<int32_t>(steps), static_cast<int32_t>(config_.n_heads), n_tokens));
+
+  ScoreArgs args;
+  args.queries = d_queries.data();
+  args.n_steps = static_cast<int32_t>(steps);
+  args.n_layers = static_cast<int32_t>(layers);
+  args.n_heads = static_cast<int32_t>(config_.n_heads);
+  args.n_kv_heads = static_cast<int32_t>(config_.n_kv_heads);
+  args.head_dim = static_cast<int32_t>(config_.head_dim);
+  args.scored_layers = scored.data();
+  args.n_scored = static_cast<int32_t>(scored.size());
+  args.k_caches = kv.k_layers();
+  args.block_table = d_table.data();
+  args.block_size = static_cast<int32_t>(shape.block_size);
+  args.slot_begin = static_cast<int32_t>(slot_begin);
+  args.slot_end = static_cast<int32_t>(slot_end);
+  args.pool_kernel = static_cast<int32_t>(pool_kernel);
+  args.importance = importance.data();
+  args.workspace = workspace.data();
+  score_tokens(args, stream_);
+  std::vector<float> out(static_cast<size_t>(n_tokens));
+  SS_CUDA_CHECK(cudaMemcpyAsync(out.data(), importance.data(), out.size() * sizeof(float),
+                                cudaMemcpyDeviceToHost, stream_));
+  SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (float v : out) {
+    if (!std::isfinite(v)) return make_error("a token importance came out non-finite");
+  }
+  return out;
+}
+
+}  // namespace specstack::cuda

@@ -1,0 +1,27 @@
+// Skinny GEMMs for decode: y[n, out] = x[n, in] · w[out, in]ᵀ with n <= 8.
+// At batch 1 a decode step is a stream of weight matrices read once, so this
+// is a bandwidth kernel, not a matrix-unit one: one warp per output row,
+// 16-byte weight loads several in flight, fp32 accumulation, and the few
+// input rows read through the cache. cuBLAS's general kernels leave a large
+// share of the copy bandwidth unused at these shapes (see docs/benchmarks.md).
+// CPU twin: a double-precision reference in tests/cuda/gemv_test.cpp.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace specstack::cuda {
+
+constexpr int64_t kGemvMaxRows = 8;
+
+// True when gemv handles these shapes: 1 <= n <= kGemvMaxRows, `in` a
+// multiple of 8, rows of x and w 16-byte aligned.
+bool gemv_supported(const void* x, int64_t ldx, const void* w, int64_t n, int64_t in);
+
+// y bf16 [n, ldy] or, with y_f32, f32.   x [n, ldx] bf16, w [out, in] bf16
+void gemv(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n, int64_t out,
+          int64_t in, __nv_bfloat16* y, float* y_f32, int64_t ldy, cudaStream_t stream);
+
+}  // namespace specstack::cuda

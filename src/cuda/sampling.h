@@ -1,0 +1,33 @@
+// Token choice and MoE routing on the device, so neither needs a round trip
+// of logits through host memory.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace specstack::cuda {
+
+// Per row r of logits [n_rows, vocab] f32 (row stride ld):
+//  * temperature[r] <= 0: out[r] = argmax (the lowest index among equal maxima);
+//  * else p = softmax(logits / temperature) in fp32; keep the top_k[r] most
+//    likely tokens (0 = all; every token tied with the k-th is kept too), then
+//    the most likely tokens whose mass first reaches top_p[r] (ties at the
+//    cut kept), renormalise, and return the first token in index order whose
+//    cumulative kept probability exceeds uniform[r] * (kept mass).
+// uniform [n_rows] in [0, 1) from the host's seeded generator, out [n_rows] i32.
+// CPU twin: sample_tokens_reference (tests/cuda), the same rule.
+void sample_tokens(const float* logits, int32_t n_rows, int32_t vocab, int64_t ld,
+                   const float* temperature, const int32_t* top_k, const float* top_p,
+                   const float* uniform, int32_t* out, cudaStream_t stream);
+
+// MoE routing: probs = softmax(router_logits[t, :]) in fp32 over all
+// experts; ids[t, :] = the k most likely experts in descending order (ties:
+// lower index first); weights[t, i] = probs of ids[t, i], divided by their sum
+// when renormalize. router_logits [n_tokens, n_experts] f32 (n_experts <= 1024),
+// ids [n_tokens, k] i32, weights [n_tokens, k] f32.
+// CPU twin: softmax_rows + the partial sort in Transformer::moe_mlp.
+void moe_topk(const float* router_logits, int32_t n_tokens, int32_t n_experts, int32_t k,
+              bool renormalize, int32_t* ids, float* weights, cudaStream_t stream);
+
+}  // namespace specstack::cuda

@@ -1,0 +1,58 @@
+// ForwardModel: what the engine needs from a loaded model, whatever device it
+// runs on. Transformer (CPU, through a Backend) and cuda::CudaModel (GPU) both
+// implement it; ModelRunner and everything above see only this.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/attention_batch.h"
+#include "kv/kv_cache.h"
+#include "model/config.h"
+#include "model/weights.h"
+#include "tensor/tensor.h"
+
+namespace specstack {
+
+struct ForwardBatch {
+  std::span<const int32_t> token_ids;   // [n_tokens]
+  AttentionBatch attention;             // positions, slots, sequences, block tables
+  std::span<const int32_t> logit_rows;  // ascending token indices whose logits are wanted
+  // Ascending token indices whose queries (post q_norm, post-RoPE: exactly what
+  // attention sees) are copied out for every layer into *captured_queries
+  // [capture_rows.size(), n_layers, n_heads * head_dim] f32 host (resized by forward).
+  std::span<const int32_t> capture_rows;
+  Tensor* captured_queries = nullptr;
+  // When set, the argmax id of each logit row (lowest id on ties) is written
+  // here and `logits` may be left empty.
+  std::vector<int32_t>* greedy_tokens = nullptr;
+};
+
+class ForwardModel {
+ public:
+  virtual ~ForwardModel() = default;
+
+  virtual Device device() const = 0;
+  virtual const ModelConfig& config() const = 0;
+  // Bytes of weights as held for compute (bf16 on the GPU), for start-up reports.
+  virtual size_t weight_bytes() const = 0;
+  // RoPE inverse frequencies [head_dim / 2] f32 (host).
+  virtual const Tensor& rope_inv_freq() const = 0;
+
+  // Runs every token of the batch through the model, writing K/V into `kv`
+  // (which must be this model's cache type), and fills logits
+  // [logit_rows.size(), vocab] f32 on the host (resized by the call).
+  virtual void forward(const ForwardBatch& batch, KvCache& kv, Tensor& logits) = 0;
+
+  KvCacheShape kv_shape(int64_t n_blocks, int64_t block_size) const {
+    KvCacheShape shape;
+    shape.n_layers = config().n_layers;
+    shape.n_blocks = n_blocks;
+    shape.block_size = block_size;
+    shape.n_kv_heads = config().n_kv_heads;
+    shape.head_dim = config().head_dim;
+    return shape;
+  }
+};
+
+}  // namespace specstack

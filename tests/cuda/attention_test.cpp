@@ -1,0 +1,394 @@
+// paged_attention against CpuBackend::attention (shuffled physical blocks,
+// sparse positions, sequences of 1 to 1000 slots, decode and mid-sequence
+// queries, sliding windows, GQA groups 1/2/7, head_dim 16..256, single and
+// split-K partitions), masked_softmax against a plain reference, and
+// gather_kv bit-exact. Every output is poisoned first (0xFF = NaN).
+#include "cuda/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/attention_batch.h"
+#include "backend/cpu/cpu_backend.h"
+#include "cuda_test_util.h"
+
+namespace specstack::cuda {
+namespace {
+
+using testing::kBf16Tolerance;
+using testing::random_values;
+using testing::relative_error;
+using testing::to_bf16;
+using testing::to_f32;
+using testing::upload;
+
+// A random paged KV cache: sequences of the given lengths on shuffled
+// physical blocks (plus spare ones), positions 3 * slot + 1.
+struct PagedKv {
+  int32_t block_size = 0, n_kv_heads = 0, head_dim = 0, n_blocks = 0, max_blocks_per_seq = 0;
+  std::vector<int32_t> seq_len;    // [n_seqs]
+  std::vector<int32_t> tables;     // [n_seqs, max_blocks_per_seq], -1 past the end
+  std::vector<float> k, v;         // [n_blocks, block_size, n_kv_heads, head_dim] bf16-rounded
+  std::vector<int32_t> positions;  // [n_blocks, block_size]
+
+  int32_t flat(int32_t seq, int32_t slot) const {
+    return tables[seq * max_blocks_per_seq + slot / block_size] * block_size + slot % block_size;
+  }
+  int32_t pos(int32_t seq, int32_t slot) const { return positions[flat(seq, slot)]; }
+};
+
+PagedKv make_paged_kv(std::mt19937& rng, std::vector<int32_t> seq_len, int32_t block_size,
+                      int32_t n_kv_heads, int32_t head_dim) {
+  PagedKv kv;
+  kv.block_size = block_size;
+  kv.n_kv_heads = n_kv_heads;
+  kv.head_dim = head_dim;
+  kv.seq_len = std::move(seq_len);
+  int32_t used = 0;
+  for (int32_t len : kv.seq_len) {
+    const int32_t blocks = (len + block_size - 1) / block_size;
+    kv.max_blocks_per_seq = std::max(kv.max_blocks_per_seq, blocks);
+    used += blocks;
+  }
+  kv.n_blocks = used + 3;  // spare blocks nobody references
+  std::vector<int32_t> physical(static_cast<size_t>(kv.n_blocks));
+  std::iota(physical.begin(), physical.end(), 0);
+  std::shuffle(physical.begin(), physical.end(), rng);
+  kv.tables.assign(kv.seq_len.size() * kv.max_blocks_per_seq, -1);
+  size_t next = 0;
+  for (size_t s = 0; s < kv.seq_len.size(); ++s) {
+    const int32_t blocks = (kv.seq_len[s] + block_size - 1) / block_size;
+    for (int32_t b = 0; b < blocks; ++b)
+      kv.tables[s * kv.max_blocks_per_seq + b] = physical[next++];
+  }
+  const size_t slots = static_cast<size_t>(kv.n_blocks) * block_size;
+  kv.k = random_values(rng, slots * n_kv_heads * head_dim);
+  kv.v = random_values(rng, slots * n_kv_heads * head_dim);
+  // Unused slots hold junk positions; used ones are sparse: 3 * slot + 1.
+  kv.positions.resize(slots);
+  for (auto& p : kv.positions) p = static_cast<int32_t>(rng() % 100000);
+  for (size_t s = 0; s < kv.seq_len.size(); ++s) {
+    for (int32_t j = 0; j < kv.seq_len[s]; ++j) {
+      kv.positions[kv.flat(static_cast<int32_t>(s), j)] = 3 * j + 1;
+    }
+  }
+  return kv;
+}
+
+struct AttnCase {
+  int32_t head_dim, group, n_kv_heads, block_size, window;
+  std::vector<int32_t> seq_len;
+  int32_t extra_context;  // max_context beyond the batch's need (graph capacity)
+};
+
+void run_paged_case(const AttnCase& c, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message()
+               << "head_dim " << c.head_dim << " group " << c.group << " kv_heads " << c.n_kv_heads
+               << " block " << c.block_size << " window " << c.window << " seed " << seed);
+  std::mt19937 rng(seed);
+  const int32_t hd = c.head_dim, n_heads = c.group * c.n_kv_heads;
+  const PagedKv kv = make_paged_kv(rng, c.seq_len, c.block_size, c.n_kv_heads, hd);
+
+  // Tokens: every sequence's decode token (last slot), plus mid-sequence
+  // slots including partition edges, interleaved across sequences.
+  std::vector<int32_t> token_seq, token_slot, token_pos;
+  auto add = [&](int32_t s, int32_t slot) {
+    if (slot < 0 || slot >= kv.seq_len[s]) return;
+    token_seq.push_back(s);
+    token_slot.push_back(slot);
+    token_pos.push_back(kv.pos(s, slot));
+  };
+  for (int32_t s = 0; s < static_cast<int32_t>(kv.seq_len.size()); ++s) {
+    const int32_t len = kv.seq_len[s];
+    add(s, len - 1);
+    add(s, 0);
+    add(s, 255);
+    add(s, 256);
+    add(s, 511);
+    add(s, static_cast<int32_t>(rng() % len));
+  }
+  const auto n_tokens = static_cast<int32_t>(token_seq.size());
+  int32_t max_context = 0;
+  for (int32_t slot : token_slot) max_context = std::max(max_context, slot + 1);
+  max_context += c.extra_context;
+
+  // q rows have padding (as in a fused QKV buffer); wider q spreads the scores.
+  const int64_t q_stride = static_cast<int64_t>(n_heads + 2 * c.n_kv_heads) * hd;
+  const std::vector<float> q_full = random_values(rng, n_tokens * q_stride, -4.0f, 4.0f);
+  const int64_t out_stride = static_cast<int64_t>(n_heads) * hd + 8;
+
+  // CPU twin on the same bf16-rounded values.
+  std::vector<float> q_dense(static_cast<size_t>(n_tokens) * n_heads * hd);
+  for (int32_t t = 0; t < n_tokens; ++t) {
+    std::copy_n(q_full.begin() + t * q_stride, n_heads * hd, q_dense.begin() + t * n_heads * hd);
+  }
+  Tensor q = Tensor::zeros(DType::kF32, {n_tokens, int64_t{n_heads} * hd});
+  std::copy(q_dense.begin(), q_dense.end(), q.f32());
+  KvLayerView layer;
+  layer.k = Tensor::zeros(DType::kF32, {kv.n_blocks, c.block_size, c.n_kv_heads, hd});
+  layer.v = Tensor::zeros(DType::kF32, {kv.n_blocks, c.block_size, c.n_kv_heads, hd});
+  layer.positions = Tensor::zeros(DType::kI32, {kv.n_blocks, c.block_size});
+  std::copy(kv.k.begin(), kv.k.end(), layer.k.f32());
+  std::copy(kv.v.begin(), kv.v.end(), layer.v.f32());
+  std::copy(kv.positions.begin(), kv.positions.end(), layer.positions.data<int32_t>());
+  layer.block_size = c.block_size;
+  layer.n_kv_heads = c.n_kv_heads;
+  layer.head_dim = hd;
+  AttentionBatch batch;
+  batch.token_seq = token_seq;
+  batch.token_slot = token_slot;
+  batch.token_pos = token_pos;
+  for (size_t s = 0; s < kv.seq_len.size(); ++s) {
+    const int32_t blocks = (kv.seq_len[s] + c.block_size - 1) / c.block_size;
+    batch.block_tables.emplace_back(kv.tables.data() + s * kv.max_blocks_per_seq, blocks);
+  }
+  batch.seq_n_slots = kv.seq_len;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const AttentionParams params{n_heads, c.n_kv_heads, hd, scale, c.window};
+  Tensor cpu_out = Tensor::zeros(DType::kF32, {n_tokens, int64_t{n_heads} * hd});
+  CpuBackend backend(CpuBackendOptions{2});
+  backend.attention(q, batch, layer, params, cpu_out);
+
+  // GPU.
+  auto d_q = upload(to_bf16(q_full));
+  auto d_k = upload(to_bf16(kv.k));
+  auto d_v = upload(to_bf16(kv.v));
+  auto d_pos = upload(kv.positions);
+  auto d_tables = upload(kv.tables);
+  auto d_seq = upload(token_seq);
+  auto d_slot = upload(token_slot);
+  auto d_tpos = upload(token_pos);
+  DeviceBuffer<bf16> d_out(static_cast<size_t>(n_tokens) * out_stride);
+  d_out.fill_bytes(0xFF);
+  DeviceBuffer<float> d_ws(
+      std::max<size_t>(1, paged_attention_workspace_floats(n_tokens, n_heads, hd, max_context)));
+  d_ws.fill_bytes(0xFF);
+
+  PagedAttentionArgs args;
+  args.q = d_q.data();
+  args.q_stride = q_stride;
+  args.k_cache = d_k.data();
+  args.v_cache = d_v.data();
+  args.slot_positions = d_pos.data();
+  args.block_tables = d_tables.data();
+  args.max_blocks_per_seq = kv.max_blocks_per_seq;
+  args.token_seq = d_seq.data();
+  args.token_slot = d_slot.data();
+  args.token_pos = d_tpos.data();
+  args.n_tokens = n_tokens;
+  args.n_heads = n_heads;
+  args.n_kv_heads = c.n_kv_heads;
+  args.head_dim = hd;
+  args.block_size = c.block_size;
+  args.scale = scale;
+  args.sliding_window = c.window;
+  args.max_context = max_context;
+  args.out = d_out.data();
+  args.out_stride = out_stride;
+  args.workspace = d_ws.data();
+  paged_attention(args, nullptr);
+  SS_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> gpu_full = to_f32(d_out.download());
+
+  // Per token, so one wrong query cannot hide in the batch norm.
+  const int64_t row = int64_t{n_heads} * hd;
+  std::vector<float> gpu_all, cpu_all;
+  for (int32_t t = 0; t < n_tokens; ++t) {
+    const std::vector<float> gpu(gpu_full.begin() + t * out_stride,
+                                 gpu_full.begin() + t * out_stride + row);
+    const std::vector<float> cpu(cpu_out.f32() + t * row, cpu_out.f32() + (t + 1) * row);
+    EXPECT_LE(relative_error(gpu, cpu), kBf16Tolerance)
+        << "token " << t << " seq " << token_seq[t] << " slot " << token_slot[t];
+    gpu_all.insert(gpu_all.end(), gpu.begin(), gpu.end());
+    cpu_all.insert(cpu_all.end(), cpu.begin(), cpu.end());
+  }
+  EXPECT_LE(relative_error(gpu_all, cpu_all), kBf16Tolerance);
+}
+
+TEST(CudaAttention, PagedMatchesCpu) {
+  SS_REQUIRE_GPU();
+  const std::vector<int32_t> lens = {1000, 1, 17, 300, 256, 257};
+  uint32_t seed = 100;
+  for (int32_t hd : {16, 32, 64, 128}) {
+    for (int32_t group : {1, 2, 7}) {
+      for (int32_t window : {0, 100}) {
+        const int32_t n_kv = 1 + static_cast<int32_t>(seed % 3);
+        run_paged_case({hd, group, n_kv, 16, window, lens, 0}, seed++);
+      }
+    }
+  }
+}
+
+TEST(CudaAttention, PagedHeadDim256AndOddBlocks) {
+  SS_REQUIRE_GPU();
+  run_paged_case({256, 2, 2, 16, 0, {700, 3, 40}, 0}, 1);
+  run_paged_case({256, 4, 1, 16, 50, {700, 3, 40}, 0}, 2);
+  run_paged_case({64, 7, 2, 5, 0, {613, 9, 1}, 0}, 3);  // block size not a power of two
+  run_paged_case({128, 2, 3, 32, 31, {900, 64}, 0}, 4);
+}
+
+TEST(CudaAttention, PagedLargeGroups) {
+  SS_REQUIRE_GPU();
+  run_paged_case({128, 16, 1, 16, 0, {520, 30}, 0}, 5);  // two register passes of 8 heads
+  run_paged_case({64, 12, 2, 16, 20, {520, 30}, 0}, 6);
+  run_paged_case({32, 9, 1, 16, 0, {100, 7}, 0}, 7);
+}
+
+TEST(CudaAttention, PagedSinglePartitionAndSpareCapacity) {
+  SS_REQUIRE_GPU();
+  // All contexts fit one partition: the kernel writes out directly.
+  run_paged_case({128, 7, 2, 16, 0, {200, 1, 17, 256}, 0}, 8);
+  run_paged_case({64, 2, 2, 16, 10, {200, 1, 17}, 0}, 9);
+  // A graph sized for longer contexts than the batch has: empty partitions.
+  run_paged_case({128, 4, 2, 16, 0, {200, 1, 17}, 700}, 10);
+  run_paged_case({16, 2, 2, 16, 7, {300, 5}, 1000}, 11);
+}
+
+// Plain reference of masked_softmax in double.
+std::vector<float> softmax_reference(const std::vector<float>& scores, int32_t n_batch,
+                                     int32_t n_rows, int32_t n_keys,
+                                     const std::vector<int32_t>& q_slot,
+                                     const std::vector<int32_t>& q_pos,
+                                     const std::vector<int32_t>& k_pos, int32_t window) {
+  std::vector<float> out(scores.size(), 0.0f);
+  for (int32_t b = 0; b < n_batch; ++b) {
+    for (int32_t r = 0; r < n_rows; ++r) {
+      const size_t base = (static_cast<size_t>(b) * n_rows + r) * n_keys;
+      auto visible = [&](int32_t j) {
+        return j <= q_slot[r] && (window <= 0 || int64_t{q_pos[r]} - window < k_pos[j]);
+      };
+      double mx = -INFINITY;
+      for (int32_t j = 0; j < n_keys; ++j) {
+        if (visible(j)) mx = std::max(mx, double{scores[base + j]});
+      }
+      if (mx == -INFINITY) continue;
+      double sum = 0.0;
+      for (int32_t j = 0; j < n_keys; ++j) {
+        if (visible(j)) sum += std::exp(scores[base + j] - mx);
+      }
+      for (int32_t j = 0; j < n_keys; ++j) {
+        if (visible(j)) out[base + j] = static_cast<float>(std::exp(scores[base + j] - mx) / sum);
+      }
+    }
+  }
+  return out;
+}
+
+TEST(CudaAttention, MaskedSoftmaxMatchesReference) {
+  SS_REQUIRE_GPU();
+  uint32_t seed = 200;
+  for (int32_t n_keys : {1, 37, 1000, 5003}) {
+    for (int32_t window : {0, 60}) {
+      SCOPED_TRACE(::testing::Message() << "n_keys " << n_keys << " window " << window);
+      std::mt19937 rng(seed++);
+      const int32_t n_batch = 3, n_rows = 6;
+      std::vector<int32_t> k_pos(static_cast<size_t>(n_keys));
+      for (int32_t j = 0; j < n_keys; ++j) k_pos[j] = 3 * j + 1;
+      std::vector<int32_t> q_slot(n_rows), q_pos(n_rows);
+      for (int32_t r = 0; r < n_rows; ++r) {
+        // First row sees slot 0, last the whole row, the others random slots.
+        q_slot[r] = r == 0            ? 0
+                    : r == n_rows - 1 ? n_keys - 1
+                                      : static_cast<int32_t>(rng() % n_keys);
+        q_pos[r] = k_pos[q_slot[r]];
+      }
+      if (window > 0) q_pos[1] = 3 * n_keys + 1000;  // the window hides every key: zeros
+      const std::vector<float> scores =
+          random_values(rng, static_cast<size_t>(n_batch) * n_rows * n_keys, -8.0f, 8.0f);
+      const std::vector<float> want =
+          softmax_reference(scores, n_batch, n_rows, n_keys, q_slot, q_pos, k_pos, window);
+
+      auto d_scores = upload(scores);
+      auto d_qslot = upload(q_slot);
+      auto d_qpos = upload(q_pos);
+      auto d_kpos = upload(k_pos);
+      DeviceBuffer<bf16> d_probs(scores.size());
+      d_probs.fill_bytes(0xFF);
+      masked_softmax(d_scores.data(), n_batch, n_rows, n_keys, d_qslot.data(), d_qpos.data(),
+                     d_kpos.data(), window, d_probs.data(), nullptr);
+      SS_CUDA_CHECK(cudaDeviceSynchronize());
+      const std::vector<float> got = to_f32(d_probs.download());
+      EXPECT_LE(relative_error(got, want), kBf16Tolerance);
+      size_t wrong_zeros = 0;
+      for (size_t i = 0; i < got.size(); ++i) wrong_zeros += want[i] == 0.0f && got[i] != 0.0f;
+      EXPECT_EQ(wrong_zeros, 0u) << "masked entries must be exactly 0";
+      // Each visible row sums to 1 (bf16 rounding per entry).
+      for (int32_t row = 0; row < n_batch * n_rows; ++row) {
+        double sum = 0.0, want_sum = 0.0;
+        for (int32_t j = 0; j < n_keys; ++j) {
+          sum += got[static_cast<size_t>(row) * n_keys + j];
+          want_sum += want[static_cast<size_t>(row) * n_keys + j];
+        }
+        EXPECT_NEAR(sum, want_sum, 1e-2) << "row " << row;
+      }
+    }
+  }
+}
+
+TEST(CudaAttention, GatherKvBitExact) {
+  SS_REQUIRE_GPU();
+  struct GatherCase {
+    int32_t n_slots, block_size, kv_width, out_offset;  // out_offset (elements) misaligns outputs
+  };
+  const GatherCase cases[] = {{1000, 16, 512, 0}, {17, 16, 48, 0}, {1, 16, 256, 0},
+                              {333, 5, 40, 0},    {64, 16, 12, 0}, {100, 16, 64, 1}};
+  uint32_t seed = 300;
+  for (const GatherCase& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "n_slots " << c.n_slots << " block " << c.block_size
+                                      << " width " << c.kv_width << " offset " << c.out_offset);
+    std::mt19937 rng(seed++);
+    const int32_t n_blocks_used = (c.n_slots + c.block_size - 1) / c.block_size;
+    const int32_t n_blocks = n_blocks_used + 4;
+    std::vector<int32_t> physical(static_cast<size_t>(n_blocks));
+    std::iota(physical.begin(), physical.end(), 0);
+    std::shuffle(physical.begin(), physical.end(), rng);
+    const std::vector<int32_t> table(physical.begin(), physical.begin() + n_blocks_used);
+    const size_t cache_elems = static_cast<size_t>(n_blocks) * c.block_size * c.kv_width;
+    const std::vector<bf16> k = to_bf16(random_values(rng, cache_elems));
+    const std::vector<bf16> v = to_bf16(random_values(rng, cache_elems));
+    std::vector<int32_t> positions(static_cast<size_t>(n_blocks) * c.block_size);
+    for (auto& p : positions) p = static_cast<int32_t>(rng() % 1000000);
+
+    auto d_k = upload(k);
+    auto d_v = upload(v);
+    auto d_pos = upload(positions);
+    auto d_table = upload(table);
+    const size_t out_elems = static_cast<size_t>(c.n_slots) * c.kv_width;
+    DeviceBuffer<bf16> d_k_out(out_elems + c.out_offset), d_v_out(out_elems + c.out_offset);
+    DeviceBuffer<int32_t> d_pos_out(static_cast<size_t>(c.n_slots));
+    d_k_out.fill_bytes(0xFF);
+    d_v_out.fill_bytes(0xFF);
+    d_pos_out.fill_bytes(0xFF);
+    gather_kv(d_k.data(), d_v.data(), d_pos.data(), d_table.data(), c.n_slots, c.block_size,
+              c.kv_width, d_k_out.data() + c.out_offset, d_v_out.data() + c.out_offset,
+              d_pos_out.data(), nullptr);
+    SS_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<bf16> k_out = d_k_out.download();
+    const std::vector<bf16> v_out = d_v_out.download();
+    const std::vector<int32_t> pos_out = d_pos_out.download();
+
+    std::vector<bf16> k_want(out_elems), v_want(out_elems);
+    std::vector<int32_t> pos_want(static_cast<size_t>(c.n_slots));
+    for (int32_t s = 0; s < c.n_slots; ++s) {
+      const size_t flat =
+          static_cast<size_t>(table[s / c.block_size]) * c.block_size + s % c.block_size;
+      std::copy_n(k.begin() + flat * c.kv_width, c.kv_width,
+                  k_want.begin() + static_cast<size_t>(s) * c.kv_width);
+      std::copy_n(v.begin() + flat * c.kv_width, c.kv_width,
+                  v_want.begin() + static_cast<size_t>(s) * c.kv_width);
+      pos_want[s] = positions[flat];
+    }
+    EXPECT_EQ(std::memcmp(k_out.data() + c.out_offset, k_want.data(), out_elems * sizeof(bf16)), 0);
+    EXPECT_EQ(std::memcmp(v_out.data() + c.out_offset, v_want.data(), out_elems * sizeof(bf16)), 0);
+    EXPECT_EQ(pos_out, pos_want);
+  }
+}
+
+}  // namespace
+}  // namespace specstack::cuda

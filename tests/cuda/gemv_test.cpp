@@ -1,0 +1,85 @@
+// The decode GEMV against a double-precision CPU twin and against cuBLAS
+// (Gemm::linear with n above kGemvMaxRows takes the cuBLAS path).
+#include "cuda/gemv.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "cuda/gemm.h"
+#include "cuda_test_util.h"
+
+namespace specstack::cuda::testing {
+namespace {
+
+// y[i, r] = sum_k x[i, k] * w[r, k] in double.
+std::vector<float> reference(const std::vector<float>& x, int64_t ldx, const std::vector<float>& w,
+                             int64_t n, int64_t out, int64_t in) {
+  std::vector<float> y(size_t(n * out));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t r = 0; r < out; ++r) {
+      double s = 0;
+      for (int64_t k = 0; k < in; ++k) s += double(x[size_t(i * ldx + k)]) * w[size_t(r * in + k)];
+      y[size_t(i * out + r)] = float(s);
+    }
+  }
+  return y;
+}
+
+TEST(CudaGemv, MatchesCpuTwinForEveryRowCountAndBothOutputs) {
+  SS_REQUIRE_GPU();
+  std::mt19937 rng(7);
+  cudaStream_t stream = nullptr;
+  SS_CUDA_CHECK(cudaStreamCreate(&stream));
+  for (int64_t in : {8, 96, 1000, 3584}) {
+    for (int64_t out : {1, 7, 513}) {
+      for (int64_t n = 1; n <= kGemvMaxRows; ++n) {
+        SCOPED_TRACE(::testing::Message() << "in " << in << " out " << out << " n " << n);
+        const int64_t ldx = in + 8;  // a strided input, like a row of a wider buffer
+        auto x = random_values(rng, size_t(n * ldx));
+        auto w = random_values(rng, size_t(out * in));
+        auto d_x = upload(to_bf16(x));
+        auto d_w = upload(to_bf16(w));
+        ASSERT_TRUE(gemv_supported(d_x.data(), ldx, d_w.data(), n, in));
+        const auto want = reference(x, ldx, w, n, out, in);
+        DeviceBuffer<float> y32(size_t(n * out));
+        y32.fill_bytes(0xFF);
+        gemv(d_x.data(), ldx, d_w.data(), n, out, in, nullptr, y32.data(), out, stream);
+        DeviceBuffer<__nv_bfloat16> y16(size_t(n * out));
+        y16.fill_bytes(0xFF);
+        gemv(d_x.data(), ldx, d_w.data(), n, out, in, y16.data(), nullptr, out, stream);
+        SS_CUDA_CHECK(cudaStreamSynchronize(stream));
+        EXPECT_LE(relative_error(y32.download(), want), 1e-5);  // fp32 accumulation
+        EXPECT_LE(relative_error(to_f32(y16.download()), want), kBf16Tolerance);
+      }
+    }
+  }
+  SS_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST(CudaGemv, LinearAgreesAcrossTheGemvAndCublasPaths) {
+  SS_REQUIRE_GPU();
+  std::mt19937 rng(11);
+  cudaStream_t stream = nullptr;
+  SS_CUDA_CHECK(cudaStreamCreate(&stream));
+  Gemm gemm(stream);
+  const int64_t n = 16, in = 512, out = 300;
+  auto x = random_values(rng, size_t(n * in));
+  auto w = random_values(rng, size_t(out * in));
+  auto d_x = upload(to_bf16(x));
+  auto d_w = upload(to_bf16(w));
+  DeviceBuffer<float> all(size_t(n * out)), first(size_t(kGemvMaxRows * out));
+  all.fill_bytes(0xFF);
+  first.fill_bytes(0xFF);
+  gemm.linear_f32(d_x.data(), in, d_w.data(), n, out, in, all.data(), out);               // cuBLAS
+  gemm.linear_f32(d_x.data(), in, d_w.data(), kGemvMaxRows, out, in, first.data(), out);  // gemv
+  SS_CUDA_CHECK(cudaStreamSynchronize(stream));
+  auto a = all.download();
+  a.resize(size_t(kGemvMaxRows * out));
+  EXPECT_LE(relative_error(first.download(), a), 1e-5);
+  EXPECT_LE(relative_error(a, reference(x, in, w, kGemvMaxRows, out, in)), 1e-5);
+  SS_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+}  // namespace
+}  // namespace specstack::cuda::testing
