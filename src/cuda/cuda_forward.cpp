@@ -189,6 +189,7 @@ void CudaModel::forward(const ForwardBatch& batch, KvCache& kv_base, Tensor& log
               capture_count * sizeof(bf16));
   if (static_cast<size_t>(meta.n_logit_rows) * vocab > logits_.size()) {
     graphs_.clear();  // reallocating buffers the graphs point at
+    capture_graphs_.clear();
     logits_.reserve(size_t(meta.n_logit_rows) * vocab);
     head_in_.reserve(size_t(meta.n_logit_rows) * config_.hidden_size);
   }
@@ -302,6 +303,12 @@ void CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool
   rope(qkv, n, qkv_width, n_heads + n_kv_heads, head_dim, meta.pos, inv_freq_, stream_);
   write_kv(qkv + q_width, qkv + q_width + kv_width, qkv_width, n, static_cast<int32_t>(kv_width),
            meta.slot_mapping, meta.pos, kv.k(l), kv.v(l), kv.slot_positions(), stream_);
+  if (meta.capture_device != nullptr) {  // a capture graph: every row, device to device
+    SS_CUDA_CHECK(cudaMemcpy2DAsync(meta.capture_device + l * q_width,
+                                    size_t(c.n_layers) * q_width * sizeof(bf16), qkv,
+                                    qkv_width * sizeof(bf16), q_width * sizeof(bf16), size_t(n),
+                                    cudaMemcpyDeviceToDevice, stream_));
+  }
   for (size_t i = 0; i < meta.capture_rows.size(); ++i) {
     SS_CHECK(!graph_safe);
     bf16* dst = capture_host_ + (i * size_t(c.n_layers) + size_t(l)) * size_t(q_width);

@@ -12,6 +12,10 @@ namespace specstack::cuda {
 
 namespace {
 
+// Capture graphs copy every row's queries out: worth it for lookahead steps
+// of a few drafts at once, not for large decode batches.
+constexpr int32_t kCaptureGraphMaxBatch = 8;
+
 int32_t graph_max_blocks(int32_t max_context, int64_t block_size) {
   return static_cast<int32_t>((max_context + block_size - 1) / block_size);
 }
@@ -20,10 +24,10 @@ int32_t graph_max_blocks(int32_t max_context, int64_t block_size) {
 
 void CudaModel::capture_decode_graphs(CudaKvCache& kv, int32_t max_context) {
   graphs_.clear();
+  capture_graphs_.clear();
   if (config_.moe.n_experts > 0 || options_.graph_batch_sizes.empty() || max_context <= 0) return;
   graph_kv_ = &kv;
   graph_max_context_ = max_context;
-  const int64_t block_size = kv.shape().block_size;
   const int32_t largest =
       *std::max_element(options_.graph_batch_sizes.begin(), options_.graph_batch_sizes.end());
   ensure_scratch(largest);
@@ -31,42 +35,65 @@ void CudaModel::capture_decode_graphs(CudaKvCache& kv, int32_t max_context) {
   head_in_.reserve(size_t(largest) * config_.hidden_size);
 
   for (int32_t batch_size : options_.graph_batch_sizes) {
-    auto graph = std::make_unique<Graph>();
-    graph->batch = batch_size;
-    // An empty batch padded to batch_size: every row is padding (no KV
-    // writes), which is exactly the layout a real decode step stages.
-    ForwardBatch empty;
-    std::vector<int32_t> staged;
-    const MetaOffsets offsets =
-        plan_step(empty, block_size, false, batch_size, graph_max_blocks(max_context, block_size),
-                  max_context, graph->step, staged);
-    graph->meta.resize(staged.size());
-    graph->meta.upload(staged);
-    set_device_pointers(offsets, graph->meta.data(), graph->step);
-    graph->attn_workspace.resize(
-        paged_attention_workspace_floats(batch_size, static_cast<int32_t>(config_.n_heads),
-                                         static_cast<int32_t>(config_.head_dim), max_context));
-    graph->step.attn_workspace = graph->attn_workspace.data();
-
-    // One eager run first: cuBLAS picks and loads its kernels outside capture.
-    run_layers(graph->step, kv, /*graph_safe=*/true);
-    SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    cudaGraph_t captured = nullptr;
-    SS_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    run_layers(graph->step, kv, /*graph_safe=*/true);
-    SS_CUDA_CHECK(cudaStreamEndCapture(stream_, &captured));
-    SS_CUDA_CHECK(cudaGraphInstantiate(&graph->exec, captured, 0));
-    SS_CUDA_CHECK(cudaGraphDestroy(captured));
-    SS_CUDA_CHECK(cudaGraphLaunch(graph->exec, stream_));  // pre-warm the replay path
-    SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    graphs_[batch_size] = std::move(graph);
+    graphs_[batch_size] = capture_graph(kv, batch_size, false);
+    if (batch_size <= kCaptureGraphMaxBatch) {
+      capture_graphs_[batch_size] = capture_graph(kv, batch_size, true);
+    }
   }
 }
 
+std::unique_ptr<CudaModel::Graph> CudaModel::capture_graph(CudaKvCache& kv, int32_t batch_size,
+                                                           bool with_capture) {
+  const int64_t block_size = kv.shape().block_size;
+  const int32_t max_context = graph_max_context_;
+  auto graph = std::make_unique<Graph>();
+  graph->batch = batch_size;
+  // An empty batch padded to batch_size: every row is padding (no KV
+  // writes), which is exactly the layout a real decode step stages.
+  ForwardBatch empty;
+  std::vector<int32_t> staged;
+  const MetaOffsets offsets =
+      plan_step(empty, block_size, false, batch_size, graph_max_blocks(max_context, block_size),
+                max_context, graph->step, staged);
+  graph->meta.resize(staged.size());
+  graph->meta.upload(staged);
+  set_device_pointers(offsets, graph->meta.data(), graph->step);
+  graph->attn_workspace.resize(
+      paged_attention_workspace_floats(batch_size, static_cast<int32_t>(config_.n_heads),
+                                       static_cast<int32_t>(config_.head_dim), max_context));
+  graph->step.attn_workspace = graph->attn_workspace.data();
+  if (with_capture) {
+    graph->captured.resize(size_t(batch_size) * config_.n_layers * config_.n_heads *
+                           config_.head_dim);
+    graph->step.capture_device = graph->captured.data();
+  }
+
+  // One eager run first: cuBLAS picks and loads its kernels outside capture.
+  run_layers(graph->step, kv, /*graph_safe=*/true);
+  SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  cudaGraph_t captured = nullptr;
+  SS_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  run_layers(graph->step, kv, /*graph_safe=*/true);
+  SS_CUDA_CHECK(cudaStreamEndCapture(stream_, &captured));
+  SS_CUDA_CHECK(cudaGraphInstantiate(&graph->exec, captured, 0));
+  SS_CUDA_CHECK(cudaGraphDestroy(captured));
+  SS_CUDA_CHECK(cudaGraphLaunch(graph->exec, stream_));  // pre-warm the replay path
+  SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return graph;
+}
+
 bool CudaModel::try_graph_forward(const ForwardBatch& batch, CudaKvCache& kv, Tensor& logits) {
-  if (graphs_.empty() || &kv != graph_kv_ || !batch.capture_rows.empty()) return false;
+  if (graphs_.empty() || &kv != graph_kv_) return false;
   const auto n = static_cast<int32_t>(batch.token_ids.size());
   const auto& att = batch.attention;
+  // Query capture (draft lookahead) replays a capture graph: every row captured.
+  const bool capture = !batch.capture_rows.empty();
+  if (capture) {
+    if (batch.capture_rows.size() != size_t(n)) return false;
+    for (int32_t t = 0; t < n; ++t) {
+      if (batch.capture_rows[size_t(t)] != t) return false;
+    }
+  }
   // Decode shape: one token per sequence, each wanting logits, within capacity.
   if (att.block_tables.size() != size_t(n) || batch.logit_rows.size() != size_t(n)) return false;
   std::vector<char> seen(size_t(n), 0);
@@ -78,8 +105,9 @@ bool CudaModel::try_graph_forward(const ForwardBatch& batch, CudaKvCache& kv, Te
     if (att.token_slot[size_t(t)] + 1 > graph_max_context_) return false;
     if (static_cast<int32_t>(att.block_tables[size_t(seq)].size()) > max_blocks) return false;
   }
-  auto it = graphs_.lower_bound(n);
-  if (it == graphs_.end()) return false;
+  auto& pool = capture ? capture_graphs_ : graphs_;
+  auto it = pool.lower_bound(n);
+  if (it == pool.end()) return false;
   Graph& graph = *it->second;
 
   std::vector<int32_t> staged;
@@ -93,7 +121,19 @@ bool CudaModel::try_graph_forward(const ForwardBatch& batch, CudaKvCache& kv, Te
   SS_CUDA_CHECK(cudaMemcpyAsync(graph.meta.data(), meta_host_, staged.size() * sizeof(int32_t),
                                 cudaMemcpyHostToDevice, stream_));
   SS_CUDA_CHECK(cudaGraphLaunch(graph.exec, stream_));
-  finish_step(batch, n, logits);
+  const size_t capture_count =
+      capture ? size_t(n) * config_.n_layers * config_.n_heads * config_.head_dim : 0;
+  if (capture) {
+    grow_pinned(reinterpret_cast<void**>(&capture_host_), &capture_host_capacity_,
+                capture_count * sizeof(bf16));
+    SS_CUDA_CHECK(cudaMemcpyAsync(capture_host_, graph.captured.data(),
+                                  capture_count * sizeof(bf16), cudaMemcpyDeviceToHost, stream_));
+  }
+  finish_step(batch, n, logits);  // waits for the stream
+  if (capture) {
+    float* out = batch.captured_queries->f32();
+    for (size_t i = 0; i < capture_count; ++i) out[i] = __bfloat162float(capture_host_[i]);
+  }
   ++graph_replays_;
   return true;
 }

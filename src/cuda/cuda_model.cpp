@@ -33,6 +33,7 @@ CudaModel::CudaModel(ModelConfig config, const CudaModelOptions& options)
 
 CudaModel::~CudaModel() {
   graphs_.clear();
+  capture_graphs_.clear();
   if (meta_host_ != nullptr) cudaFreeHost(meta_host_);
   if (logits_host_ != nullptr) cudaFreeHost(logits_host_);
   if (capture_host_ != nullptr) cudaFreeHost(capture_host_);
@@ -179,7 +180,8 @@ void CudaModel::ensure_scratch(int64_t n_tokens) {
   if (n_tokens <= scratch_tokens_) return;
   // Reallocation moves buffers the decode graphs point at: they are dropped
   // and re-captured lazily never (eager decode continues to work).
-  if (!graphs_.empty()) graphs_.clear();
+  graphs_.clear();
+  capture_graphs_.clear();
   const ModelConfig& c = config_;
   const auto t = static_cast<size_t>(n_tokens);
   const auto hidden = static_cast<size_t>(c.hidden_size);

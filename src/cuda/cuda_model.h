@@ -103,6 +103,7 @@ class CudaModel final : public ForwardModel {
   void attention(int64_t layer, const StepMeta& meta, CudaKvCache& kv, bool graph_safe);
   void moe_mlp(const DeviceLayer& layer, int64_t n_tokens);
   bool try_graph_forward(const ForwardBatch& batch, CudaKvCache& kv, Tensor& logits);
+  std::unique_ptr<Graph> capture_graph(CudaKvCache& kv, int32_t batch_size, bool with_capture);
   // Copies the first n_rows rows of logits_ to the host, or with
   // batch.greedy_tokens their argmax ids only; waits for the stream.
   void finish_step(const ForwardBatch& batch, int32_t n_rows, Tensor& logits);
@@ -158,6 +159,9 @@ class CudaModel final : public ForwardModel {
   size_t capture_host_capacity_ = 0;
   // Decode graphs by batch size.
   std::map<int32_t, std::unique_ptr<Graph>> graphs_;
+  // The same with query capture, for SpecPrefill's draft lookahead steps
+  // (small batches only: every row's queries are copied out).
+  std::map<int32_t, std::unique_ptr<Graph>> capture_graphs_;
   int32_t graph_max_context_ = 0;
   CudaKvCache* graph_kv_ = nullptr;
   int64_t graph_replays_ = 0;

@@ -46,14 +46,18 @@ struct CudaModel::StepMeta {
   std::vector<int32_t> capture_rows;  // host
   // Where paged attention's split-K partials go (eager or a graph's own).
   float* attn_workspace = nullptr;
+  // Capture graphs: every row's queries land here per layer, device to
+  // device inside the graph [n_tokens, n_layers, n_heads * head_dim] bf16.
+  __nv_bfloat16* capture_device = nullptr;
 };
 
 struct CudaModel::Graph {
   int32_t batch = 0;
   cudaGraphExec_t exec = nullptr;
-  DeviceBuffer<int32_t> meta;          // this graph's staged metadata
-  DeviceBuffer<float> attn_workspace;  // split-K partials at graph capacity
-  StepMeta step;                       // device pointers into `meta`
+  DeviceBuffer<int32_t> meta;            // this graph's staged metadata
+  DeviceBuffer<float> attn_workspace;    // split-K partials at graph capacity
+  DeviceBuffer<__nv_bfloat16> captured;  // capture graphs: [batch, n_layers, q_width]
+  StepMeta step;                         // device pointers into `meta`
   ~Graph() {
     if (exec != nullptr) cudaGraphExecDestroy(exec);
   }

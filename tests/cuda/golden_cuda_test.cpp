@@ -273,3 +273,50 @@ TEST(GoldenCuda, GraphReplayAndDeviceGreedyEqualEager) {
 
 }  // namespace
 }  // namespace specstack
+
+namespace specstack {
+namespace {
+
+// A decode step that captures queries (SpecPrefill's draft lookahead) replays
+// a capture graph; its captured queries and logits equal the eager path's.
+TEST(GoldenCuda, CaptureGraphQueriesEqualEager) {
+  SS_REQUIRE_GPU();
+  CpuBackend backend(CpuBackendOptions{1});
+  std::vector<float> captured[2], logits[2];
+  for (int graphs = 0; graphs < 2; ++graphs) {
+    auto model = load_gpu("qwen3", graphs == 1, backend);
+    KvManager& kv = model->kv_manager();
+    KvSequence seq = kv.new_sequence(KvSequenceOptions{0, false});
+    StepPlan prefill;
+    const int32_t first = kv.append(seq, 40);
+    for (int32_t i = 0; i < 40; ++i) prefill.add_token(5 + i * 7 % 400, i, 0, first + i, i == 39);
+    prefill.block_tables.push_back(seq.blocks());
+    prefill.seq_n_slots.push_back(seq.n_slots());
+    model->runner().run(prefill);
+    for (int step = 0; step < 3; ++step) {
+      StepPlan plan;
+      const int32_t slot = kv.append(seq, 1);
+      plan.add_token(11 + step, 40 + step, 0, slot, true);
+      plan.capture_rows.push_back(0);
+      plan.block_tables.push_back(seq.blocks());
+      plan.seq_n_slots.push_back(seq.n_slots());
+      StepOutput out = model->runner().run(plan);
+      captured[graphs].insert(captured[graphs].end(), out.captured_queries.f32(),
+                              out.captured_queries.f32() + out.captured_queries.numel());
+      logits[graphs].insert(logits[graphs].end(), out.logits.f32(),
+                            out.logits.f32() + out.logits.numel());
+    }
+    kv.free(seq);
+    auto* cuda_model = dynamic_cast<cuda::CudaModel*>(&model->model());
+    ASSERT_NE(cuda_model, nullptr);
+    EXPECT_EQ(cuda_model->graph_replays(), graphs == 1 ? 3 : 0);
+  }
+  ASSERT_EQ(captured[0].size(), captured[1].size());
+  ASSERT_FALSE(captured[0].empty());
+  EXPECT_LE(relative_error(captured[1].data(), captured[0].data(), int64_t(captured[0].size())),
+            1e-6);
+  EXPECT_LE(relative_error(logits[1].data(), logits[0].data(), int64_t(logits[0].size())), 1e-6);
+}
+
+}  // namespace
+}  // namespace specstack
