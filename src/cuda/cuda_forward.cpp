@@ -262,9 +262,8 @@ void CudaModel::run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_saf
       moe_mlp(layer, n);  // adds into the residual itself
     } else {
       const int64_t inter = c.intermediate_size;
-      gemm_->linear(h_.data(), hidden, layer.gate_up, n, 2 * inter, hidden, gate_up_.data(),
-                    2 * inter);
-      silu_mul(gate_up_.data(), n, static_cast<int32_t>(inter), act_.data(), stream_);
+      gemm_->gate_up_silu(h_.data(), hidden, layer.gate_up, n, inter, hidden, gate_up_.data(),
+                          act_.data());
       gemm_->linear(act_.data(), inter, layer.down, n, hidden, inter, delta_.data(), hidden);
       pending = delta_.data();
     }
@@ -291,10 +290,7 @@ void CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool
   const int64_t qkv_width = q_width + 2 * kv_width;
   const float eps = static_cast<float>(c.rms_norm_eps);
   bf16* qkv = qkv_.data();  // [n, qkv_width]: q | k | v per row
-  gemm_->linear(h_.data(), hidden, layer.qkv, n, qkv_width, hidden, qkv, qkv_width);
-  if (layer.qkv_bias != nullptr) {
-    add_bias(qkv, n, static_cast<int32_t>(qkv_width), qkv_width, layer.qkv_bias, stream_);
-  }
+  gemm_->linear(h_.data(), hidden, layer.qkv, n, qkv_width, hidden, qkv, qkv_width, layer.qkv_bias);
   if (layer.q_norm != nullptr) {
     head_rmsnorm(qkv, n, qkv_width, n_heads, head_dim, layer.q_norm, eps, stream_);
     head_rmsnorm(qkv + q_width, n, qkv_width, n_kv_heads, head_dim, layer.k_norm, eps, stream_);
@@ -381,8 +377,7 @@ void CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool
                    static_cast<int32_t>(q_width), attn, q_width, stream_);
     }
   }
-  gemm_->linear(attn, q_width, layer.o, n, hidden, q_width, delta_.data(), hidden);
-  if (layer.o_bias != nullptr) add_bias(delta_.data(), n, hidden, hidden, layer.o_bias, stream_);
+  gemm_->linear(attn, q_width, layer.o, n, hidden, q_width, delta_.data(), hidden, layer.o_bias);
 }
 
 void CudaModel::moe_mlp(const DeviceLayer& layer, int64_t n_tokens) {
@@ -431,10 +426,8 @@ void CudaModel::moe_mlp(const DeviceLayer& layer, int64_t n_tokens) {
     const DeviceExpert& expert = layer.experts[size_t(e)];
     gather_rows(h_.data(), hidden, expert_rows_.data() + first, count, hidden, expert_in_.data(),
                 stream_);
-    gemm_->linear(expert_in_.data(), hidden, expert.gate_up, count, 2 * inter, hidden,
-                  expert_gate_up_.data(), 2 * inter);
-    silu_mul(expert_gate_up_.data(), count, static_cast<int32_t>(inter), expert_act_.data(),
-             stream_);
+    gemm_->gate_up_silu(expert_in_.data(), hidden, expert.gate_up, count, inter, hidden,
+                        expert_gate_up_.data(), expert_act_.data());
     gemm_->linear(expert_act_.data(), inter, expert.down, count, hidden, inter, expert_out_.data(),
                   hidden);
     scatter_add_weighted(expert_out_.data(), expert_rows_.data() + first,

@@ -1,6 +1,7 @@
 #include "cuda/gemm.h"
 
 #include "base/check.h"
+#include "cuda/elementwise.h"
 #include "cuda/gemv.h"
 
 namespace specstack::cuda {
@@ -21,10 +22,25 @@ Gemm::~Gemm() {
 }
 
 void Gemm::linear(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n,
-                  int64_t out, int64_t in, __nv_bfloat16* y, int64_t ldy) {
-  if (gemv_supported(x, ldx, w, n, in))
-    return gemv(x, ldx, w, n, out, in, y, nullptr, ldy, stream_);
+                  int64_t out, int64_t in, __nv_bfloat16* y, int64_t ldy, const float* bias) {
+  if (gemv_supported(x, ldx, w, n, in)) {
+    return gemv(x, ldx, w, n, out, in, y, nullptr, ldy, stream_, bias);
+  }
   gemm(x, ldx, w, n, out, in, y, CUDA_R_16BF, ldy);
+  if (bias != nullptr) {
+    add_bias(y, static_cast<int32_t>(n), static_cast<int32_t>(out), ldy, bias, stream_);
+  }
+}
+
+void Gemm::gate_up_silu(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w_gate_up,
+                        int64_t n, int64_t width, int64_t in, __nv_bfloat16* gate_up,
+                        __nv_bfloat16* act) {
+  if (n == 0) return;
+  if (gemv_supported(x, ldx, w_gate_up, n, in)) {
+    return gemv_silu_mul(x, ldx, w_gate_up, n, width, in, act, stream_);
+  }
+  gemm(x, ldx, w_gate_up, n, 2 * width, in, gate_up, CUDA_R_16BF, 2 * width);
+  silu_mul(gate_up, static_cast<int32_t>(n), static_cast<int32_t>(width), act, stream_);
 }
 
 void Gemm::linear_f32(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n,

@@ -22,8 +22,13 @@ class Gemm {
 
   // y[n, out] = x[n, in] · w[out, in]ᵀ.   x rows with stride ldx, y rows with stride ldy.
   // Up to kGemvMaxRows rows (decode) run the bandwidth kernel of gemv.h.
+  // With bias [out] f32 it is added to every row (fused into gemv's epilogue).
   void linear(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n, int64_t out,
-              int64_t in, __nv_bfloat16* y, int64_t ldy);
+              int64_t in, __nv_bfloat16* y, int64_t ldy, const float* bias = nullptr);
+  // act[n, width] = bf16(silu(x · w_gate_upᵀ[:, :width]) * (x · w_gate_upᵀ[:, width:])):
+  // gemv_silu_mul for decode rows, else a GEMM into gate_up [n, 2 * width] + silu_mul.
+  void gate_up_silu(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w_gate_up, int64_t n,
+                    int64_t width, int64_t in, __nv_bfloat16* gate_up, __nv_bfloat16* act);
   // The same with an f32 output (logits, router scores).
   void linear_f32(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n,
                   int64_t out, int64_t in, float* y, int64_t ldy);

@@ -20,8 +20,18 @@ constexpr int64_t kGemvMaxRows = 8;
 // multiple of 8, rows of x and w 16-byte aligned.
 bool gemv_supported(const void* x, int64_t ldx, const void* w, int64_t n, int64_t in);
 
-// y bf16 [n, ldy] or, with y_f32, f32.   x [n, ldx] bf16, w [out, in] bf16
+// y bf16 [n, ldy] or, with y_f32, f32; plus bias [out] f32 when not null.
+// x [n, ldx] bf16, w [out, in] bf16
 void gemv(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n, int64_t out,
-          int64_t in, __nv_bfloat16* y, float* y_f32, int64_t ldy, cudaStream_t stream);
+          int64_t in, __nv_bfloat16* y, float* y_f32, int64_t ldy, cudaStream_t stream,
+          const float* bias = nullptr);
+
+// The MLP's fused gate/up projection and SiLU in one pass: for each row r <
+// width, g = x · w[r], u = x · w[width + r] (fp32), y[:, r] = bf16(silu(g) * u).
+// x [n, ldx] bf16, w_gate_up [2 * width, in] bf16, y [n, width] bf16.
+// CPU twin: the reference in tests/cuda/gemv_test.cpp (also equal to
+// linear + silu_mul up to the bf16 rounding of g and u those add).
+void gemv_silu_mul(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w_gate_up, int64_t n,
+                   int64_t width, int64_t in, __nv_bfloat16* y, cudaStream_t stream);
 
 }  // namespace specstack::cuda

@@ -83,3 +83,50 @@ TEST(CudaGemv, LinearAgreesAcrossTheGemvAndCublasPaths) {
 
 }  // namespace
 }  // namespace specstack::cuda::testing
+
+namespace specstack::cuda::testing {
+namespace {
+
+// The fused epilogues: bias, and the MLP's gate/up + SiLU.
+TEST(CudaGemv, BiasAndSiluEpiloguesMatchCpuTwin) {
+  SS_REQUIRE_GPU();
+  std::mt19937 rng(13);
+  cudaStream_t stream = nullptr;
+  SS_CUDA_CHECK(cudaStreamCreate(&stream));
+  for (int64_t n : {1, 3, 8}) {
+    SCOPED_TRACE(::testing::Message() << "n " << n);
+    const int64_t in = 264, width = 97;
+    auto x = random_values(rng, size_t(n * in));
+    auto w = random_values(rng, size_t(2 * width * in));
+    auto bias = random_values(rng, size_t(2 * width));
+    auto d_x = upload(to_bf16(x));
+    auto d_w = upload(to_bf16(w));
+    auto d_bias = upload(bias);
+    const auto dots = reference(x, in, w, n, 2 * width, in);  // [n, 2 * width]
+    std::vector<float> want_bias(dots.size()), want_silu(size_t(n * width));
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t r = 0; r < 2 * width; ++r) {
+        want_bias[size_t(i * 2 * width + r)] = dots[size_t(i * 2 * width + r)] + bias[size_t(r)];
+      }
+      for (int64_t r = 0; r < width; ++r) {
+        const double g = dots[size_t(i * 2 * width + r)],
+                     u = dots[size_t(i * 2 * width + width + r)];
+        want_silu[size_t(i * width + r)] = float(g / (1.0 + std::exp(-g)) * u);
+      }
+    }
+    DeviceBuffer<float> y(size_t(n * 2 * width));
+    y.fill_bytes(0xFF);
+    gemv(d_x.data(), in, d_w.data(), n, 2 * width, in, nullptr, y.data(), 2 * width, stream,
+         d_bias.data());
+    DeviceBuffer<__nv_bfloat16> act(size_t(n * width));
+    act.fill_bytes(0xFF);
+    gemv_silu_mul(d_x.data(), in, d_w.data(), n, width, in, act.data(), stream);
+    SS_CUDA_CHECK(cudaStreamSynchronize(stream));
+    EXPECT_LE(relative_error(y.download(), want_bias), 1e-5);
+    EXPECT_LE(relative_error(to_f32(act.download()), want_silu), kBf16Tolerance);
+  }
+  SS_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+}  // namespace
+}  // namespace specstack::cuda::testing
