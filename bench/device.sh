@@ -137,6 +137,27 @@ step_demo() {
   fi
 }
 
+# specstack serve --device cuda end to end: a completion, a stream, a bad
+# request (400), then every KV block back in the pool.
+step_serve() {
+  local port=18777 url=http://127.0.0.1:18777
+  "$BUILD/specstack" serve --model models/tinystories-656k --device cuda --port $port \
+    >"$OUT/serve_server.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 100); do curl -s -f "$url/health" >/dev/null 2>&1 && break; sleep 0.2; done
+  local body='{"model":"tinystories-656k","prompt":"Once upon a time","max_tokens":32,"temperature":0}'
+  step serve_completion 60 curl -s -f "$url/v1/completions" -H 'Content-Type: application/json' -d "$body"
+  step serve_stream 60 curl -s -f -N "$url/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"model":"tinystories-656k","prompt":"Once","max_tokens":16,"stream":true}'
+  step serve_bad_request 30 bash -c "curl -s -o /dev/null -w '%{http_code}' $url/v1/completions \
+    -H 'Content-Type: application/json' -d '{bad' | grep -qx 400"
+  step serve_blocks_free 30 bash -c "m=\$(curl -s $url/metrics); echo \"\$m\" | grep -E '^specstack_kv_blocks_(total|free) '; \
+    t=\$(echo \"\$m\" | awk '/^specstack_kv_blocks_total /{print \$2}'); \
+    f=\$(echo \"\$m\" | awk '/^specstack_kv_blocks_free /{print \$2}'); [ -n \"\$t\" ] && [ \"\$t\" = \"\$f\" ]"
+  kill "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+}
+
 step_hf() {
   local peak=${PEAK_TFLOPS_MEASURED:-${PEAK_TFLOPS:-}} copy=${COPY_TBPS_MEASURED:-${COPY_TBPS:-}}
   local args=(--config "$HF_CONFIG" --lengths "$HF_LENGTHS")
@@ -152,12 +173,12 @@ read_peaks() {
   export PEAK_TFLOPS_MEASURED COPY_TBPS_MEASURED
 }
 
-ALL_STEPS=(gpu peak tests demo bench ttft hf)
+ALL_STEPS=(gpu peak tests demo serve bench ttft hf)
 STEPS=("$@")
 ((${#STEPS[@]})) || STEPS=("${ALL_STEPS[@]}")
 for s in "${STEPS[@]}"; do
   case $s in
-    gpu | peak | tests | demo | bench | ttft | ttft32b | hf) ;;
+    gpu | peak | tests | demo | serve | bench | ttft | ttft32b | hf) ;;
     *)
       echo "usage: $0 [${ALL_STEPS[*]}] (default: all); unknown step '$s'" >&2
       exit 2

@@ -59,6 +59,7 @@
 #include "base/check.h"
 #include "cuda/cuda_check.h"
 #include "cuda/flash_attention.h"
+#include "cuda/flash_attention_hopper.h"
 
 namespace specstack::cuda {
 namespace {
@@ -622,6 +623,11 @@ void flash_attention(const FlashAttentionArgs& args, cudaStream_t stream) {
            aligned16(args.out));
   SS_CHECK(args.q_stride % 8 == 0 && args.out_stride % 8 == 0);
   if (args.n_rows <= 0 || args.n_heads <= 0) return;
+  // Hopper (wgmma) kernel where the build and the device allow it.
+  if (args.head_dim == 128 && flash_attention_hopper_supported(args)) {
+    flash_attention_hopper(args, stream);
+    return;
+  }
   // Query blocks run on grid.y.
   SS_CHECK_LE((args.n_rows + Shape128::kBlockM - 1) / Shape128::kBlockM, 65535);
   if (args.head_dim == 128) {

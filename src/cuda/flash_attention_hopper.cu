@@ -1,0 +1,707 @@
+// Hopper prefill attention for head_dim 128 (contract in flash_attention.h,
+// dispatch in flash_attention_hopper.h; CPU twin CpuBackend::attention):
+// FlashAttention-3 style, with warpgroup MMAs (wgmma, sm_90a) and warp
+// specialisation.
+//
+// One CTA = 128 query rows of ONE head and 3 warpgroups (384 threads):
+//  * warpgroup 0, the producer, copies key tiles of 128 slots into shared
+//    memory with cp.async (16 bytes, zero-filled past n_keys) through the
+//    block table, two stages for K and two for V, and signals each filled
+//    stage on an mbarrier (cp.async.mbarrier.arrive.noinc). It keeps only a
+//    few registers (setmaxnreg) so the consumers can have 232.
+//  * warpgroups 1 and 2, the consumers, own 64 query rows each. Per key tile:
+//    S = Q K^T (wgmma m64n128k16, Q and K from smem), mask, online softmax in
+//    fp32 on the accumulator registers, P rounded to bf16 in registers, O +=
+//    P V (wgmma with P as the register A operand, V from smem as an MN-major
+//    operand). The S GEMM of tile t is issued together with the P V GEMM of
+//    tile t - 1, and the softmax of tile t runs while that P V GEMM is still
+//    on the tensor cores (FA3's intra-warpgroup overlap). With kPingPong the
+//    two consumers also take turns issuing their GEMMs (named barriers), so
+//    one's softmax overlaps the other's GEMMs.
+// Grid (n_heads, ceil(n_rows / 128)): heads fastest (the heads of a GQA group
+// read the same K/V from L2), query blocks from the last (most keys) to the
+// first. The tile range is the FA2 kernel's: tiles past the CTA's last
+// visible slot are never loaded, and with a sliding window a leading run of
+// tiles that no row sees by position is skipped (found by reading the
+// positions); every loaded tile is masked per element where a warp's rows
+// need it.
+//
+// Shared-memory operands use the 128-byte swizzle of the wgmma canonical
+// layouts. A tile of R rows x 128 bf16 is stored as two halves (dims 0..63,
+// 64..127) of R rows x 128 bytes; the 16-byte chunk c of row r sits at chunk
+// c ^ (r % 8) of its row (swz_offset), every half starts 1024-byte aligned.
+//  * Q (A) and K (B) are K-major: 8-row groups 1024 bytes apart (SBO); the
+//    k-step kk of 16 dims starts at half kk / 4, byte (kk % 4) * 32.
+//  * V (B of P V) is MN-major (transposed): its rows are keys (the K dim),
+//    8-key groups 1024 bytes apart (SBO), the two 64-dim halves LBO apart;
+//    k-step kk (keys 16 kk ..) starts at byte kk * 2048.
+// Accumulator layout (m64nN f32, per warp w of the warpgroup, g = lane / 4,
+// t = lane % 4): d[4 j + e] = (row 16 w + g, col 8 j + 2 t + e), d[4 j + 2 + e]
+// = (row 16 w + g + 8, same col). The bf16 A fragment of k-step kk is d[8 kk ..
+// 8 kk + 7] packed in pairs, so p[i] = bf16x2(s[2 i], s[2 i + 1]).
+//
+// Synchronisation: per stage, full_k / full_v mbarriers (128 producer
+// arrivals, each once that thread's cp.asyncs have landed) and empty_k /
+// empty_v (one arrival per consumer warp once the wgmmas reading the stage
+// are complete, and for K once the stage's key positions were read). The
+// n-th use of a stage waits for parity n & 1; a fresh barrier counts as having
+// completed parity 1, so the producer's first wait on each empty barrier
+// passes. cp.async writes are generic-proxy and wgmma reads async-proxy, so
+// consumers fence.proxy.async after every full wait.
+//
+// Resource usage (nvcc 13.0, sm_90a, -Xptxas -v): 168 registers at launch
+// (40 producer / 232 consumer after setmaxnreg), 0 spills, 165952 B dynamic +
+// 2 KB static smem, one CTA per SM. In a build for plain sm_90 the kernel is
+// empty and flash_attention_hopper_supported() is false.
+#include <cuda_bf16.h>
+
+#include <atomic>
+#include <climits>
+#include <cstdint>
+
+#include "base/check.h"
+#include "cuda/cuda_check.h"
+#include "cuda/flash_attention_hopper.h"
+
+namespace specstack::cuda {
+
+// 1 in the sm_90a image (the one with the kernel), 0 in any other image;
+// read back once by the host (device_runs_kernel). Never written.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ int flash_hopper_image_has_kernel = 1;
+#else
+__device__ int flash_hopper_image_has_kernel = 0;
+#endif
+
+namespace {
+
+constexpr int kHeadDim = 128;
+constexpr int kBlockM = 128;  // query rows per CTA: 2 consumer warpgroups x 64
+constexpr int kBlockN = 128;  // keys per tile
+constexpr int kThreads = 384;
+
+// Dynamic smem, from a 1024-byte aligned base: Q [2 warpgroups][2 halves][64][128 B],
+// K [2 stages][2 halves][128][128 B], V likewise, key positions [2 stages][128] i32,
+// mbarriers full_k[2], full_v[2], empty_k[2], empty_v[2].
+constexpr uint32_t kHalfQ = 64 * 128;
+constexpr uint32_t kHalfKV = kBlockN * 128;
+constexpr uint32_t kQOffset = 0;
+constexpr uint32_t kKOffset = kQOffset + 2 * 2 * kHalfQ;
+constexpr uint32_t kVOffset = kKOffset + 2 * 2 * kHalfKV;
+constexpr uint32_t kPosOffset = kVOffset + 2 * 2 * kHalfKV;
+constexpr uint32_t kBarOffset = kPosOffset + 2 * kBlockN * 4;
+constexpr uint32_t kSmemBytes = kBarOffset + 8 * 8 + 1024;  // + slack for aligning the base
+
+// Device code exists only in the sm_90a image (and is parsed by the host
+// pass); a build for plain sm_90 gets an empty kernel it never launches.
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+constexpr int kWarps = kThreads / 32;
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 * (40 + 2 * 232) <= 65536
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr unsigned kFullMask = 0xffffffffu;
+// Named barriers (0 is __syncthreads): Q ready / epilogue per consumer, and
+// the ping-pong turns.
+constexpr int kBarConsumer = 1, kBarTurn = 3;
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Byte offset of the 16-byte chunk `chunk` (0..15, dims 8 chunk ..) of row r
+// in a swizzled tile whose halves are half_bytes apart.
+__device__ __forceinline__ uint32_t swz_offset(int r, int chunk, uint32_t half_bytes) {
+  return (chunk >> 3) * half_bytes + r * 128 + (((chunk & 7) ^ (r & 7)) << 4);
+}
+
+// wgmma shared-memory descriptor, 128-byte swizzle: start address, leading
+// and stride byte offsets in 16-byte units, layout type 1 in bits 62..63.
+__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32) |
+         (uint64_t(1) << 62);
+}
+
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+// Waits until the phase of the given parity has completed (a fresh barrier
+// counts the phase before the first as completed with parity 1).
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Arrives on bar once every cp.async this thread issued so far has landed
+// (no pending-count increment: the barrier's count includes this arrival).
+__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Orders this thread's generic-proxy view of smem (cp.async or st.shared
+// data) before its next async-proxy accesses (wgmma operand reads).
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void bar_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+__device__ __forceinline__ void bar_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+template <int n>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(n) : "memory");
+}
+
+// Pins registers at this point of the instruction stream, so the compiler
+// neither reads a wgmma accumulator before the wait that completes it nor
+// reuses an operand register while a wgmma may still read it.
+template <int n>
+__device__ __forceinline__ void fence_regs(float (&r)[n]) {
+#pragma unroll
+  for (int i = 0; i < n; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+template <int n>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[n]) {
+#pragma unroll
+  for (int i = 0; i < n; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+#define SS_WGMMA_D64                                                                            \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
+  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "  \
+  "%56, %57, %58, %59, %60, %61, %62, %63}"
+#define SS_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define SS_D16(i) SS_D4(i), SS_D4(i + 4), SS_D4(i + 8), SS_D4(i + 12)
+#define SS_D64 SS_D16(0), SS_D16(16), SS_D16(32), SS_D16(48)
+
+// d (64x128 f32) = or += A (64x16, smem, K-major) * B (16x128, smem, K-major);
+// accumulate == 0 overwrites d (the first k-step of S = Q K^T).
+__device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                         int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " SS_WGMMA_D64
+      ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : SS_D64
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+// d (64x128 f32) += A (64x16 bf16, registers) * B (16x128, smem, MN-major): O += P V.
+__device__ __forceinline__ void wgmma_rs(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " SS_WGMMA_D64
+      ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : SS_D64
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(1));
+}
+
+#undef SS_D64
+#undef SS_D16
+#undef SS_D4
+#undef SS_WGMMA_D64
+
+// Issues S = Q K^T for one key tile as one wgmma group (8 k-steps of 16
+// dims): q_desc describes this warpgroup's Q tile, k_addr the K tile.
+__device__ __forceinline__ void gemm_qk(float (&s)[64], uint64_t q_desc, uint32_t k_addr) {
+  const uint64_t k_desc = make_desc(k_addr, 16, 1024);
+  fence_regs(s);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+    wgmma_ss(s, q_desc + (((kk >> 2) * kHalfQ + (kk & 3) * 32) >> 4),
+             k_desc + (((kk >> 2) * kHalfKV + (kk & 3) * 32) >> 4), kk > 0);
+  }
+  wgmma_commit();
+  fence_regs(s);
+}
+
+// Issues O += P V for one key tile as one wgmma group (8 k-steps of 16 keys):
+// p holds P in the A-fragment layout, v_addr is the V tile (MN-major).
+__device__ __forceinline__ void gemm_pv(float (&o)[64], uint32_t (&p)[32], uint32_t v_addr) {
+  const uint64_t v_desc = make_desc(v_addr, kHalfKV, 1024);
+  fence_regs(o);
+  fence_regs(p);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {
+    wgmma_rs(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3],
+             v_desc + ((kk * 16 * 128) >> 4));
+  }
+  wgmma_commit();
+  fence_regs(o);
+  fence_regs(p);
+}
+
+// 2^x (MUFU; 2^-inf = +0, which the masked scores rely on).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Physical cache row of key slot j, or -1 past the sequence's keys.
+__device__ __forceinline__ int32_t physical_row(const FlashAttentionArgs& a, int32_t j) {
+  if (j >= a.n_keys) return -1;
+  return __ldg(a.block_table + j / a.block_size) * a.block_size + j % a.block_size;
+}
+
+__device__ __forceinline__ int32_t clamp_i32(int64_t v) {
+  return static_cast<int32_t>(v < INT_MIN ? INT_MIN : (v > INT_MAX ? INT_MAX : v));
+}
+
+// Max of a, min of b over the CTA; every thread gets the result. red [2][kWarps].
+__device__ __forceinline__ void block_reduce(int32_t& max_a, int32_t& min_b, int32_t* red) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  max_a = __reduce_max_sync(kFullMask, max_a);
+  min_b = __reduce_min_sync(kFullMask, min_b);
+  if (lane == 0) {
+    red[warp] = max_a;
+    red[kWarps + warp] = min_b;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    max_a = max(max_a, red[w]);
+    min_b = min(min_b, red[kWarps + w]);
+  }
+  __syncthreads();  // red may be reused
+}
+
+// Sliding window: the first tile that can hold a key visible by position (the
+// first slot in [0, kv_end) whose position is > min_thresh, / kBlockN), or
+// n_tiles if none: exact for positions in any order (the FA2 kernel's scan).
+__device__ int32_t first_window_tile(const FlashAttentionArgs& a, int32_t kv_end,
+                                     int32_t min_thresh, int32_t* red) {
+  constexpr int kPerThread = 8;
+  const int32_t n_tiles = (kv_end + kBlockN - 1) / kBlockN;
+  if (kv_end <= kBlockN || __ldg(a.slot_positions + physical_row(a, kBlockN - 1)) > min_thresh) {
+    return 0;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int32_t base = 0; base < kv_end; base += kThreads * kPerThread) {
+    int32_t first = INT_MAX;
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int32_t j = base + i * kThreads + static_cast<int32_t>(threadIdx.x);
+      if (j < kv_end && __ldg(a.slot_positions + physical_row(a, j)) > min_thresh) {
+        first = min(first, j);
+      }
+    }
+    first = __reduce_min_sync(kFullMask, first);
+    if (lane == 0) red[warp] = first;
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) first = min(first, red[w]);
+    __syncthreads();                               // red is reused by the next round
+    if (first != INT_MAX) return first / kBlockN;  // uniform across the CTA
+  }
+  return n_tiles;
+}
+
+#endif  // !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+template <bool kPingPong>
+__global__ void __launch_bounds__(kThreads, 1)
+    flash_attention_hopper_kernel(const __grid_constant__ FlashAttentionArgs a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  __shared__ int32_t s_red[2 * kWarps];
+  __shared__ int32_t s_lim[kBlockM];     // per query row: last visible key slot (-1: none)
+  __shared__ int32_t s_thresh[kBlockM];  // per query row: q_pos - sliding_window
+  const uint32_t raw_base = smem_u32(smem_raw);
+  const uint32_t base = (raw_base + 1023u) & ~1023u;  // the swizzle needs 1024-byte alignment
+  unsigned char* const smem = smem_raw + (base - raw_base);
+  const uint32_t bar = base + kBarOffset;
+  auto full_k = [&](int s) { return bar + 8 * s; };
+  auto full_v = [&](int s) { return bar + 16 + 8 * s; };
+  auto empty_k = [&](int s) { return bar + 32 + 8 * s; };
+  auto empty_v = [&](int s) { return bar + 48 + 8 * s; };
+  auto k_tile = [&](int s) { return base + kKOffset + s * 2 * kHalfKV; };
+  auto v_tile = [&](int s) { return base + kVOffset + s * 2 * kHalfKV; };
+  const int32_t* const s_pos = reinterpret_cast<const int32_t*>(smem + kPosOffset);  // [2][128]
+
+  const int tid = threadIdx.x;
+  const int lane = tid % 32;
+  const int32_t head = blockIdx.x;
+  const int32_t kv_head = head / (a.n_heads / a.n_kv_heads);
+  const int32_t row0 = (gridDim.y - 1 - blockIdx.y) * kBlockM;  // heaviest blocks first
+  const bool window = a.sliding_window > 0;
+
+  // Full barriers: one cp.async arrival per producer thread; empty barriers:
+  // one arrival per consumer warp.
+  if (tid == 0) {
+    for (int s = 0; s < 2; ++s) {
+      mbar_init(full_k(s), 128);
+      mbar_init(full_v(s), 128);
+      mbar_init(empty_k(s), 8);
+      mbar_init(empty_v(s), 8);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  // Row metadata and the CTA's tile range (all threads; the barriers of
+  // block_reduce also publish the mbarrier init and s_lim / s_thresh).
+  int32_t max_lim = -1, min_thresh = INT_MAX;
+  if (tid < kBlockM) {
+    const int32_t r = row0 + tid;
+    const bool ok = r < a.n_rows;
+    const int32_t lim = ok ? min(a.q_slot[r], a.n_keys - 1) : -1;
+    const int32_t thresh = ok ? clamp_i32(int64_t{a.q_pos[r]} - a.sliding_window) : INT_MAX;
+    s_lim[tid] = lim;
+    s_thresh[tid] = thresh;
+    max_lim = lim;
+    min_thresh = thresh;
+  }
+  block_reduce(max_lim, min_thresh, s_red);
+  const int32_t kv_end = max_lim + 1;
+  const int32_t t_end = (kv_end + kBlockN - 1) / kBlockN;
+  const int32_t t_begin = window ? first_window_tile(a, kv_end, min_thresh, s_red) : 0;
+  const int32_t n_tiles = max(t_end - t_begin, 0);
+
+  if (tid < 128) {
+    // ---- Producer: thread p copies the 16-byte chunk lane % 16 of keys
+    // 32 * warp + lane / 16 + 2 i (i < 16) of every tile; lane l of each warp
+    // looks up the physical row of key 32 * warp + l and shuffles it to the
+    // lanes that copy that key.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    const int pw = tid / 32, rsub = lane >> 4, cc = lane & 15;
+    const int32_t kv_stride = a.n_kv_heads * kHeadDim;
+    const __nv_bfloat16* const k_src = a.k_cache + kv_head * kHeadDim + cc * 8;
+    const __nv_bfloat16* const v_src = a.v_cache + kv_head * kHeadDim + cc * 8;
+    auto copy_rows = [&](const __nv_bfloat16* src, uint32_t tile, int32_t my_phys) {
+#pragma unroll 4
+      for (int i = 0; i < 16; ++i) {
+        const int rl = rsub + 2 * i;  // key within the warp's 32
+        const int32_t phys = __shfl_sync(kFullMask, my_phys, rl);
+        const bool ok = phys >= 0;
+        cp_async_16(tile + swz_offset(32 * pw + rl, cc, kHalfKV),
+                    src + (ok ? int64_t{phys} * kv_stride : 0), ok ? 16 : 0);
+      }
+    };
+    // Order: K of tile i, then V of tile i - 1: the consumers need them in
+    // that order (S of tile i is issued with P V of tile i - 1).
+    int32_t prev_phys = -1;
+    for (int32_t i = 0; i < n_tiles; ++i) {
+      const int st = i & 1;
+      const int32_t phys = physical_row(a, (t_begin + i) * kBlockN + tid);  // load in flight
+      mbar_wait(empty_k(st), ((i >> 1) & 1) ^ 1);  // consumers done with tile i - 2
+      copy_rows(k_src, k_tile(st), phys);
+      if (window) {
+        cp_async_4(base + kPosOffset + (st * kBlockN + tid) * 4,
+                   a.slot_positions + (phys >= 0 ? phys : 0), phys >= 0 ? 4 : 0);
+      }
+      cp_async_arrive(full_k(st));
+      if (i > 0) {
+        mbar_wait(empty_v(st ^ 1), (((i - 1) >> 1) & 1) ^ 1);
+        copy_rows(v_src, v_tile(st ^ 1), prev_phys);
+        cp_async_arrive(full_v(st ^ 1));
+      }
+      prev_phys = phys;
+    }
+    if (n_tiles > 0) {
+      const int32_t i = n_tiles - 1;
+      mbar_wait(empty_v(i & 1), ((i >> 1) & 1) ^ 1);
+      copy_rows(v_src, v_tile(i & 1), prev_phys);
+      cp_async_arrive(full_v(i & 1));
+    }
+    cp_async_wait_all();
+  } else {
+    // ---- Consumers: warpgroup cwg owns CTA rows 64 cwg .. + 63; this thread
+    // holds rows ra = 64 cwg + 16 wi + g and ra + 8 of S and O.
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+    const int cwg = tid / 128 - 1;
+    const int wtid = tid % 128, wi = wtid / 32, g = lane / 4, t4 = lane % 4;
+    const int ra = 64 * cwg + 16 * wi + g;
+    const int32_t lim0 = s_lim[ra], lim1 = s_lim[ra + 8];
+    const int32_t thr0 = s_thresh[ra], thr1 = s_thresh[ra + 8];
+    // Warp-uniform: a tile needs the causal mask when it ends past some row's
+    // last slot, the window mask when some key position is <= some row's thresh.
+    const int32_t w_min_lim = __reduce_min_sync(kFullMask, min(lim0, lim1));
+    const int32_t w_max_thr = __reduce_max_sync(kFullMask, max(thr0, thr1));
+    const uint32_t q_addr = base + kQOffset + cwg * 2 * kHalfQ;
+
+    // Q: 64 rows x 16 chunks; zero rows past n_rows.
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int r = wtid / 16 + 8 * i, c = wtid % 16;
+      const int32_t row = row0 + 64 * cwg + r;
+      const bool ok = row < a.n_rows;
+      const __nv_bfloat16* src =
+          ok ? a.q + row * a.q_stride + int64_t{head} * kHeadDim + c * 8 : a.q;
+      cp_async_16(q_addr + swz_offset(r, c, kHalfQ), src, ok ? 16 : 0);
+    }
+    cp_async_wait_all();
+    fence_proxy_async();
+    bar_sync(kBarConsumer + cwg, 128);
+
+    const uint64_t q_desc = make_desc(q_addr, 16, 1024);
+    auto release = [&](uint32_t b) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(b);
+    };
+
+    float o[64], s[64];
+    uint32_t p[32];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) o[i] = s[i] = 0.0f;
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f}, alpha[2] = {1.0f, 1.0f};
+    const float scale_log2 = a.scale * kLog2e;
+
+    // Mask the scores of tile t (stage st) and fold them into the online
+    // softmax: row_max (raw scores), row_sum (this thread's partial sum), alpha
+    // (rescale of O for the P V GEMM of this tile); s becomes p = exp2((s -
+    // max) * scale log2 e).
+    auto softmax = [&](int32_t t, int st) {
+      const int32_t k0 = t * kBlockN;
+      const int32_t* pos = s_pos + st * kBlockN;
+      bool window_mask = false;
+      if (window) {
+        int32_t lo = INT_MAX;
+#pragma unroll
+        for (int u = 0; u < kBlockN / 32; ++u) lo = min(lo, pos[lane + 32 * u]);
+        window_mask = __reduce_min_sync(kFullMask, lo) <= w_max_thr;
+      }
+      if (k0 + kBlockN - 1 > w_min_lim || window_mask) {
+#pragma unroll
+        for (int j = 0; j < kBlockN / 8; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int col = 8 * j + 2 * t4 + e;
+            const int32_t key = k0 + col;
+            bool vis0 = key <= lim0, vis1 = key <= lim1;
+            if (window_mask) {
+              const int32_t kp = pos[col];
+              vis0 = vis0 && kp > thr0;
+              vis1 = vis1 && kp > thr1;
+            }
+            if (!vis0) s[4 * j + e] = -INFINITY;
+            if (!vis1) s[4 * j + 2 + e] = -INFINITY;
+          }
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float mx = row_max[i];
+#pragma unroll
+        for (int j = 0; j < kBlockN / 8; ++j)
+          mx = fmaxf(mx, fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
+        // Nothing visible yet: subtract 0 so exp2(-inf - 0) = 0 instead of NaN.
+        const float sub = mx == -INFINITY ? 0.0f : mx * scale_log2;
+        alpha[i] = fast_exp2(row_max[i] * scale_log2 - sub);  // old max -inf -> 0
+        row_max[i] = mx;
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kBlockN / 8; ++j) {
+          s[4 * j + 2 * i] = fast_exp2(fmaf(s[4 * j + 2 * i], scale_log2, -sub));
+          s[4 * j + 2 * i + 1] = fast_exp2(fmaf(s[4 * j + 2 * i + 1], scale_log2, -sub));
+          sum += s[4 * j + 2 * i] + s[4 * j + 2 * i + 1];
+        }
+        row_sum[i] = row_sum[i] * alpha[i] + sum;
+      }
+    };
+    auto rescale_o = [&] {
+#pragma unroll
+      for (int j = 0; j < kHeadDim / 8; ++j) {
+        o[4 * j] *= alpha[0];
+        o[4 * j + 1] *= alpha[0];
+        o[4 * j + 2] *= alpha[1];
+        o[4 * j + 3] *= alpha[1];
+      }
+    };
+    auto pack_p = [&] {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) p[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
+    };
+
+    if (n_tiles > 0) {
+      if (kPingPong && cwg == 0) bar_arrive(kBarTurn, 256);  // consumer 0 takes the first turn
+      mbar_wait(full_k(0), 0);
+      fence_proxy_async();
+      gemm_qk(s, q_desc, k_tile(0));
+      wgmma_wait<0>();
+      fence_regs(s);
+      softmax(t_begin, 0);
+      release(empty_k(0));
+      pack_p();
+      for (int32_t i = 1; i < n_tiles; ++i) {
+        const int st = i & 1;
+        mbar_wait(full_k(st), (i >> 1) & 1);
+        fence_proxy_async();
+        if (kPingPong) bar_sync(kBarTurn + cwg, 256);
+        gemm_qk(s, q_desc, k_tile(st));
+        rescale_o();  // by tile i - 1's alpha, before its P V
+        mbar_wait(full_v(st ^ 1), ((i - 1) >> 1) & 1);
+        fence_proxy_async();
+        gemm_pv(o, p, v_tile(st ^ 1));
+        if (kPingPong) bar_arrive(kBarTurn + (cwg ^ 1), 256);
+        wgmma_wait<1>();  // S of tile i (P V of tile i - 1 may still run)
+        fence_regs(s);
+        softmax(t_begin + i, st);
+        release(empty_k(st));
+        wgmma_wait<0>();
+        fence_regs(o);
+        fence_regs(p);
+        release(empty_v(st ^ 1));
+        pack_p();
+      }
+      // Consumer 1's last turn hand-over is still pending on consumer 0's
+      // barrier: take it, so no named barrier is left half-arrived at exit.
+      if (kPingPong && cwg == 0) bar_sync(kBarTurn, 256);
+      const int32_t last = n_tiles - 1;
+      rescale_o();
+      mbar_wait(full_v(last & 1), (last >> 1) & 1);
+      fence_proxy_async();
+      gemm_pv(o, p, v_tile(last & 1));
+      wgmma_wait<0>();
+      fence_regs(o);
+      fence_regs(p);
+      release(empty_v(last & 1));
+    }
+
+    // Epilogue: O / l in bf16, staged in this warpgroup's Q tile (every warp's
+    // wgmmas are complete after the barrier), then 16-byte row stores.
+    float inv[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float l = row_sum[i];
+      l += __shfl_xor_sync(kFullMask, l, 1);
+      l += __shfl_xor_sync(kFullMask, l, 2);
+      inv[i] = l > 0.0f ? 1.0f / l : 0.0f;  // no visible key: zeros
+    }
+    bar_sync(kBarConsumer + cwg, 128);
+    fence_proxy_async();
+    unsigned char* const s_out = smem + kQOffset + cwg * 2 * kHalfQ;
+    const int r = 16 * wi + g;
+#pragma unroll
+    for (int j = 0; j < kHeadDim / 8; ++j) {
+      *reinterpret_cast<uint32_t*>(s_out + swz_offset(r, j, kHalfQ) + 4 * t4) =
+          pack_bf16(o[4 * j] * inv[0], o[4 * j + 1] * inv[0]);
+      *reinterpret_cast<uint32_t*>(s_out + swz_offset(r + 8, j, kHalfQ) + 4 * t4) =
+          pack_bf16(o[4 * j + 2] * inv[1], o[4 * j + 3] * inv[1]);
+    }
+    bar_sync(kBarConsumer + cwg, 128);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int rr = wtid / 16 + 8 * i, c = wtid % 16;
+      const int32_t row = row0 + 64 * cwg + rr;
+      if (row < a.n_rows) {
+        *reinterpret_cast<uint4*>(a.out + row * a.out_stride + int64_t{head} * kHeadDim + c * 8) =
+            *reinterpret_cast<const uint4*>(s_out + swz_offset(rr, c, kHalfQ));
+      }
+    }
+  }
+#endif
+}
+
+constexpr bool kUsePingPong = true;
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+std::atomic<bool>& enabled_flag() {
+  static std::atomic<bool> enabled{true};
+  return enabled;
+}
+
+// Whether the current device runs the sm_90a image of this file (cached per
+// process: one device kind per process).
+bool device_runs_kernel() {
+  static const bool ok = [] {
+    int dev = 0, major = 0, minor = 0, built = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    if (major != 9 || minor != 0) return false;
+    if (cudaMemcpyFromSymbol(&built, flash_hopper_image_has_kernel, sizeof(built)) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return built == 1;
+  }();
+  return ok;
+}
+
+}  // namespace
+
+void set_flash_attention_hopper_enabled(bool enabled) {
+  enabled_flag().store(enabled);
+}
+
+bool flash_attention_hopper_enabled() {
+  return enabled_flag().load();
+}
+
+bool flash_attention_hopper_supported(const FlashAttentionArgs& args) {
+  return flash_attention_hopper_enabled() && args.head_dim == kHeadDim && args.n_kv_heads > 0 &&
+         args.n_heads % args.n_kv_heads == 0 && args.block_size > 0 && aligned16(args.q) &&
+         aligned16(args.k_cache) && aligned16(args.v_cache) && aligned16(args.out) &&
+         args.q_stride % 8 == 0 && args.out_stride % 8 == 0 &&
+         (int64_t{args.n_rows} + kBlockM - 1) / kBlockM <= 65535 && device_runs_kernel();
+}
+
+void flash_attention_hopper(const FlashAttentionArgs& args, cudaStream_t stream) {
+  SS_CHECK(flash_attention_hopper_supported(args));
+  if (args.n_rows <= 0 || args.n_heads <= 0) return;
+  auto* kernel = flash_attention_hopper_kernel<kUsePingPong>;
+  SS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(kSmemBytes)));
+  const dim3 grid(static_cast<unsigned>(args.n_heads),
+                  static_cast<unsigned>((args.n_rows + kBlockM - 1) / kBlockM));
+  kernel<<<grid, kThreads, kSmemBytes, stream>>>(args);
+  SS_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace specstack::cuda
