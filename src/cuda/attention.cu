@@ -357,93 +357,6 @@ bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-// Copies row chunks of type Vec (uint4 = 8 bf16, or one bf16 as uint16_t):
-// element idx of k_out/v_out is chunk c of slot s with idx = s * row_vecs + c.
-template <typename Vec>
-__global__ void gather_kv_kernel(const Vec* k_cache, const Vec* v_cache,
-                                 const int32_t* slot_positions, const int32_t* block_table,
-                                 int32_t n_slots, int32_t block_size, int32_t row_vecs, Vec* k_out,
-                                 Vec* v_out, int32_t* pos_out) {
-  const int64_t total = static_cast<int64_t>(n_slots) * row_vecs;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
-       idx += stride) {
-    const auto s = static_cast<int32_t>(idx / row_vecs);
-    const auto c = static_cast<int32_t>(idx - static_cast<int64_t>(s) * row_vecs);
-    const int64_t flat =
-        static_cast<int64_t>(block_table[s / block_size]) * block_size + s % block_size;
-    k_out[idx] = k_cache[flat * row_vecs + c];
-    v_out[idx] = v_cache[flat * row_vecs + c];
-    if (c == 0) pos_out[s] = slot_positions[flat];
-  }
-}
-
-constexpr int kSoftmaxThreads = 256;
-
-// Online softmax state (max m, sum l of exp(x - m)) merge; m = -inf means empty.
-__device__ __forceinline__ void merge_max_sum(float& m, float& l, float m2, float l2) {
-  const float mx = fmaxf(m, m2);
-  l = mx == -INFINITY ? 0.0f : l * expf(m - mx) + l2 * expf(m2 - mx);
-  m = mx;
-}
-
-// One CTA per (batch, row): blockIdx.x = b * n_rows + r. Pass 1 reads the
-// visible scores once (online max / sum), pass 2 writes every column.
-__global__ void __launch_bounds__(kSoftmaxThreads)
-    masked_softmax_kernel(const float* scores, int32_t n_rows, int32_t n_keys,
-                          const int32_t* q_slot, const int32_t* q_pos, const int32_t* k_pos,
-                          int32_t sliding_window, bf16* probs) {
-  __shared__ float s_m[kSoftmaxThreads / 32];
-  __shared__ float s_l[kSoftmaxThreads / 32];
-  const int64_t row = blockIdx.x;
-  const auto r = static_cast<int32_t>(row % n_rows);
-  const float* x = scores + row * n_keys;  // [n_keys]
-  bf16* y = probs + row * n_keys;          // [n_keys]
-  // Keys after the query's slot are hidden; the window hides k_pos <= lowest_hidden.
-  const int32_t limit = min(n_keys, max(q_slot[r], -1) + 1);
-  const int64_t lowest_hidden = static_cast<int64_t>(q_pos[r]) - sliding_window;
-  const bool windowed = sliding_window > 0;
-
-  float m = -INFINITY, l = 0.0f;
-  for (int32_t j = threadIdx.x; j < limit; j += kSoftmaxThreads) {
-    if (windowed && k_pos[j] <= lowest_hidden) continue;
-    const float s = x[j];
-    if (s == -INFINITY) continue;  // contributes 0 (and would give inf - inf)
-    if (s > m) {
-      l = l * expf(m - s) + 1.0f;
-      m = s;
-    } else {
-      l += expf(s - m);
-    }
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const float m2 = __shfl_xor_sync(kFullMask, m, off);
-    const float l2 = __shfl_xor_sync(kFullMask, l, off);
-    merge_max_sum(m, l, m2, l2);
-  }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) {
-    s_m[warp] = m;
-    s_l[warp] = l;
-  }
-  __syncthreads();
-  // Every thread merges the per-warp states itself (8 entries), so no second barrier.
-  m = s_m[0];
-  l = s_l[0];
-  for (int w = 1; w < kSoftmaxThreads / 32; ++w) merge_max_sum(m, l, s_m[w], s_l[w]);
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // l == 0: no visible key, all zeros
-
-  for (int32_t j = threadIdx.x; j < n_keys; j += kSoftmaxThreads) {
-    float p = 0.0f;
-    if (inv > 0.0f && j < limit && (!windowed || k_pos[j] > lowest_hidden)) {
-      const float s = x[j];
-      p = s == -INFINITY ? 0.0f : expf(s - m) * inv;
-    }
-    y[j] = __float2bfloat16(p);
-  }
-}
-
 }  // namespace
 
 size_t paged_attention_workspace_floats(int32_t n_tokens, int32_t n_heads, int32_t head_dim,
@@ -491,44 +404,6 @@ void paged_attention(const PagedAttentionArgs& a, cudaStream_t stream) {
                                                   n_parts, a.out, a.out_stride);
     SS_CUDA_CHECK_LAUNCH();
   }
-}
-
-void gather_kv(const bf16* k_cache, const bf16* v_cache, const int32_t* slot_positions,
-               const int32_t* block_table, int32_t n_slots, int32_t block_size, int32_t kv_width,
-               bf16* k_out, bf16* v_out, int32_t* pos_out, cudaStream_t stream) {
-  if (n_slots <= 0 || kv_width <= 0) return;
-  SS_CHECK_GT(block_size, 0);
-  const bool vec = kv_width % 8 == 0 && aligned16(k_cache) && aligned16(v_cache) &&
-                   aligned16(k_out) && aligned16(v_out);
-  const int32_t row_vecs = vec ? kv_width / 8 : kv_width;
-  const int64_t total = static_cast<int64_t>(n_slots) * row_vecs;
-  constexpr int kGatherThreads = 256;
-  // Grid-stride loop: a few waves of CTAs are plenty for a copy.
-  const auto blocks =
-      static_cast<unsigned>(std::min<int64_t>((total + kGatherThreads - 1) / kGatherThreads, 4096));
-  if (vec) {
-    gather_kv_kernel<uint4><<<blocks, kGatherThreads, 0, stream>>>(
-        reinterpret_cast<const uint4*>(k_cache), reinterpret_cast<const uint4*>(v_cache),
-        slot_positions, block_table, n_slots, block_size, row_vecs, reinterpret_cast<uint4*>(k_out),
-        reinterpret_cast<uint4*>(v_out), pos_out);
-  } else {
-    gather_kv_kernel<uint16_t><<<blocks, kGatherThreads, 0, stream>>>(
-        reinterpret_cast<const uint16_t*>(k_cache), reinterpret_cast<const uint16_t*>(v_cache),
-        slot_positions, block_table, n_slots, block_size, row_vecs,
-        reinterpret_cast<uint16_t*>(k_out), reinterpret_cast<uint16_t*>(v_out), pos_out);
-  }
-  SS_CUDA_CHECK_LAUNCH();
-}
-
-void masked_softmax(const float* scores, int32_t n_batch, int32_t n_rows, int32_t n_keys,
-                    const int32_t* q_slot, const int32_t* q_pos, const int32_t* k_pos,
-                    int32_t sliding_window, bf16* probs, cudaStream_t stream) {
-  if (n_batch <= 0 || n_rows <= 0 || n_keys <= 0) return;
-  const int64_t n_ctas = static_cast<int64_t>(n_batch) * n_rows;
-  SS_CHECK_LE(n_ctas, int64_t{0x7fffffff});  // gridDim.x
-  masked_softmax_kernel<<<static_cast<unsigned>(n_ctas), kSoftmaxThreads, 0, stream>>>(
-      scores, n_rows, n_keys, q_slot, q_pos, k_pos, sliding_window, probs);
-  SS_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace specstack::cuda

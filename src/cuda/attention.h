@@ -1,17 +1,14 @@
 // Attention over the paged KV cache (bf16, layout [n_blocks, block_size,
 // n_kv_heads, head_dim], every layer its own pair of caches).
 //
-// Two paths, chosen per sequence by the model (cuda/cuda_model.cpp):
-//  * paged_attention: one query token at a time against its sequence's
-//    blocks, online softmax in fp32, the keys split into partitions of
-//    kPartitionSize slots that run in parallel and are merged (split-K), so a
-//    long context fills the GPU even at batch 1. Used for decode and for
-//    short prefill chunks. Its grid depends only on n_tokens and
-//    max_context, so a CUDA graph can replay it with new data.
-//  * the GEMM path for long prefill chunks: gather_kv makes the sequence's
-//    K/V dense, cuBLAS computes scores in fp32, masked_softmax turns them into
-//    bf16 probabilities, cuBLAS multiplies by V.
-// Visibility (both paths, CPU twin CpuBackend::attention): query token t of
+// paged_attention: one query token at a time against its sequence's
+// blocks, online softmax in fp32, the keys split into partitions of
+// kPartitionSize slots that run in parallel and are merged (split-K), so a
+// long context fills the GPU even at batch 1. The model uses it for decode
+// and short prefill chunks (long chunks go to flash_attention.h). Its grid
+// depends only on n_tokens and max_context, so a CUDA graph can replay it
+// with new data.
+// Visibility (CPU twin CpuBackend::attention): query token t of
 // sequence s sees the keys in slots [0, token_slot[t]] of s (causal by slot
 // order, which is what sparse SpecPrefill positions need) and, with a sliding
 // window W > 0, only those with token_pos[t] - W < key_pos.
@@ -32,8 +29,8 @@ constexpr int32_t kPartitionSize = 256;  // key slots per split-K partition
 struct PagedAttentionArgs {
   const bf16* q = nullptr;  // head h of token t at q[t * q_stride + h * head_dim], post-RoPE
   int64_t q_stride = 0;
-  const bf16* k_cache = nullptr;         // [n_blocks, block_size, n_kv_heads, head_dim]
-  const bf16* v_cache = nullptr;         // [n_blocks, block_size, n_kv_heads, head_dim]
+  const bf16* k_cache = nullptr;            // [n_blocks, block_size, n_kv_heads, head_dim]
+  const bf16* v_cache = nullptr;            // [n_blocks, block_size, n_kv_heads, head_dim]
   const int32_t* slot_positions = nullptr;  // [n_blocks, block_size] RoPE position of each slot
   const int32_t* block_tables = nullptr;    // [n_seqs, max_blocks_per_seq] physical block ids
   int32_t max_blocks_per_seq = 0;
@@ -60,22 +57,5 @@ size_t paged_attention_workspace_floats(int32_t n_tokens, int32_t n_heads, int32
                                         int32_t max_context);
 
 void paged_attention(const PagedAttentionArgs& args, cudaStream_t stream);
-
-// Dense copy of one sequence's slots [0, n_slots): k_out/v_out [n_slots,
-// kv_width] bf16, pos_out [n_slots] i32 (the slot positions).
-// block_table [ceil(n_slots / block_size)] physical ids (device).
-void gather_kv(const bf16* k_cache, const bf16* v_cache, const int32_t* slot_positions,
-               const int32_t* block_table, int32_t n_slots, int32_t block_size, int32_t kv_width,
-               bf16* k_out, bf16* v_out, int32_t* pos_out, cudaStream_t stream);
-
-// Row softmax with the visibility mask, fp32 in, bf16 out. scores [n_batch,
-// n_rows, n_keys] f32 (already scaled), probs [n_batch, n_rows, n_keys] bf16.
-// Row r is the query with slot q_slot[r] and position q_pos[r] (the same for
-// every batch entry: the batch runs over the heads of one KV group); key j
-// has slot j and position k_pos[j]. Masked keys get probability 0; a row
-// with no visible key is all zeros.
-void masked_softmax(const float* scores, int32_t n_batch, int32_t n_rows, int32_t n_keys,
-                    const int32_t* q_slot, const int32_t* q_pos, const int32_t* k_pos,
-                    int32_t sliding_window, bf16* probs, cudaStream_t stream);
 
 }  // namespace specstack::cuda
