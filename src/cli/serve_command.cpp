@@ -48,6 +48,7 @@ std::string default_model_name(const ServeFlags& flags) {
 struct KvPlan {
   int64_t blocks = 0;
   int64_t max_context = 0;
+  int64_t max_blocks = 0;  // GPU: cap for the memory-sized pool
 };
 
 // The KV pool: --kv-blocks, else --kv-memory-gb, never more than every
@@ -71,8 +72,10 @@ Result<KvPlan> plan_kv(const ServeFlags& flags, const ModelConfig& config) {
     plan.blocks = flags.kv_blocks;
   } else if (flags.model.device == "cuda") {
     // The GPU pool takes --gpu-memory-fraction of device memory once the
-    // weights are in (sized by the backend); the context is checked after.
+    // weights are in (sized by the backend), at most every sequence at full
+    // context; the context is checked after.
     plan.blocks = 0;
+    plan.max_blocks = blocks_per_context * flags.engine.max_num_seqs;
     return plan;
   } else {
     if (!(flags.kv_memory_gb > 0))
@@ -118,7 +121,8 @@ void log_stats(const EngineMetrics& m, const ThroughputRates& rates) {
 Result<std::unique_ptr<ModelInstance>> load_draft(const DraftPlan& plan, Backend& backend) {
   std::fprintf(stderr, "specstack: loading draft %s ...\n",
                plan.options.dummy_weights ? "dummy weights" : plan.options.model_dir.c_str());
-  auto instance = create_model_with_progress(plan.options, backend, "specstack: loading draft weights");
+  auto instance =
+      create_model_with_progress(plan.options, backend, "specstack: loading draft weights");
   if (!instance.ok()) return errorf("draft: {}", instance.message());
   return instance;
 }
@@ -144,6 +148,7 @@ int run_serve(ServeFlags& flags) {
   auto kv = plan_kv(flags, *config);
   if (!kv.ok()) return report_error(kv.message());
   options->kv_blocks = kv->blocks;
+  options->max_kv_blocks = kv->max_blocks;
   // The draft is checked before any weights load, so a mismatched one fails fast.
   std::optional<DraftPlan> draft_plan;
   if (flags.draft.has_draft()) {
@@ -213,8 +218,8 @@ int run_serve(ServeFlags& flags) {
                "(loaded in %.2f s)\n",
                flags.http.served_model_name.c_str(), architecture_name(mc.arch),
                static_cast<long long>(mc.n_layers), static_cast<long long>(mc.hidden_size),
-               static_cast<long long>(mc.vocab_size),
-               model.model().weight_bytes() / 1048576.0, load_seconds);
+               static_cast<long long>(mc.vocab_size), model.model().weight_bytes() / 1048576.0,
+               load_seconds);
   std::fprintf(
       stderr,
       "specstack: KV cache: %lld blocks x %lld tokens = %lld tokens, %.1f MiB; max context "

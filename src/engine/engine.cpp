@@ -67,7 +67,8 @@ class EngineRequestStream final : public RequestStream {
 };
 
 std::vector<double> latency_buckets() {
-  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5,
+          0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
 }
 
 }  // namespace
@@ -93,7 +94,12 @@ class EngineCore {
   void run_specprefill_step();
   void handle_cancellations();
   void step();
-  void on_logits(Sequence* seq, float* logits);
+  // logits [vocab] of the sequence's last row, or (device greedy) null and
+  // the token the model already chose.
+  void on_logits(Sequence* seq, float* logits, int32_t chosen = -1);
+  // True when every row that wants logits can take the model's own argmax:
+  // a GPU model, greedy without penalties, one choice, no logprobs.
+  bool device_greedy_step(const ScheduleResult& scheduled) const;
   void finish(Sequence* seq, FinishReason reason, RequestEvent event);
   void retire_finished_requests();
   void publish_metrics();
@@ -143,9 +149,9 @@ EngineCore::EngineCore(ModelInstance& model, const EngineOptions& options)
   if (max_context_ <= 0) max_context_ = 4096;
   if (options.specprefill.draft != nullptr) {
     const ModelConfig& config = model.config();
-    specprefill_ = std::make_unique<SpecPrefillStage>(
-        options.specprefill, options.max_num_batched_tokens,
-        config.sliding_window > 0 ? config.sliding_window : 0);
+    specprefill_ =
+        std::make_unique<SpecPrefillStage>(options.specprefill, options.max_num_batched_tokens,
+                                           config.sliding_window > 0 ? config.sliding_window : 0);
   }
   publish_metrics();
   thread_ = std::thread([this] { loop(); });
@@ -175,7 +181,8 @@ Result<std::shared_ptr<RequestStream>> EngineCore::submit(RequestOptions options
   SS_TRY(options.params.validate());
   if (options.prompt.empty()) return make_error("the prompt is empty");
   for (int32_t id : options.prompt) {
-    if (id < 0 || id >= vocab_) return errorf("prompt token id {} is out of range [0, {})", id, vocab_);
+    if (id < 0 || id >= vocab_)
+      return errorf("prompt token id {} is out of range [0, {})", id, vocab_);
   }
   if (options.n < 1 || options.n > 16) return errorf("n must be in [1, 16], got {}", options.n);
   if (options.top_logprobs < -1 || options.top_logprobs > 20) {
@@ -191,13 +198,14 @@ Result<std::shared_ptr<RequestStream>> EngineCore::submit(RequestOptions options
   const int64_t block_size = model_.kv_manager().block_size();
   const int64_t blocks_needed = (total + block_size - 1) / block_size;
   if (blocks_needed > model_.pool().n_blocks()) {
-    return errorf("prompt + max_tokens = {} tokens can never fit in the KV cache of {} tokens", total,
-                  model_.pool().n_blocks() * block_size);
+    return errorf("prompt + max_tokens = {} tokens can never fit in the KV cache of {} tokens",
+                  total, model_.pool().n_blocks() * block_size);
   }
   if (options.specprefill.keep_pct) SS_TRY(validate_keep_pct(*options.specprefill.keep_pct));
   if (n_queued_.load() >= options_.max_queue) {
-    return make_error(fmt::format("the waiting queue is full ({} requests); retry later", options_.max_queue),
-                      ErrorCode::kErrorResourceExhausted);
+    return make_error(
+        fmt::format("the waiting queue is full ({} requests); retry later", options_.max_queue),
+        ErrorCode::kErrorResourceExhausted);
   }
   auto request = std::make_unique<Request>();
   request->options = std::move(options);
@@ -274,7 +282,8 @@ void EngineCore::run_specprefill_step() {
   for (SpecPrefillOutcome& outcome : specprefill_->step()) {
     if (outcome.applied) {
       ++counters_.specprefill_applied_total;
-      counters_.specprefill_tokens_saved_total += outcome.stats.prompt_tokens - outcome.stats.kept_tokens;
+      counters_.specprefill_tokens_saved_total +=
+          outcome.stats.prompt_tokens - outcome.stats.kept_tokens;
     } else {
       ++counters_.specprefill_fallback_total;
     }
@@ -297,7 +306,8 @@ void EngineCore::handle_cancellations() {
     if (!request->stream->cancel_requested.load()) continue;
     if (specprefill_) specprefill_->remove(request.get());
     for (auto& seq : request->sequences) {
-      if (!seq->finished) finish(seq.get(), FinishReason::kFinishAbort, RequestEvent{seq->choice, {}, {}, {}});
+      if (!seq->finished)
+        finish(seq.get(), FinishReason::kFinishAbort, RequestEvent{seq->choice, {}, {}, {}});
     }
     // Choices not forked yet will never run: close them too.
     for (int32_t c = static_cast<int32_t>(request->sequences.size()); c < request->options.n; ++c) {
@@ -319,7 +329,23 @@ void EngineCore::retire_finished_requests() {
   requests_.erase(std::remove_if(requests_.begin(), requests_.end(), done), requests_.end());
 }
 
-void EngineCore::on_logits(Sequence* seq, float* logits) {
+bool EngineCore::device_greedy_step(const ScheduleResult& scheduled) const {
+  if (model_.device() == Device::kCpu) return false;
+  bool any = false;
+  for (const ScheduledChunk& chunk : scheduled.chunks) {
+    if (!chunk.wants_logits) continue;
+    const RequestOptions& o = chunk.seq->request->options;
+    const SamplingParams& p = o.params;
+    if (o.n != 1 || o.top_logprobs >= 0 || p.temperature != 0.0f || p.repetition_penalty != 1.0f ||
+        p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+      return false;
+    }
+    any = true;
+  }
+  return any;
+}
+
+void EngineCore::on_logits(Sequence* seq, float* logits, int32_t chosen) {
   Request& request = *seq->request;
   const bool first_of_prompt = seq->n_generated == 0 && request.sequences.size() == 1 &&
                                request.options.n > 1 && seq->choice == 0;
@@ -350,25 +376,29 @@ void EngineCore::on_logits(Sequence* seq, float* logits) {
   }
   // Sampling modifies the row in place: keep the raw logits when they are
   // needed again (another fork samples from them, or logprobs are reported).
-  const bool keep_raw = samplers.size() > 1 || request.options.top_logprobs >= 0;
+  const bool keep_raw =
+      logits != nullptr && (samplers.size() > 1 || request.options.top_logprobs >= 0);
   std::vector<float> raw;
   if (keep_raw) raw.assign(logits, logits + vocab_);
   const ModelConfig& config = model_.config();
   for (Sequence* s : samplers) {
     std::vector<float> copy;
-    std::span<float> row(logits, static_cast<size_t>(vocab_));
+    std::span<float> row;
+    if (logits != nullptr) row = std::span<float>(logits, static_cast<size_t>(vocab_));
     if (keep_raw) {
       copy = raw;
       row = std::span<float>(copy);
     }
     RequestEvent event;
     event.choice = s->choice;
-    const int32_t token = s->sampler->sample(row);
+    const int32_t token = logits == nullptr ? chosen : s->sampler->sample(row);
     if (request.options.top_logprobs >= 0) {
-      event.logprobs.push_back(compute_logprobs(raw.data(), vocab_, token, request.options.top_logprobs));
+      event.logprobs.push_back(
+          compute_logprobs(raw.data(), vocab_, token, request.options.top_logprobs));
     }
     event.tokens.push_back(token);
-    if (s->n_generated > 0) itl_.observe(std::chrono::duration<double>(now - s->last_token_time).count());
+    if (s->n_generated > 0)
+      itl_.observe(std::chrono::duration<double>(now - s->last_token_time).count());
     s->last_token_time = now;
     s->tokens.push_back(token);
     ++s->n_generated;
@@ -378,10 +408,11 @@ void EngineCore::on_logits(Sequence* seq, float* logits) {
       ++request.stream->stats.generated_tokens;
     }
     const SamplingParams& params = request.options.params;
-    const bool eos = !params.ignore_eos && std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(),
-                                                     token) != config.eos_token_ids.end();
-    const bool stop_id = std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), token) !=
-                         params.stop_token_ids.end();
+    const bool eos = !params.ignore_eos &&
+                     std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), token) !=
+                         config.eos_token_ids.end();
+    const bool stop_id = std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(),
+                                   token) != params.stop_token_ids.end();
     if (eos || stop_id) {
       finish(s, FinishReason::kFinishStop, std::move(event));
     } else if (s->n_generated >= params.max_tokens ||
@@ -402,6 +433,7 @@ void EngineCore::step() {
   }
   if (scheduled.empty()) return;
   const auto step_start = Clock::now();
+  scheduled.plan.greedy_on_device = device_greedy_step(scheduled);
   StepOutput output = model_.runner().run(scheduled.plan);
   scheduler_.commit(scheduled);
   ++counters_.steps_total;
@@ -409,7 +441,11 @@ void EngineCore::step() {
   for (const ScheduledChunk& chunk : scheduled.chunks) {
     if (chunk.seq->n_generated == 0) counters_.prompt_tokens_total += chunk.count;
     if (!chunk.wants_logits) continue;
-    on_logits(chunk.seq, output.logits.f32() + row * vocab_);
+    if (scheduled.plan.greedy_on_device) {
+      on_logits(chunk.seq, nullptr, output.greedy_tokens[static_cast<size_t>(row)]);
+    } else {
+      on_logits(chunk.seq, output.logits.f32() + row * vocab_);
+    }
     ++row;
   }
   if (options_.record_steps) {
@@ -475,8 +511,14 @@ Engine::~Engine() = default;
 Result<std::shared_ptr<RequestStream>> Engine::submit(RequestOptions options) {
   return core_->submit(std::move(options));
 }
-EngineMetrics Engine::metrics() const { return core_->metrics(); }
-int64_t Engine::max_context() const { return core_->max_context(); }
-std::vector<StepRecord> Engine::step_records() const { return core_->step_records(); }
+EngineMetrics Engine::metrics() const {
+  return core_->metrics();
+}
+int64_t Engine::max_context() const {
+  return core_->max_context();
+}
+std::vector<StepRecord> Engine::step_records() const {
+  return core_->step_records();
+}
 
 }  // namespace specstack

@@ -62,6 +62,7 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create_on_gpu(
   gpu.dummy_seed = options.dummy_seed;
   gpu.block_size = options.block_size;
   gpu.gpu_memory_fraction = options.gpu_memory_fraction;
+  gpu.max_kv_blocks = options.max_kv_blocks;
   gpu.on_progress = options.on_progress;
   gpu.model.max_tokens_per_step = options.max_tokens_per_step;
   if (!options.cuda_graphs) gpu.model.graph_batch_sizes.clear();

@@ -7,13 +7,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
+#include <thread>
 
 #include "../engine/golden_reference.h"
 #include "backend/cpu/cpu_backend.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_model.h"
+#include "engine/engine.h"
 #include "engine/generator.h"
 #include "engine/model_instance.h"
 #include "test_util.h"
@@ -316,6 +319,52 @@ TEST(GoldenCuda, CaptureGraphQueriesEqualEager) {
   EXPECT_LE(relative_error(captured[1].data(), captured[0].data(), int64_t(captured[0].size())),
             1e-6);
   EXPECT_LE(relative_error(logits[1].data(), logits[0].data(), int64_t(logits[0].size())), 1e-6);
+}
+
+}  // namespace
+}  // namespace specstack
+
+namespace specstack {
+namespace {
+
+// The serving engine on the GPU: plain greedy requests take the model's
+// device argmax (no logits to the host); asking for logprobs takes the host
+// sampler. One request at a time keeps the schedule, and so the logits, the
+// same: the tokens must be identical, and every block must come back.
+TEST(GoldenCuda, EngineDeviceGreedyEqualsHostSampling) {
+  SS_REQUIRE_GPU();
+  using namespace std::chrono_literals;
+  CpuBackend backend(CpuBackendOptions{1});
+  auto model = load_gpu("llama-gqa", true, backend);
+  Engine engine(*model, EngineOptions{64, 8});
+  for (int r = 0; r < 3; ++r) {
+    std::vector<int32_t> prompt;
+    for (int j = 0; j < 40 + 13 * r; ++j) prompt.push_back(3 + (j * 37 + r * 11) % 500);
+    SamplingParams params;
+    params.temperature = 0;
+    params.max_tokens = 20;
+    params.ignore_eos = true;
+    std::vector<int32_t> tokens[2];
+    for (int with_logprobs = 0; with_logprobs < 2; ++with_logprobs) {
+      auto stream = engine.submit(RequestOptions{prompt, params, 1, with_logprobs ? 0 : -1});
+      ASSERT_TRUE(stream.ok()) << stream.message();
+      while (!(*stream)->done()) {
+        auto event = (*stream)->next(5000ms);
+        if (event)
+          tokens[with_logprobs].insert(tokens[with_logprobs].end(), event->tokens.begin(),
+                                       event->tokens.end());
+      }
+    }
+    EXPECT_EQ(tokens[0].size(), 20u);
+    EXPECT_EQ(tokens[0], tokens[1]) << "request " << r;
+  }
+  EngineMetrics m;
+  for (int i = 0; i < 500; ++i) {
+    m = engine.metrics();
+    if (m.n_running == 0 && m.kv_blocks_free == m.kv_blocks_total) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(m.kv_blocks_free, m.kv_blocks_total);
 }
 
 }  // namespace
