@@ -42,8 +42,8 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 static_assert(kPartitionSize % 32 == 0, "partition must be whole warps of keys");
 
-int32_t num_partitions(int32_t max_context) {
-  return max_context <= kPartitionSize ? 1 : (max_context + kPartitionSize - 1) / kPartitionSize;
+int32_t num_partitions(int32_t max_context, int32_t partition_size) {
+  return max_context <= partition_size ? 1 : (max_context + partition_size - 1) / partition_size;
 }
 
 // Workspace: [n_tokens, n_heads, n_partitions, head_dim + 2] f32; an entry is
@@ -125,9 +125,9 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = tid >> 5;
 
   const int32_t own_slot = a.token_slot[t];
-  const int32_t start = part * kPartitionSize;
+  const int32_t start = part * a.partition_size;
   // Keys [start, start + n_keys) of this partition are at or before the query's slot.
-  const int32_t n_keys = min(kPartitionSize, own_slot + 1 - start);
+  const int32_t n_keys = min(a.partition_size, own_slot + 1 - start);
   if (n_keys <= 0) {
     // Nothing visible here: the combine skips this partition. With a single
     // partition (only when own_slot < 0, e.g. a padding token) write zeros.
@@ -313,12 +313,13 @@ __global__ void __launch_bounds__(kThreads)
 // sum_p l_p 2^(m_p - M). grid (n_tokens, n_heads), kThreads threads.
 __global__ void __launch_bounds__(kThreads)
     combine_kernel(const float* workspace, const int32_t* token_slot, int32_t n_heads,
-                   int32_t head_dim, int32_t n_parts, bf16* out, int64_t out_stride) {
+                   int32_t head_dim, int32_t n_parts, int32_t partition_size, bf16* out,
+                   int64_t out_stride) {
   const int32_t t = blockIdx.x;
   const int32_t head = blockIdx.y;
   const int32_t own_slot = token_slot[t];
   // Partitions the main kernel wrote: those starting at or before own_slot.
-  const int32_t n_used = own_slot < 0 ? 0 : min(n_parts, own_slot / kPartitionSize + 1);
+  const int32_t n_used = own_slot < 0 ? 0 : min(n_parts, own_slot / partition_size + 1);
   const float* entry = workspace + workspace_entry(t, head, 0, n_heads, n_parts, head_dim);
   const int64_t entry_floats = head_dim + 2;
   bf16* o = out + t * out_stride + static_cast<int64_t>(head) * head_dim;
@@ -359,9 +360,15 @@ bool aligned16(const void* p) {
 
 }  // namespace
 
+int32_t paged_attention_partition_size(int32_t n_tokens, int32_t n_kv_heads) {
+  // ~4 CTAs per SM of a 132-SM part before the partitions grow.
+  const int64_t queries = int64_t{n_tokens} * n_kv_heads;
+  return queries >= 128 ? kPartitionSize : queries >= 32 ? 128 : 64;
+}
+
 size_t paged_attention_workspace_floats(int32_t n_tokens, int32_t n_heads, int32_t head_dim,
-                                        int32_t max_context) {
-  const int32_t n_parts = num_partitions(max_context);
+                                        int32_t max_context, int32_t partition_size) {
+  const int32_t n_parts = num_partitions(max_context, partition_size);
   if (n_parts == 1 || n_tokens <= 0) return 0;  // one partition writes out directly
   return static_cast<size_t>(n_tokens) * static_cast<size_t>(n_heads) *
          static_cast<size_t>(n_parts) * static_cast<size_t>(head_dim + 2);
@@ -376,7 +383,9 @@ void paged_attention(const PagedAttentionArgs& a, cudaStream_t stream) {
   SS_CHECK_GT(a.block_size, 0);
   // K/V rows are read with 16-byte loads.
   SS_CHECK(aligned16(a.k_cache) && aligned16(a.v_cache));
-  const int32_t n_parts = num_partitions(a.max_context);
+  SS_CHECK(a.partition_size >= 32 && a.partition_size <= kPartitionSize &&
+           a.partition_size % 32 == 0);
+  const int32_t n_parts = num_partitions(a.max_context, a.partition_size);
   SS_CHECK_LE(n_parts, 65535);  // gridDim.z
   if (n_parts > 1) SS_CHECK(a.workspace != nullptr);
   switch (a.head_dim) {
@@ -401,7 +410,7 @@ void paged_attention(const PagedAttentionArgs& a, cudaStream_t stream) {
   if (n_parts > 1) {
     const dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_heads));
     combine_kernel<<<grid, kThreads, 0, stream>>>(a.workspace, a.token_slot, a.n_heads, a.head_dim,
-                                                  n_parts, a.out, a.out_stride);
+                                                  n_parts, a.partition_size, a.out, a.out_stride);
     SS_CUDA_CHECK_LAUNCH();
   }
 }

@@ -24,7 +24,7 @@ namespace specstack::cuda {
 
 using bf16 = __nv_bfloat16;
 
-constexpr int32_t kPartitionSize = 256;  // key slots per split-K partition
+constexpr int32_t kPartitionSize = 256;  // the largest split-K partition (key slots)
 
 struct PagedAttentionArgs {
   const bf16* q = nullptr;  // head h of token t at q[t * q_stride + h * head_dim], post-RoPE
@@ -47,6 +47,9 @@ struct PagedAttentionArgs {
   // Upper bound of token_slot[t] + 1 over the batch; sizes the grid (a graph
   // passes its capacity; tokens with shorter contexts skip empty partitions).
   int32_t max_context = 0;
+  // Key slots per partition: a multiple of 32 in [32, kPartitionSize]. Few
+  // queries (small-batch decode) use small partitions so enough CTAs run.
+  int32_t partition_size = kPartitionSize;
   bf16* out = nullptr;  // head h of token t at out[t * out_stride + h * head_dim]
   int64_t out_stride = 0;
   float* workspace = nullptr;  // paged_attention_workspace_floats(...) floats
@@ -54,7 +57,12 @@ struct PagedAttentionArgs {
 
 // Floats of workspace paged_attention needs for these sizes.
 size_t paged_attention_workspace_floats(int32_t n_tokens, int32_t n_heads, int32_t head_dim,
-                                        int32_t max_context);
+                                        int32_t max_context,
+                                        int32_t partition_size = kPartitionSize);
+
+// The partition size that gives a step of n_tokens queries enough CTAs to
+// fill the GPU (the model's choice; any valid size computes the same).
+int32_t paged_attention_partition_size(int32_t n_tokens, int32_t n_kv_heads);
 
 void paged_attention(const PagedAttentionArgs& args, cudaStream_t stream);
 

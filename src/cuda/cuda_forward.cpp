@@ -175,9 +175,11 @@ void CudaModel::forward(const ForwardBatch& batch, KvCache& kv_base, Tensor& log
                                 cudaMemcpyHostToDevice, stream_));
   set_device_pointers(offsets, meta_device_.data(), meta);
   if (meta.n_paged > 0) {
+    meta.paged_partition =
+        paged_attention_partition_size(meta.n_paged, static_cast<int32_t>(config_.n_kv_heads));
     attn_workspace_.reserve(paged_attention_workspace_floats(
         meta.n_paged, static_cast<int32_t>(config_.n_heads), static_cast<int32_t>(config_.head_dim),
-        meta.paged_max_context));
+        meta.paged_max_context, meta.paged_partition));
     meta.attn_workspace = attn_workspace_.data();
     if (meta.paged_begin < 0) {
       compact_q_.reserve(size_t(meta.n_paged) * q_width);
@@ -370,6 +372,7 @@ void CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool
     a.scale = scale;
     a.sliding_window = window;
     a.max_context = meta.paged_max_context;
+    a.partition_size = meta.paged_partition;
     a.workspace = meta.attn_workspace;
     paged_attention(a, stream_);
     if (compact) {

@@ -58,9 +58,11 @@ std::unique_ptr<CudaModel::Graph> CudaModel::capture_graph(CudaKvCache& kv, int3
   graph->meta.resize(staged.size());
   graph->meta.upload(staged);
   set_device_pointers(offsets, graph->meta.data(), graph->step);
-  graph->attn_workspace.resize(
-      paged_attention_workspace_floats(batch_size, static_cast<int32_t>(config_.n_heads),
-                                       static_cast<int32_t>(config_.head_dim), max_context));
+  graph->step.paged_partition =
+      paged_attention_partition_size(batch_size, static_cast<int32_t>(config_.n_kv_heads));
+  graph->attn_workspace.resize(paged_attention_workspace_floats(
+      batch_size, static_cast<int32_t>(config_.n_heads), static_cast<int32_t>(config_.head_dim),
+      max_context, graph->step.paged_partition));
   graph->step.attn_workspace = graph->attn_workspace.data();
   if (with_capture) {
     graph->captured.resize(size_t(batch_size) * config_.n_layers * config_.n_heads *

@@ -36,6 +36,7 @@ struct CudaModel::StepMeta {
   int32_t n_paged = 0;
   int32_t paged_begin = -1;  // >= 0: the subset is rows [paged_begin, +n_paged)
   int32_t paged_max_context = 0;
+  int32_t paged_partition = 256;  // split-K partition size (paged_attention_partition_size)
   int32_t* paged_rows = nullptr;  // [n_paged] rows of the step (used when paged_begin < 0)
   int32_t* paged_seq = nullptr;   // [n_paged]
   int32_t* paged_slot = nullptr;  // [n_paged]

@@ -84,12 +84,14 @@ struct AttnCase {
   int32_t head_dim, group, n_kv_heads, block_size, window;
   std::vector<int32_t> seq_len;
   int32_t extra_context;  // max_context beyond the batch's need (graph capacity)
+  int32_t partition_size = kPartitionSize;
 };
 
 void run_paged_case(const AttnCase& c, uint32_t seed) {
   SCOPED_TRACE(::testing::Message()
                << "head_dim " << c.head_dim << " group " << c.group << " kv_heads " << c.n_kv_heads
-               << " block " << c.block_size << " window " << c.window << " seed " << seed);
+               << " block " << c.block_size << " window " << c.window << " partition "
+               << c.partition_size << " seed " << seed);
   std::mt19937 rng(seed);
   const int32_t hd = c.head_dim, n_heads = c.group * c.n_kv_heads;
   const PagedKv kv = make_paged_kv(rng, c.seq_len, c.block_size, c.n_kv_heads, hd);
@@ -165,8 +167,8 @@ void run_paged_case(const AttnCase& c, uint32_t seed) {
   auto d_tpos = upload(token_pos);
   DeviceBuffer<bf16> d_out(static_cast<size_t>(n_tokens) * out_stride);
   d_out.fill_bytes(0xFF);
-  DeviceBuffer<float> d_ws(
-      std::max<size_t>(1, paged_attention_workspace_floats(n_tokens, n_heads, hd, max_context)));
+  DeviceBuffer<float> d_ws(std::max<size_t>(
+      1, paged_attention_workspace_floats(n_tokens, n_heads, hd, max_context, c.partition_size)));
   d_ws.fill_bytes(0xFF);
 
   PagedAttentionArgs args;
@@ -188,6 +190,7 @@ void run_paged_case(const AttnCase& c, uint32_t seed) {
   args.scale = scale;
   args.sliding_window = c.window;
   args.max_context = max_context;
+  args.partition_size = c.partition_size;
   args.out = d_out.data();
   args.out_stride = out_stride;
   args.workspace = d_ws.data();
@@ -247,6 +250,19 @@ TEST(CudaAttention, PagedSinglePartitionAndSpareCapacity) {
   // A graph sized for longer contexts than the batch has: empty partitions.
   run_paged_case({128, 4, 2, 16, 0, {200, 1, 17}, 700}, 10);
   run_paged_case({16, 2, 2, 16, 7, {300, 5}, 1000}, 11);
+}
+
+// Small partitions (what small-batch decode uses): the same attention.
+TEST(CudaAttention, PagedSmallPartitions) {
+  SS_REQUIRE_GPU();
+  uint32_t seed = 300;
+  for (int32_t partition : {32, 64, 128}) {
+    run_paged_case({128, 7, 2, 16, 0, {1000, 1, 17, 300, 64, 65}, 0, partition}, seed++);
+    run_paged_case({64, 4, 2, 16, 100, {640, 33, 129}, 200, partition}, seed++);
+    run_paged_case({32, 2, 1, 5, 0, {97, 31, 32}, 0, partition}, seed++);
+  }
+  EXPECT_EQ(paged_attention_partition_size(1, 4), 64);
+  EXPECT_EQ(paged_attention_partition_size(256, 4), kPartitionSize);
 }
 
 }  // namespace

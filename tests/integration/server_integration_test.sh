@@ -30,7 +30,10 @@ fs.writeFileSync(f, JSON.stringify(c, null, 2));' "$work/model/tokenizer_config.
 # start_server NAME ARGS...: starts a server, waits for its port, sets $port.
 start_server() {
   local name=$1; shift
-  "$bin" serve --model "$work/model" --port 0 --no-access-log "$@" 2>"$work/$name.log" &
+  # Created here: the background shell opens it asynchronously, and a first
+  # sed on a missing file would end the script (set -e, pipefail).
+  : > "$work/$name.log"
+  "$bin" serve --model "$work/model" --port 0 --no-access-log "$@" 2>>"$work/$name.log" &
   pids+=($!)
   for _ in $(seq 1 300); do
     port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/$name.log" | head -1)
