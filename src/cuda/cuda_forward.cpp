@@ -9,6 +9,7 @@
 #include "cuda/cuda_model_internal.h"
 #include "cuda/elementwise.h"
 #include "cuda/flash_attention.h"
+#include "cuda/rope_kv.h"
 #include "cuda/row_scatter.h"
 #include "cuda/sampling.h"
 
@@ -297,10 +298,10 @@ void CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool
     head_rmsnorm(qkv, n, qkv_width, n_heads, head_dim, layer.q_norm, eps, stream_);
     head_rmsnorm(qkv + q_width, n, qkv_width, n_kv_heads, head_dim, layer.k_norm, eps, stream_);
   }
-  // k's heads follow q's in each row: one launch rotates both.
-  rope(qkv, n, qkv_width, n_heads + n_kv_heads, head_dim, meta.pos, inv_freq_, stream_);
-  write_kv(qkv + q_width, qkv + q_width + kv_width, qkv_width, n, static_cast<int32_t>(kv_width),
-           meta.slot_mapping, meta.pos, kv.k(l), kv.v(l), kv.slot_positions(), stream_);
+  // k's heads follow q's in each row: one launch rotates both and stores k
+  // and v in their paged slots.
+  rope_write_kv(qkv, n, qkv_width, n_heads, n_kv_heads, head_dim, meta.pos, inv_freq_,
+                meta.slot_mapping, kv.k(l), kv.v(l), kv.slot_positions(), stream_);
   if (meta.capture_device != nullptr) {  // a capture graph: every row, device to device
     SS_CUDA_CHECK(cudaMemcpy2DAsync(meta.capture_device + l * q_width,
                                     size_t(c.n_layers) * q_width * sizeof(bf16), qkv,

@@ -1,0 +1,77 @@
+#include "base/check.h"
+#include "cuda/cuda_check.h"
+#include "cuda/rope_kv.h"
+
+namespace specstack::cuda {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kThreads = 128;
+
+// One CTA per token: cos/sin of its position once in shared memory, then
+// every (head, j) pair of q and k rotated by one thread (k's also stored in
+// the cache by the same thread), then v copied.
+__global__ void __launch_bounds__(kThreads)
+    rope_write_kv_kernel(bf16* qkv, int64_t ld, int32_t n_heads, int32_t n_kv_heads,
+                         int32_t head_dim, const int32_t* positions, const float* inv_freq,
+                         const int32_t* slot_mapping, bf16* k_cache, bf16* v_cache,
+                         int32_t* slot_positions) {
+  extern __shared__ float cos_sin[];  // [2 * half]: cos | sin
+  const int half = head_dim / 2;
+  const int64_t t = blockIdx.x;
+  const float pos = static_cast<float>(positions[t]);
+  for (int j = threadIdx.x; j < half; j += blockDim.x) {
+    float s, c;
+    sincosf(pos * inv_freq[j], &s, &c);  // fp32 angle, as torch and rope()
+    cos_sin[j] = c;
+    cos_sin[half + j] = s;
+  }
+  __syncthreads();
+  const int64_t slot = slot_mapping[t];
+  const int64_t kv_width = static_cast<int64_t>(n_kv_heads) * head_dim;
+  bf16* row = qkv + t * ld;  // q heads, then k heads, then v
+  const int32_t rotated_heads = n_heads + n_kv_heads;
+  for (int p = threadIdx.x; p < rotated_heads * half; p += blockDim.x) {
+    const int h = p / half;
+    const int j = p - h * half;
+    bf16* lo = row + static_cast<int64_t>(h) * head_dim + j;
+    bf16* hi = lo + half;
+    const float a = __bfloat162float(*lo), b = __bfloat162float(*hi);
+    const float c = cos_sin[j], s = cos_sin[half + j];
+    // HF rotate_half: out = x * cos + cat(-x_hi, x_lo) * sin
+    const bf16 out_lo = __float2bfloat16(a * c - b * s);
+    const bf16 out_hi = __float2bfloat16(b * c + a * s);
+    *lo = out_lo;
+    *hi = out_hi;
+    if (h >= n_heads && slot >= 0) {
+      bf16* dst = k_cache + slot * kv_width + static_cast<int64_t>(h - n_heads) * head_dim + j;
+      dst[0] = out_lo;
+      dst[half] = out_hi;
+    }
+  }
+  if (slot >= 0) {
+    const bf16* v = row + static_cast<int64_t>(rotated_heads) * head_dim;
+    for (int64_t i = threadIdx.x; i < kv_width; i += blockDim.x)
+      v_cache[slot * kv_width + i] = v[i];
+    if (threadIdx.x == 0) slot_positions[slot] = positions[t];
+  }
+}
+
+}  // namespace
+
+void rope_write_kv(bf16* qkv, int32_t n_tokens, int64_t ld, int32_t n_heads, int32_t n_kv_heads,
+                   int32_t head_dim, const int32_t* positions, const float* inv_freq,
+                   const int32_t* slot_mapping, bf16* k_cache, bf16* v_cache,
+                   int32_t* slot_positions, cudaStream_t stream) {
+  if (n_tokens <= 0) return;
+  SS_CHECK(head_dim > 0 && head_dim % 2 == 0);
+  SS_CHECK_GE(ld, static_cast<int64_t>(n_heads + 2 * n_kv_heads) * head_dim);
+  const size_t smem = static_cast<size_t>(head_dim) * sizeof(float);
+  rope_write_kv_kernel<<<n_tokens, kThreads, smem, stream>>>(qkv, ld, n_heads, n_kv_heads, head_dim,
+                                                             positions, inv_freq, slot_mapping,
+                                                             k_cache, v_cache, slot_positions);
+  SS_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace specstack::cuda

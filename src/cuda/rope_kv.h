@@ -1,0 +1,27 @@
+// RoPE on a step's q and k heads fused with the paged KV write: one launch
+// per layer where rope() + write_kv() took two. At batch-1 decode each of
+// those is a few microseconds of mostly latency (ncu: ~7 us + ~4 us per
+// layer on an H100), so the fusion is worth ~0.15 ms per 7B token.
+// CPU twin: CpuBackend::rope then write_kv; GPU twin: rope() + write_kv()
+// (tests/cuda/rope_kv_test.cpp).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace specstack::cuda {
+
+// qkv [n_tokens, ld] bf16 rows of q (n_heads heads) | k (n_kv_heads) | v
+// (n_kv_heads), head_dim each. Rotates q and k in place (HF rotate_half,
+// angle = f32(positions[t]) * inv_freq[j], accurate sincos), then writes the
+// rotated k and the v of token t into physical slot slot_mapping[t] of the
+// caches [n_slots, n_kv_heads * head_dim] and positions[t] into
+// slot_positions (slot_mapping < 0: rotate only, no write).
+void rope_write_kv(__nv_bfloat16* qkv, int32_t n_tokens, int64_t ld, int32_t n_heads,
+                   int32_t n_kv_heads, int32_t head_dim, const int32_t* positions,
+                   const float* inv_freq, const int32_t* slot_mapping, __nv_bfloat16* k_cache,
+                   __nv_bfloat16* v_cache, int32_t* slot_positions, cudaStream_t stream);
+
+}  // namespace specstack::cuda
