@@ -12,6 +12,7 @@
 
 #include "../engine/golden_reference.h"
 #include "base/mapped_file.h"
+#include "cli_test_util.h"
 #include "test_util.h"
 
 namespace specstack {
@@ -21,30 +22,25 @@ namespace fs = std::filesystem;
 
 using testing::CommandResult;
 
-CommandResult run(const std::string& args) { return testing::run_specstack(args); }
+CommandResult run(const std::string& args) {
+  return testing::run_specstack(args);
+}
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
+std::string quote(const std::string& s) {
+  return "'" + s + "'";
+}
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() / ("specstack_cli_" + std::to_string(::getpid()) + "_" +
-                                         std::to_string(counter_++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-  static inline int counter_ = 0;
+// Scratch folders of these tests.
+struct TempDir : testing::TempDir {
+  TempDir() : testing::TempDir("specstack_cli_") {}
 };
 
 // A copy of the TinyStories folder that a test may damage.
 fs::path copy_tinystories(const TempDir& dir) {
   fs::path model = dir.path() / "model";
   fs::create_directories(model);
-  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}) {
+  for (const char* f :
+       {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}) {
     fs::copy_file(testing::golden_model_dir("tinystories-656k") + "/" + f, model / f);
   }
   return model;
@@ -103,7 +99,8 @@ TEST(CliLogits, WritesReferenceLogitsAndHonoursExplicitPositions) {
   const Tensor& expected = ref.get("sparse.logits");
   ASSERT_EQ(logits.shape(), expected.shape());
   for (int64_t row = 0; row < expected.size(0); ++row) {
-    EXPECT_LE(testing::relative_error(logits.f32() + row * 512, expected.f32() + row * 512, 512), 1e-4);
+    EXPECT_LE(testing::relative_error(logits.f32() + row * 512, expected.f32() + row * 512, 512),
+              1e-4);
   }
   EXPECT_EQ(ours.ids("positions"), kept);
   EXPECT_EQ(ours.ids("tokens"), ids);
@@ -112,7 +109,8 @@ TEST(CliLogits, WritesReferenceLogitsAndHonoursExplicitPositions) {
 TEST(CliErrors, BadFlagsGiveOneClearLine) {
   const std::string model = testing::golden_model_dir("tinystories-656k");
   expect_clean_error(run("generate --model /nonexistent/model --prompt hi"), "/nonexistent/model");
-  expect_clean_error(run("generate --model " + model + " --prompt hi --tokens 1,2"), "exactly one of");
+  expect_clean_error(run("generate --model " + model + " --prompt hi --tokens 1,2"),
+                     "exactly one of");
   expect_clean_error(run("generate --model " + model + " --tokens 1,x"), "'x'");
   expect_clean_error(run("generate --model " + model + " --tokens 1,99999"), "99999");
   expect_clean_error(run("generate --model " + model + " --prompt hi --top-p 1.5"), "top_p");
@@ -131,9 +129,12 @@ TEST(CliErrors, DamagedModelFoldersGiveOneClearLine) {
       {"missing safetensors", [](const fs::path& m) { fs::remove(m / "model.safetensors"); },
        "model.safetensors"},
       {"truncated safetensors",
-       [](const fs::path& m) { fs::resize_file(m / "model.safetensors", fs::file_size(m / "model.safetensors") / 2); },
+       [](const fs::path& m) {
+         fs::resize_file(m / "model.safetensors", fs::file_size(m / "model.safetensors") / 2);
+       },
        "model.safetensors"},
-      {"header garbage", [](const fs::path& m) { write_file(m / "model.safetensors", std::string(64, '\xff')); },
+      {"header garbage",
+       [](const fs::path& m) { write_file(m / "model.safetensors", std::string(64, '\xff')); },
        "model.safetensors"},
       {"shape mismatch",
        [](const fs::path& m) {
@@ -142,7 +143,8 @@ TEST(CliErrors, DamagedModelFoldersGiveOneClearLine) {
          write_file(m / "config.json", config.dump());
        },
        "expected [100, 128]"},
-      {"malformed config", [](const fs::path& m) { write_file(m / "config.json", "{\"model_type\": \"llama\","); },
+      {"malformed config",
+       [](const fs::path& m) { write_file(m / "config.json", "{\"model_type\": \"llama\","); },
        "config.json"},
       {"unknown architecture",
        [](const fs::path& m) {
@@ -158,23 +160,25 @@ TEST(CliErrors, DamagedModelFoldersGiveOneClearLine) {
          write_file(m / "config.json", config.dump());
        },
        "yarn"},
-      {"malformed tokenizer", [](const fs::path& m) { write_file(m / "tokenizer.json", "{\"model\": 3"); },
-       "tokenizer"},
+      {"malformed tokenizer",
+       [](const fs::path& m) { write_file(m / "tokenizer.json", "{\"model\": 3"); }, "tokenizer"},
   };
   for (const Damage& damage : cases) {
     SCOPED_TRACE(damage.name);
     TempDir dir;
     fs::path model = copy_tinystories(dir);
     damage.apply(model);
-    expect_clean_error(run("generate --model " + model.string() + " --prompt 'Once upon a time' -n 4"),
-                       damage.needle);
+    expect_clean_error(
+        run("generate --model " + model.string() + " --prompt 'Once upon a time' -n 4"),
+        damage.needle);
   }
 }
 
 TEST(CliDummyWeights, RunsAPublishedConfigWithoutWeightFiles) {
   // A tiny config keeps this fast under sanitizers; the bench uses the published ones.
-  CommandResult r = run("generate --dummy-weights --config " + testing::golden_model_dir("qwen3-moe") +
-                        "/config.json --prompt-length 8 -n 3 --dtype bf16 --ignore-eos");
+  CommandResult r =
+      run("generate --dummy-weights --config " + testing::golden_model_dir("qwen3-moe") +
+          "/config.json --prompt-length 8 -n 3 --dtype bf16 --ignore-eos");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("qwen3_moe"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("generation 3 tokens"), std::string::npos) << r.err;

@@ -16,97 +16,14 @@
 #include <thread>
 
 #include "base/mapped_file.h"
+#include "cli_test_util.h"
 #include "test_util.h"
 
 namespace specstack {
 namespace {
 
 using nlohmann::json;
-
-// A `specstack serve --port 0` child whose stderr is collected.
-class ServeProcess {
- public:
-  explicit ServeProcess(const std::vector<std::string>& extra_args) {
-    int fds[2];
-    if (::pipe(fds) != 0) return;
-    std::vector<std::string> args = {
-        testing::specstack_binary(), "serve", "--port", "0", "--threads", "2"};
-    args.insert(args.end(), extra_args.begin(), extra_args.end());
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(fds[1], STDERR_FILENO);
-      ::close(fds[0]);
-      ::close(fds[1]);
-      std::vector<char*> argv;
-      for (auto& arg : args) argv.push_back(arg.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    reader_ = std::thread([this, fd = fds[0]] {
-      char buffer[4096];
-      ssize_t n;
-      while ((n = ::read(fd, buffer, sizeof(buffer))) > 0) {
-        std::lock_guard<std::mutex> lock(mutex_);
-        err_.append(buffer, static_cast<size_t>(n));
-      }
-      ::close(fd);
-    });
-  }
-
-  ~ServeProcess() {
-    if (pid_ > 0 && exit_status_ < 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    if (reader_.joinable()) reader_.join();
-  }
-
-  // The port from "listening on http://127.0.0.1:PORT", or 0 after 60 s.
-  int wait_for_port() {
-    const std::regex listening(R"(listening on http://127\.0\.0\.1:(\d+))");
-    for (int i = 0; i < 6000; ++i) {
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        std::smatch match;
-        if (std::regex_search(err_, match, listening)) return std::stoi(match[1]);
-      }
-      if (exited()) return 0;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return 0;
-  }
-
-  // Sends `signo` and returns the exit code (-1: killed by a signal or hung).
-  int stop(int signo) {
-    ::kill(pid_, signo);
-    for (int i = 0; i < 3000 && !exited(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (reader_.joinable()) reader_.join();
-    return exit_status_ >= 0 && WIFEXITED(exit_status_) ? WEXITSTATUS(exit_status_) : -1;
-  }
-
-  std::string err() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return err_;
-  }
-
- private:
-  bool exited() {
-    if (exit_status_ >= 0) return true;
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) exit_status_ = status;
-    return exit_status_ >= 0;
-  }
-
-  pid_t pid_ = -1;
-  int exit_status_ = -1;
-  std::thread reader_;
-  std::mutex mutex_;
-  std::string err_;
-};
+using testing::ServeProcess;
 
 json post(int port, const std::string& path, const json& body) {
   httplib::Client cli("127.0.0.1", port);

@@ -19,6 +19,7 @@
 
 #include "base/check.h"
 #include "base/mapped_file.h"
+#include "cli_test_util.h"
 #include "test_util.h"
 
 namespace specstack {
@@ -26,6 +27,12 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing::ServeProcess;
+
+// Scratch folders of these tests.
+struct TempDir : testing::TempDir {
+  TempDir() : testing::TempDir("specstack_sp_") {}
+};
 
 struct ServeRun {
   int exit_code = -1;  // -1: killed by a signal (a crash)
@@ -53,106 +60,6 @@ void expect_clean_error(const ServeRun& r, const std::string& needle) {
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
 }
-
-// A `specstack serve --port 0` child whose stderr is collected.
-class ServeChild {
- public:
-  explicit ServeChild(const std::vector<std::string>& extra_args) {
-    int fds[2];
-    SS_CHECK(::pipe(fds) == 0);
-    std::vector<std::string> args = {
-        testing::specstack_binary(), "serve", "--port", "0", "--threads", "2"};
-    args.insert(args.end(), extra_args.begin(), extra_args.end());
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(fds[1], STDERR_FILENO);
-      ::close(fds[0]);
-      ::close(fds[1]);
-      std::vector<char*> argv;
-      for (auto& arg : args) argv.push_back(arg.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    reader_ = std::thread([this, fd = fds[0]] {
-      char buffer[4096];
-      ssize_t n;
-      while ((n = ::read(fd, buffer, sizeof(buffer))) > 0) {
-        std::lock_guard<std::mutex> lock(mutex_);
-        err_.append(buffer, static_cast<size_t>(n));
-      }
-      ::close(fd);
-    });
-  }
-
-  ~ServeChild() {
-    if (pid_ > 0 && status_ < 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    if (reader_.joinable()) reader_.join();
-  }
-
-  // The port it listens on, or 0 if it exited or 60 s passed.
-  int wait_for_port() {
-    const std::regex listening(R"(listening on http://127\.0\.0\.1:(\d+))");
-    for (int i = 0; i < 6000; ++i) {
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        std::smatch match;
-        if (std::regex_search(err_, match, listening)) return std::stoi(match[1]);
-      }
-      if (exited()) return 0;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return 0;
-  }
-
-  // SIGTERM; the exit code (-1: killed by a signal or hung).
-  int stop() {
-    ::kill(pid_, SIGTERM);
-    for (int i = 0; i < 3000 && !exited(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (reader_.joinable()) reader_.join();
-    return status_ >= 0 && WIFEXITED(status_) ? WEXITSTATUS(status_) : -1;
-  }
-
-  std::string err() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return err_;
-  }
-
- private:
-  bool exited() {
-    if (status_ >= 0) return true;
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) status_ = status;
-    return status_ >= 0;
-  }
-
-  pid_t pid_ = -1;
-  int status_ = -1;
-  std::thread reader_;
-  std::mutex mutex_;
-  std::string err_;
-};
-
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("specstack_sp_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-  static inline int counter_ = 0;
-};
 
 std::string tinystories() {
   return testing::golden_model_dir("tinystories-656k");
@@ -210,9 +117,9 @@ TEST(CliServeSpecPrefill, DummyDraftWithAnotherVocabSizeIsRejected) {
 }
 
 TEST(CliServeSpecPrefill, ServesWithADraftAndReportsIt) {
-  ServeChild server({"--model", tinystories(), "--draft", tinystories(), "--specprefill",
-                     "--specprefill-threshold", "16", "--specprefill-keep-pct", "0.5",
-                     "--draft-kv-blocks", "64", "--served-model-name", "tiny"});
+  ServeProcess server({"--model", tinystories(), "--draft", tinystories(), "--specprefill",
+                       "--specprefill-threshold", "16", "--specprefill-keep-pct", "0.5",
+                       "--draft-kv-blocks", "64", "--served-model-name", "tiny"});
   const int port = server.wait_for_port();
   ASSERT_GT(port, 0) << server.err();
   const std::string startup = server.err();
@@ -265,7 +172,7 @@ TEST(CliServeSpecPrefill, ServesWithADraftAndReportsIt) {
 TEST(CliServeSpecPrefill, DraftWithoutATokenizerWarnsAndDummyDraftsStart) {
   TempDir dir;
   const fs::path draft = tinystories_copy(dir, {"config.json", "model.safetensors"});
-  ServeChild no_tokenizer({"--model", tinystories(), "--draft", draft.string()});
+  ServeProcess no_tokenizer({"--model", tinystories(), "--draft", draft.string()});
   ASSERT_GT(no_tokenizer.wait_for_port(), 0) << no_tokenizer.err();
   const std::string startup = no_tokenizer.err();
   EXPECT_NE(startup.find("warning: --draft " + draft.string() + " has no tokenizer.json"),
@@ -278,8 +185,8 @@ TEST(CliServeSpecPrefill, DraftWithoutATokenizerWarnsAndDummyDraftsStart) {
   EXPECT_EQ(no_tokenizer.stop(), 0) << no_tokenizer.err();
 
   const std::string config = tinystories() + "/config.json";
-  ServeChild dummy({"--dummy-weights", "--config", config, "--tokenizer", tinystories(),
-                    "--draft-config", config, "--specprefill"});
+  ServeProcess dummy({"--dummy-weights", "--config", config, "--tokenizer", tinystories(),
+                      "--draft-config", config, "--specprefill"});
   ASSERT_GT(dummy.wait_for_port(), 0) << dummy.err();
   EXPECT_NE(dummy.err().find("specstack: draft '" + config + " (dummy weights)'"),
             std::string::npos)
