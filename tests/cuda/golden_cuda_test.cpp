@@ -13,9 +13,11 @@
 #include <thread>
 
 #include "../engine/golden_reference.h"
+#include "../engine/golden_run.h"
 #include "backend/cpu/cpu_backend.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_model.h"
+#include "cuda_test_util.h"
 #include "engine/engine.h"
 #include "engine/generator.h"
 #include "engine/model_instance.h"
@@ -49,66 +51,13 @@ double rms_error(const float* a, const float* b, int64_t n) {
   return std::sqrt(sum / double(n));
 }
 
-#define SS_REQUIRE_GPU()                                                               \
-  do {                                                                                 \
-    if (!::specstack::cuda::cuda_device_available()) GTEST_SKIP() << "no CUDA device"; \
-  } while (0)
-
 std::unique_ptr<ModelInstance> load_gpu(const std::string& name, bool graphs, CpuBackend& backend) {
   ModelInstanceOptions options;
-  options.model_dir = golden_model_dir(name);
   options.kv_tokens = 4096;
   options.device = Device::kCuda;
   options.cuda_graphs = graphs;
   options.graph_max_context = 1024;
-  auto instance = ModelInstance::create(options, backend);
-  SS_CHECK_MSG(instance.ok(), instance.ok() ? "" : instance.message());
-  return std::move(instance).value();
-}
-
-struct GpuRun {
-  std::vector<float> prefill_logits;  // [n, vocab]
-  std::vector<int32_t> greedy;
-  std::vector<float> greedy_logits;  // [n_greedy, vocab]
-};
-
-// Prefills ids at positions in chunks, then decodes n_greedy tokens greedily.
-GpuRun run_model(ModelInstance& model, const std::vector<int32_t>& ids,
-                 const std::vector<int32_t>& positions, int32_t next_position, int n_greedy,
-                 int32_t chunk) {
-  const int64_t vocab = model.config().vocab_size;
-  KvManager& kv = model.kv_manager();
-  KvSequence seq = kv.new_sequence(KvSequenceOptions{0, false});
-  GpuRun out;
-  const auto n = static_cast<int32_t>(ids.size());
-  for (int32_t begin = 0; begin < n; begin += chunk) {
-    const int32_t end = std::min(n, begin + chunk);
-    StepPlan plan;
-    const int32_t first = kv.append(seq, end - begin);
-    for (int32_t i = begin; i < end; ++i)
-      plan.add_token(ids[i], positions[i], 0, first + i - begin, true);
-    plan.block_tables.push_back(seq.blocks());
-    plan.seq_n_slots.push_back(seq.n_slots());
-    StepOutput step = model.runner().run(plan);
-    out.prefill_logits.insert(out.prefill_logits.end(), step.logits.f32(),
-                              step.logits.f32() + step.logits.numel());
-  }
-  const float* last = out.prefill_logits.data() + (n - 1) * vocab;
-  out.greedy_logits.assign(last, last + vocab);
-  out.greedy.push_back(argmax(last, vocab));
-  for (int j = 1; j < n_greedy; ++j) {
-    StepPlan plan;
-    const int32_t slot = kv.append(seq, 1);
-    plan.add_token(out.greedy.back(), next_position + j - 1, 0, slot, true);
-    plan.block_tables.push_back(seq.blocks());
-    plan.seq_n_slots.push_back(seq.n_slots());
-    StepOutput step = model.runner().run(plan);
-    out.greedy_logits.insert(out.greedy_logits.end(), step.logits.f32(), step.logits.f32() + vocab);
-    out.greedy.push_back(argmax(step.logits.f32(), vocab));
-  }
-  kv.free(seq);
-  EXPECT_EQ(model.pool().n_free(), model.pool().n_blocks());
-  return out;
+  return testing::load_golden_model(name, backend, options);
 }
 
 std::vector<int32_t> iota_positions(size_t n) {
@@ -141,7 +90,8 @@ TEST_P(GoldenCudaTest, LogitsAtBf16ToleranceAndArgmaxAgreement) {
     const std::vector<int32_t> ids = ref.ids(std::string(p) + ".input_ids");
     const auto n = static_cast<int64_t>(ids.size());
     // Chunks of 100 (the flash path) and, for the tail, short chunks (paged).
-    GpuRun r = run_model(*model, ids, iota_positions(ids.size()), static_cast<int32_t>(n), 16, 100);
+    testing::GoldenRun r = testing::prefill_then_greedy(*model, ids, iota_positions(ids.size()),
+                                                        static_cast<int32_t>(n), 16, 100);
     const Tensor& logits = ref.get(std::string(p) + ".logits");
     const int64_t first_row = n - logits.size(0);
     for (int64_t row = 0; row < logits.size(0); ++row) {
@@ -200,7 +150,8 @@ TEST(GoldenCuda, SparsePrefillAtOriginalPositions) {
     GoldenReference ref(golden_model_dir(name) + "/reference.safetensors");
     const int64_t vocab = model->config().vocab_size;
     const std::vector<int32_t> ids = ref.ids("sparse.input_ids");
-    GpuRun r = run_model(*model, ids, ref.ids("sparse.kept"), 333, 8, 50);
+    testing::GoldenRun r =
+        testing::prefill_then_greedy(*model, ids, ref.ids("sparse.kept"), 333, 8, 50);
     const Tensor& logits = ref.get("sparse.logits");
     for (int64_t row = 0; row < logits.size(0); ++row) {
       EXPECT_LE(
@@ -221,8 +172,8 @@ TEST(GoldenCuda, TinyStoriesGreedyTextIdentical) {
   for (const char* t : {"t0", "t1", "t2"}) {
     SCOPED_TRACE(t);
     const std::vector<int32_t> ids = ref.ids(std::string(t) + ".input_ids");
-    GpuRun r =
-        run_model(*model, ids, iota_positions(ids.size()), static_cast<int32_t>(ids.size()), 32, 5);
+    testing::GoldenRun r = testing::prefill_then_greedy(*model, ids, iota_positions(ids.size()),
+                                                        static_cast<int32_t>(ids.size()), 32, 5);
     // Identical up to the first reference near-tie (t1 has a 0.003 margin at
     // step 20, t0 0.013 at step 29): below bf16 resolution either id is right.
     const std::vector<int32_t> ref_greedy = ref.ids(std::string(t) + ".greedy");

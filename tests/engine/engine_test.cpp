@@ -2,15 +2,17 @@
 // requests equal offline generation, preemption under a tiny KV pool and
 // prefix-cache hits change nothing in the output, n > 1 forks, cancellation
 // at any point, back-pressure — and the block pool is fully free afterwards.
+#include "engine/engine.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
 #include <thread>
 
 #include "backend/cpu/cpu_backend.h"
-#include "engine/engine.h"
 #include "engine/generator.h"
 #include "engine/model_instance.h"
+#include "golden_run.h"
 #include "test_util.h"
 
 namespace specstack {
@@ -20,11 +22,8 @@ using namespace std::chrono_literals;
 
 std::unique_ptr<ModelInstance> load(Backend& backend, int64_t kv_tokens) {
   ModelInstanceOptions options;
-  options.model_dir = testing::golden_model_dir("llama-gqa");
   options.kv_tokens = kv_tokens;
-  auto instance = ModelInstance::create(options, backend);
-  SS_CHECK_MSG(instance.ok(), instance.ok() ? "" : instance.message());
-  return std::move(instance).value();
+  return testing::load_golden_model("llama-gqa", backend, options);
 }
 
 std::vector<int32_t> prompt(uint32_t seed, int32_t length) {
@@ -61,7 +60,8 @@ Collected collect(RequestStream& stream, int32_t n_choices) {
   return out;
 }
 
-std::vector<std::vector<int32_t>> offline(ModelInstance& model, const std::vector<GenerationRequest>& requests) {
+std::vector<std::vector<int32_t>> offline(ModelInstance& model,
+                                          const std::vector<GenerationRequest>& requests) {
   Generator generator(model.runner(), model.kv_manager());
   std::vector<std::vector<int32_t>> out;
   for (const auto& request : requests) {
@@ -125,7 +125,8 @@ TEST(Engine, PrefixCacheHitReportsCachedTokensAndKeepsOutputIdentical) {
   auto warm = engine.submit(RequestOptions{ids, greedy(16), 1, -1});
   ASSERT_TRUE(warm.ok());
   Collected second = collect(**warm, 1);
-  EXPECT_EQ((*warm)->stats().cached_tokens, 96);  // 6 full blocks of 16; the last token is recomputed
+  EXPECT_EQ((*warm)->stats().cached_tokens,
+            96);  // 6 full blocks of 16; the last token is recomputed
   EXPECT_EQ(first.tokens, second.tokens);
   EXPECT_GE(engine.metrics().prefix_cache_hit_tokens, 96);
   expect_pool_fully_free(engine);
@@ -140,7 +141,8 @@ TEST(Engine, ParallelChoicesShareThePromptAndSampleIndependently) {
   auto greedy_stream = engine.submit(RequestOptions{ids, greedy(10), 3, -1});
   ASSERT_TRUE(greedy_stream.ok());
   Collected got = collect(**greedy_stream, 3);
-  for (int c = 0; c < 3; ++c) EXPECT_EQ(got.tokens[static_cast<size_t>(c)], expected[0]) << "choice " << c;
+  for (int c = 0; c < 3; ++c)
+    EXPECT_EQ(got.tokens[static_cast<size_t>(c)], expected[0]) << "choice " << c;
   EXPECT_EQ((*greedy_stream)->stats().generated_tokens, 30);
 
   SamplingParams sampled = greedy(12);
@@ -149,8 +151,8 @@ TEST(Engine, ParallelChoicesShareThePromptAndSampleIndependently) {
   auto a = engine.submit(RequestOptions{ids, sampled, 3, 2});
   auto b = engine.submit(RequestOptions{ids, sampled, 3, 2});
   Collected ra = collect(**a, 3), rb = collect(**b, 3);
-  EXPECT_EQ(ra.tokens, rb.tokens);            // seeded: reproducible
-  EXPECT_NE(ra.tokens[0], ra.tokens[1]);      // each choice has its own stream of randomness
+  EXPECT_EQ(ra.tokens, rb.tokens);        // seeded: reproducible
+  EXPECT_NE(ra.tokens[0], ra.tokens[1]);  // each choice has its own stream of randomness
   expect_pool_fully_free(engine);
 }
 
@@ -184,7 +186,8 @@ TEST(Engine, RandomCancellationOf64StreamsFreesEveryBlock) {
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (uint32_t i = 0; i < 64; ++i) {
     auto stream = engine.submit(RequestOptions{prompt(i, 5 + static_cast<int32_t>(rng() % 60)),
-                                               greedy(5 + static_cast<int32_t>(rng() % 40)), 1 + static_cast<int32_t>(i % 3), -1});
+                                               greedy(5 + static_cast<int32_t>(rng() % 40)),
+                                               1 + static_cast<int32_t>(i % 3), -1});
     ASSERT_TRUE(stream.ok()) << stream.message();
     streams.push_back(*stream);
   }
@@ -218,7 +221,8 @@ TEST(Engine, RejectsBadRequestsAndAFullQueueWithTheRightCode) {
   Engine engine(*model, options);
   auto too_long = engine.submit(RequestOptions{prompt(1, 200), greedy(100), 1, -1});
   ASSERT_FALSE(too_long.ok());
-  EXPECT_NE(too_long.message().find("maximum context length is 256 tokens"), std::string::npos) << too_long.message();
+  EXPECT_NE(too_long.message().find("maximum context length is 256 tokens"), std::string::npos)
+      << too_long.message();
   EXPECT_NE(too_long.message().find("300"), std::string::npos);
   EXPECT_EQ(too_long.error().code, ErrorCode::kErrorInvalidArgument);
   auto bad_id = engine.submit(RequestOptions{{1, 9999}, greedy(4), 1, -1});

@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "engine/model_instance.h"
 #include "golden_reference.h"
+#include "golden_run.h"
 #include "test_util.h"
 
 namespace specstack {
@@ -19,7 +20,7 @@ using testing::golden_model_dir;
 using testing::GoldenReference;
 using testing::relative_error;
 
-constexpr double kLogitTolerance = 1e-4;   // per position, ‖ours−ref‖/‖ref‖
+constexpr double kLogitTolerance = 1e-4;     // per position, ‖ours−ref‖/‖ref‖
 constexpr float kArgmaxMarginFloor = 1e-3f;  // compare argmax only where the reference is decisive
 
 struct GoldenCase {
@@ -30,59 +31,19 @@ struct GoldenCase {
 class GoldenModel {
  public:
   explicit GoldenModel(const std::string& name)
-      : backend_(CpuBackendOptions{2}), reference_(golden_model_dir(name) + "/reference.safetensors") {
+      : backend_(CpuBackendOptions{2}),
+        reference_(golden_model_dir(name) + "/reference.safetensors") {
     ModelInstanceOptions options;
-    options.model_dir = golden_model_dir(name);
     options.kv_tokens = 4096;
-    auto instance = ModelInstance::create(options, backend_);
-    SS_CHECK_MSG(instance.ok(), instance.ok() ? "" : instance.message());
-    instance_ = std::move(instance).value();
+    instance_ = testing::load_golden_model(name, backend_, options);
   }
   ModelInstance& instance() { return *instance_; }
   const GoldenReference& reference() const { return reference_; }
 
-  // Prefills `ids` at `positions` in chunks of `chunk` tokens, returning the
-  // logits of every token [n, vocab]; then greedily decodes n_greedy tokens
-  // from position `next_position`, returning the greedy ids and their logits.
-  struct Run {
-    std::vector<float> prefill_logits;  // [n, vocab]
-    std::vector<int32_t> greedy;
-    std::vector<float> greedy_logits;   // [n_greedy, vocab], row 0 = last prefill row
-  };
+  using Run = testing::GoldenRun;
   Run run(const std::vector<int32_t>& ids, const std::vector<int32_t>& positions,
           int32_t next_position, int n_greedy, int32_t chunk) {
-    const int64_t vocab = instance_->config().vocab_size;
-    KvManager& kv = instance_->kv_manager();
-    KvSequence seq = kv.new_sequence(KvSequenceOptions{0, false});
-    Run out;
-    const auto n = static_cast<int32_t>(ids.size());
-    for (int32_t begin = 0; begin < n; begin += chunk) {
-      const int32_t end = std::min(n, begin + chunk);
-      StepPlan plan;
-      const int32_t first = kv.append(seq, end - begin);
-      for (int32_t i = begin; i < end; ++i) plan.add_token(ids[i], positions[i], 0, first + i - begin, true);
-      plan.block_tables.push_back(seq.blocks());
-      plan.seq_n_slots.push_back(seq.n_slots());
-      StepOutput step = instance_->runner().run(plan);
-      out.prefill_logits.insert(out.prefill_logits.end(), step.logits.f32(),
-                                step.logits.f32() + step.logits.numel());
-    }
-    const float* last = out.prefill_logits.data() + (n - 1) * vocab;
-    out.greedy_logits.assign(last, last + vocab);
-    out.greedy.push_back(argmax(last, vocab));
-    for (int j = 1; j < n_greedy; ++j) {
-      StepPlan plan;
-      const int32_t slot = kv.append(seq, 1);
-      plan.add_token(out.greedy.back(), next_position + j - 1, 0, slot, true);
-      plan.block_tables.push_back(seq.blocks());
-      plan.seq_n_slots.push_back(seq.n_slots());
-      StepOutput step = instance_->runner().run(plan);
-      out.greedy_logits.insert(out.greedy_logits.end(), step.logits.f32(), step.logits.f32() + vocab);
-      out.greedy.push_back(argmax(step.logits.f32(), vocab));
-    }
-    kv.free(seq);
-    EXPECT_EQ(instance_->pool().n_free(), instance_->pool().n_blocks());
-    return out;
+    return testing::prefill_then_greedy(*instance_, ids, positions, next_position, n_greedy, chunk);
   }
 
  private:
@@ -123,7 +84,8 @@ TEST_P(GoldenLogitsTest, PrefillLogitsArgmaxAndGreedyMatchReference) {
     const std::vector<int32_t> ids = ref.ids(p + ".input_ids");
     const auto n = static_cast<int64_t>(ids.size());
     // Odd chunk sizes exercise chunked prefill across block boundaries.
-    GoldenModel::Run run = model.run(ids, iota_positions(ids.size()), static_cast<int32_t>(n), 16, 100);
+    GoldenModel::Run run =
+        model.run(ids, iota_positions(ids.size()), static_cast<int32_t>(n), 16, 100);
     const Tensor& logits = ref.get(p + ".logits");  // [L, V] or the last 4 rows
     const int64_t first_row = n - logits.size(0);
     const Tensor& margins = ref.get(p + ".argmax_margin");
@@ -132,7 +94,8 @@ TEST_P(GoldenLogitsTest, PrefillLogitsArgmaxAndGreedyMatchReference) {
                       margins.f32() + first_row, ref_argmax.data() + first_row, vocab);
     for (int64_t i = 0; i < n; ++i) {
       if (margins.f32()[i] > kArgmaxMarginFloor) {
-        EXPECT_EQ(argmax(run.prefill_logits.data() + i * vocab, vocab), ref_argmax[i]) << "position " << i;
+        EXPECT_EQ(argmax(run.prefill_logits.data() + i * vocab, vocab), ref_argmax[i])
+            << "position " << i;
       }
     }
     EXPECT_EQ(run.greedy, ref.ids(p + ".greedy"));
@@ -141,19 +104,18 @@ TEST_P(GoldenLogitsTest, PrefillLogitsArgmaxAndGreedyMatchReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Architectures, GoldenLogitsTest,
-    ::testing::Values(GoldenCase{"llama-gqa", {"p0", "p1", "p2", "p3"}},
-                      GoldenCase{"llama3-rope", {"p0", "p1", "p2", "p3"}},
-                      GoldenCase{"qwen2", {"p0", "p1", "p2"}},
-                      GoldenCase{"qwen3", {"p0", "p1", "p2"}},
-                      GoldenCase{"mistral-swa", {"p0", "p1", "p2", "p3"}},
-                      GoldenCase{"qwen3-moe", {"p0", "p1", "p2"}}),
-    [](const auto& info) {
-      std::string name = info.param.model;
-      std::replace(name.begin(), name.end(), '-', '_');
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(Architectures, GoldenLogitsTest,
+                         ::testing::Values(GoldenCase{"llama-gqa", {"p0", "p1", "p2", "p3"}},
+                                           GoldenCase{"llama3-rope", {"p0", "p1", "p2", "p3"}},
+                                           GoldenCase{"qwen2", {"p0", "p1", "p2"}},
+                                           GoldenCase{"qwen3", {"p0", "p1", "p2"}},
+                                           GoldenCase{"mistral-swa", {"p0", "p1", "p2", "p3"}},
+                                           GoldenCase{"qwen3-moe", {"p0", "p1", "p2"}}),
+                         [](const auto& info) {
+                           std::string name = info.param.model;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 class GoldenSparseTest : public ::testing::TestWithParam<std::string> {};
 
@@ -182,7 +144,8 @@ INSTANTIATE_TEST_SUITE_P(Architectures, GoldenSparseTest, ::testing::Values("lla
                          });
 
 TEST(GoldenRope, InverseFrequenciesMatchTransformers) {
-  for (const char* name : {"llama-gqa", "llama3-rope", "qwen2", "qwen3", "mistral-swa", "qwen3-moe"}) {
+  for (const char* name :
+       {"llama-gqa", "llama3-rope", "qwen2", "qwen3", "mistral-swa", "qwen3-moe"}) {
     SCOPED_TRACE(name);
     GoldenModel model(name);
     const Tensor& ref = model.reference().get("rope.inv_freq");
@@ -202,8 +165,8 @@ TEST(GoldenTinyStories, RealModelLogitsAndGreedyMatchReference) {
     SCOPED_TRACE(t);
     const std::string p = t;
     const std::vector<int32_t> ids = ref.ids(p + ".input_ids");
-    GoldenModel::Run run = model.run(ids, iota_positions(ids.size()),
-                                     static_cast<int32_t>(ids.size()), 32, 5);
+    GoldenModel::Run run =
+        model.run(ids, iota_positions(ids.size()), static_cast<int32_t>(ids.size()), 32, 5);
     std::vector<int32_t> ref_argmax = ref.ids(p + ".argmax");
     expect_rows_match("prefill", run.prefill_logits.data(), ref.get(p + ".logits"), nullptr,
                       nullptr, vocab);

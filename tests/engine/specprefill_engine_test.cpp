@@ -13,6 +13,7 @@
 #include "engine/scheduler.h"
 #include "engine/specprefill_stage.h"
 #include "golden_reference.h"
+#include "golden_run.h"
 #include "test_util.h"
 
 namespace specstack {
@@ -22,11 +23,8 @@ using namespace std::chrono_literals;
 
 std::unique_ptr<ModelInstance> load(Backend& backend, int64_t kv_tokens) {
   ModelInstanceOptions options;
-  options.model_dir = testing::golden_model_dir("llama-gqa");
   options.kv_tokens = kv_tokens;
-  auto instance = ModelInstance::create(options, backend);
-  SS_CHECK_MSG(instance.ok(), instance.ok() ? "" : instance.message());
-  return std::move(instance).value();
+  return testing::load_golden_model("llama-gqa", backend, options);
 }
 
 std::vector<int32_t> golden_ids(const std::string& name) {
@@ -54,10 +52,11 @@ std::vector<int32_t> run(Engine& engine, RequestOptions options, RequestStats* s
   return tokens;
 }
 
-std::vector<int32_t> offline(ModelInstance& model, std::vector<int32_t> prompt, std::vector<int32_t> positions,
-                             int32_t max_tokens) {
+std::vector<int32_t> offline(ModelInstance& model, std::vector<int32_t> prompt,
+                             std::vector<int32_t> positions, int32_t max_tokens) {
   Generator generator(model.runner(), model.kv_manager());
-  auto result = generator.generate({GenerationRequest{std::move(prompt), std::move(positions), greedy(max_tokens)}});
+  auto result = generator.generate(
+      {GenerationRequest{std::move(prompt), std::move(positions), greedy(max_tokens)}});
   SS_CHECK(result.ok());
   return (*result)[0].tokens;
 }
@@ -110,7 +109,8 @@ TEST(SpecPrefillEngine, SparsePrefillKeepsTheReferenceChunksAtOriginalPositions)
   const auto prompt = golden_ids("p2.input_ids");
   std::vector<int32_t> kept_positions;
   for (int32_t chunk : golden_ids("score.kept_chunks_union_first_last")) {
-    for (int32_t i = chunk * 32; i < std::min<int32_t>(333, chunk * 32 + 32); ++i) kept_positions.push_back(i);
+    for (int32_t i = chunk * 32; i < std::min<int32_t>(333, chunk * 32 + 32); ++i)
+      kept_positions.push_back(i);
   }
   ASSERT_EQ(kept_positions.size(), 109u);
   std::vector<int32_t> kept_tokens;
@@ -213,7 +213,8 @@ TEST(SpecPrefillEngine, CachedPrefixIsReusedAndOnlyTheSuffixIsScored) {
   Pair pair;
   Engine engine(*pair.target, pair.options());
   const auto prompt = golden_ids("p2.input_ids");
-  RequestOptions dense{std::vector<int32_t>(prompt.begin(), prompt.begin() + 200), greedy(2), 1, -1};
+  RequestOptions dense{std::vector<int32_t>(prompt.begin(), prompt.begin() + 200), greedy(2), 1,
+                       -1};
   dense.specprefill.enabled = false;
   run(engine, dense);  // publishes 12 full blocks = 192 tokens
   RequestOptions sparse{prompt, greedy(6), 1, -1};
