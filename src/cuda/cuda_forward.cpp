@@ -403,21 +403,19 @@ void CudaModel::moe_mlp(const DeviceLayer& layer, int64_t n_tokens) {
   SS_CUDA_CHECK(cudaMemcpyAsync(weights.data(), topk_weights_.data(),
                                 weights.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  std::vector<int32_t> rows;
-  std::vector<float> row_weights;
+  // Counting sort by expert (tokens ascending within an expert):
+  // begin[e] .. begin[e + 1] are expert e's rows.
   std::vector<int32_t> begin(size_t(n_experts) + 1, 0);
-  for (int32_t e = 0; e < n_experts; ++e) {
-    begin[size_t(e)] = static_cast<int32_t>(rows.size());
-    for (int32_t t = 0; t < n; ++t) {
-      for (int32_t i = 0; i < k; ++i) {
-        if (ids[size_t(t) * k + i] == e) {
-          rows.push_back(t);
-          row_weights.push_back(weights[size_t(t) * k + i]);
-        }
-      }
-    }
+  for (int32_t id : ids) ++begin[size_t(id) + 1];
+  for (int32_t e = 0; e < n_experts; ++e) begin[size_t(e) + 1] += begin[size_t(e)];
+  std::vector<int32_t> rows(ids.size());
+  std::vector<float> row_weights(ids.size());
+  std::vector<int32_t> next(begin.begin(), begin.end() - 1);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t at = next[size_t(ids[i])]++;
+    rows[size_t(at)] = static_cast<int32_t>(i / size_t(k));
+    row_weights[size_t(at)] = weights[i];
   }
-  begin[size_t(n_experts)] = static_cast<int32_t>(rows.size());
   SS_CUDA_CHECK(cudaMemcpyAsync(expert_rows_.data(), rows.data(), rows.size() * sizeof(int32_t),
                                 cudaMemcpyHostToDevice, stream_));
   SS_CUDA_CHECK(cudaMemcpyAsync(expert_weights_.data(), row_weights.data(),

@@ -52,10 +52,4 @@ Result<CudaInstance> create_cuda_instance(const ModelConfig& config,
   return out;
 }
 
-std::unique_ptr<CudaKvCache> CudaModel::make_kv_cache(int64_t n_blocks, int64_t block_size) {
-  auto kv = std::make_unique<CudaKvCache>(kv_shape(n_blocks, block_size), stream_);
-  SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return kv;
-}
-
 }  // namespace specstack::cuda

@@ -176,10 +176,16 @@ Status CudaModel::load(ModelWeights weights) {
   return Status();
 }
 
+std::unique_ptr<CudaKvCache> CudaModel::make_kv_cache(int64_t n_blocks, int64_t block_size) {
+  auto kv = std::make_unique<CudaKvCache>(kv_shape(n_blocks, block_size), stream_);
+  SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return kv;
+}
+
 void CudaModel::ensure_scratch(int64_t n_tokens) {
   if (n_tokens <= scratch_tokens_) return;
   // Reallocation moves buffers the decode graphs point at: they are dropped
-  // and re-captured lazily never (eager decode continues to work).
+  // for good (decode runs eagerly from then on).
   graphs_.clear();
   capture_graphs_.clear();
   const ModelConfig& c = config_;
