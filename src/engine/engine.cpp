@@ -7,6 +7,7 @@
 #include "engine/histogram.h"
 #include "engine/logprobs.h"
 #include "engine/scheduler.h"
+#include "engine/specdecode_stage.h"
 #include "engine/specprefill_stage.h"
 #include "specprefill/policy.h"
 
@@ -97,6 +98,14 @@ class EngineCore {
   // logits [vocab] of the sequence's last row, or (device greedy) null and
   // the token the model already chose.
   void on_logits(Sequence* seq, float* logits, int32_t chosen = -1);
+  // A verification chunk's rows: [1 + n_draft, vocab] raw logits, or null and
+  // the model's greedy ids.
+  void on_verify(Sequence* seq, const float* rows, const int32_t* greedy_ids);
+  // Appends generated tokens to one choice and streams them; stops at the
+  // first that ends it (EOS, stop id, max_tokens, context). `logprob_rows`
+  // [tokens.size(), vocab] raw logits when logprobs are asked for.
+  void emit(Sequence* seq, std::span<const int32_t> tokens, const float* logprob_rows,
+            Clock::time_point now);
   // True when every row that wants logits can take the model's own argmax:
   // a GPU model, greedy without penalties, one choice, no logprobs.
   bool device_greedy_step(const ScheduleResult& scheduled) const;
@@ -110,6 +119,8 @@ class EngineCore {
   int64_t vocab_;
   Scheduler scheduler_;
   std::unique_ptr<SpecPrefillStage> specprefill_;  // null without a draft model
+  std::unique_ptr<SpecDecodeStage> specdecode_;    // null without speculative decoding
+  LatencyHistogram accepted_length_{{}};           // accepted draft tokens per verification
   SpecPrefillPolicy specprefill_policy_;
   std::shared_ptr<LoopSignal> signal_ = std::make_shared<LoopSignal>();
 
@@ -152,6 +163,14 @@ EngineCore::EngineCore(ModelInstance& model, const EngineOptions& options)
     specprefill_ =
         std::make_unique<SpecPrefillStage>(options.specprefill, options.max_num_batched_tokens,
                                            config.sliding_window > 0 ? config.sliding_window : 0);
+  }
+  if (options.specdecode.draft != nullptr) {
+    specdecode_ =
+        std::make_unique<SpecDecodeStage>(options.specdecode, options.max_num_batched_tokens,
+                                          model.config(), model.model().weight_bytes());
+    std::vector<double> bounds;
+    for (int32_t k = 0; k <= options.specdecode.max_draft_tokens; ++k) bounds.push_back(k);
+    accepted_length_ = LatencyHistogram(std::move(bounds));
   }
   publish_metrics();
   thread_ = std::thread([this] { loop(); });
@@ -236,6 +255,11 @@ void EngineCore::take_inbox() {
 void EngineCore::start_request(std::unique_ptr<Request> request) {
   Request& r = *request;
   requests_.push_back(std::move(request));
+  const bool speculates = specdecode_ && specdecode_->speculates(r);
+  if (speculates) {
+    std::lock_guard<std::mutex> lock(r.stream->mutex);
+    r.stream->stats.speculative.enabled = true;
+  }
   if (specprefill_) {
     // The threshold applies to the suffix after the target's cached prefix.
     const CachedPrefix prefix = model_.kv_manager().find_cached_prefix(r.options.prompt, 0);
@@ -246,7 +270,11 @@ void EngineCore::start_request(std::unique_ptr<Request> request) {
     ask.specprefill_keep_pct = r.options.specprefill.keep_pct;
     auto decision = specprefill_policy_.decide(ask);  // keep_pct was validated by submit()
     if (decision.ok() && decision->apply) {
-      specprefill_->add(&r, static_cast<int32_t>(decision->position_offset), decision->keep_pct);
+      // One draft for both stages: its prompt KV goes on to speculative decoding.
+      const bool keep_draft_kv =
+          speculates && options_.specdecode.draft == options_.specprefill.draft;
+      specprefill_->add(&r, static_cast<int32_t>(decision->position_offset), decision->keep_pct,
+                        keep_draft_kv);
       return;
     }
   }
@@ -273,6 +301,10 @@ void EngineCore::add_target_sequence(Request& request, SpecPrefillOutcome* outco
     request.stream->stats.specprefill = outcome->stats;
   }
   seq->sampler.emplace(request.options.params, request.options.prompt);
+  if (outcome != nullptr && outcome->draft_kv) {
+    specdecode_->adopt(seq.get(), std::move(*outcome->draft_kv),
+                       static_cast<int32_t>(request.options.prompt.size()));
+  }
   scheduler_.add_waiting(seq.get());
   request.sequences.push_back(std::move(seq));
 }
@@ -293,6 +325,7 @@ void EngineCore::run_specprefill_step() {
 
 void EngineCore::finish(Sequence* seq, FinishReason reason, RequestEvent event) {
   scheduler_.remove(seq);
+  if (specdecode_) specdecode_->release(seq);
   seq->finished = true;
   event.finish = reason;
   seq->request->stream->push(std::move(event));
@@ -380,7 +413,6 @@ void EngineCore::on_logits(Sequence* seq, float* logits, int32_t chosen) {
       logits != nullptr && (samplers.size() > 1 || request.options.top_logprobs >= 0);
   std::vector<float> raw;
   if (keep_raw) raw.assign(logits, logits + vocab_);
-  const ModelConfig& config = model_.config();
   for (Sequence* s : samplers) {
     std::vector<float> copy;
     std::span<float> row;
@@ -389,15 +421,28 @@ void EngineCore::on_logits(Sequence* seq, float* logits, int32_t chosen) {
       copy = raw;
       row = std::span<float>(copy);
     }
-    RequestEvent event;
-    event.choice = s->choice;
     const int32_t token = logits == nullptr ? chosen : s->sampler->sample(row);
+    emit(s, std::span<const int32_t>(&token, 1), raw.empty() ? nullptr : raw.data(), now);
+  }
+}
+
+void EngineCore::emit(Sequence* s, std::span<const int32_t> tokens, const float* logprob_rows,
+                      Clock::time_point now) {
+  Request& request = *s->request;
+  const ModelConfig& config = model_.config();
+  const SamplingParams& params = request.options.params;
+  RequestEvent event;
+  event.choice = s->choice;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const int32_t token = tokens[i];
     if (request.options.top_logprobs >= 0) {
-      event.logprobs.push_back(
-          compute_logprobs(raw.data(), vocab_, token, request.options.top_logprobs));
+      SS_CHECK(logprob_rows != nullptr);
+      event.logprobs.push_back(compute_logprobs(logprob_rows + static_cast<int64_t>(i) * vocab_,
+                                                vocab_, token, request.options.top_logprobs));
     }
     event.tokens.push_back(token);
-    if (s->n_generated > 0)
+    // Tokens accepted together arrive together: the gap is the step's.
+    if (s->n_generated > 0 && i == 0)
       itl_.observe(std::chrono::duration<double>(now - s->last_token_time).count());
     s->last_token_time = now;
     s->tokens.push_back(token);
@@ -407,7 +452,6 @@ void EngineCore::on_logits(Sequence* seq, float* logits, int32_t chosen) {
       std::lock_guard<std::mutex> lock(request.stream->mutex);
       ++request.stream->stats.generated_tokens;
     }
-    const SamplingParams& params = request.options.params;
     const bool eos = !params.ignore_eos &&
                      std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), token) !=
                          config.eos_token_ids.end();
@@ -415,46 +459,88 @@ void EngineCore::on_logits(Sequence* seq, float* logits, int32_t chosen) {
                                    token) != params.stop_token_ids.end();
     if (eos || stop_id) {
       finish(s, FinishReason::kFinishStop, std::move(event));
-    } else if (s->n_generated >= params.max_tokens ||
-               static_cast<int64_t>(s->tokens.size()) >= max_context_) {
+      return;
+    }
+    if (s->n_generated >= params.max_tokens ||
+        static_cast<int64_t>(s->tokens.size()) >= max_context_) {
       finish(s, FinishReason::kFinishLength, std::move(event));
-    } else {
-      request.stream->push(std::move(event));
+      return;
     }
   }
+  request.stream->push(std::move(event));
+}
+
+void EngineCore::on_verify(Sequence* seq, const float* rows, const int32_t* greedy_ids) {
+  const int32_t n_draft = seq->n_draft;
+  VerifyResult verified = specdecode_->verify(seq, rows, greedy_ids, vocab_);
+  // The target's KV holds the pending token and every draft token; keep the
+  // accepted ones. The emitted tokens are re-appended by emit(): drop the
+  // draft tokens from the list first (their KV stays for the accepted ones).
+  model_.kv_manager().rollback(seq->kv, n_draft - verified.n_accepted);
+  seq->n_computed -= n_draft - verified.n_accepted;
+  seq->trim_draft(0);
+  counters_.specdecode_draft_tokens_total += verified.n_drafted;
+  counters_.specdecode_accepted_tokens_total += verified.n_accepted;
+  ++counters_.specdecode_verify_total;
+  accepted_length_.observe(verified.n_accepted);
+  {
+    std::lock_guard<std::mutex> lock(seq->request->stream->mutex);
+    seq->request->stream->stats.speculative.draft_tokens += verified.n_drafted;
+    seq->request->stream->stats.speculative.accepted_tokens += verified.n_accepted;
+  }
+  emit(seq, verified.tokens, rows, Clock::now());
 }
 
 void EngineCore::step() {
   run_specprefill_step();  // draft work first: finished selections can be admitted now
+  const auto step_start = Clock::now();
+  // Draft tokens for the sequences that speculate, verified in this step.
+  if (specdecode_) specdecode_->propose(scheduler_.running());
   ScheduleResult scheduled = scheduler_.schedule();
   for (Sequence* seq : scheduled.preempted) {
+    if (specdecode_) specdecode_->release(seq);
     std::lock_guard<std::mutex> lock(seq->request->stream->mutex);
     ++seq->request->stream->stats.preemptions;
   }
-  if (scheduled.empty()) return;
-  const auto step_start = Clock::now();
+  if (scheduled.empty()) {
+    if (specdecode_) specdecode_->end_step();
+    return;
+  }
   scheduled.plan.greedy_on_device = device_greedy_step(scheduled);
+  const auto forward_start = Clock::now();
   StepOutput output = model_.runner().run(scheduled.plan);
+  if (specdecode_) {
+    specdecode_->observe_target_step(
+        static_cast<int32_t>(scheduled.plan.n_tokens()),
+        std::chrono::duration<double>(Clock::now() - forward_start).count());
+  }
   scheduler_.commit(scheduled);
   ++counters_.steps_total;
   int64_t row = 0;
+  int32_t n_emitting = 0;
   for (const ScheduledChunk& chunk : scheduled.chunks) {
     if (chunk.seq->n_generated == 0) counters_.prompt_tokens_total += chunk.count;
     if (!chunk.wants_logits) continue;
-    if (scheduled.plan.greedy_on_device) {
+    ++n_emitting;
+    const bool greedy = scheduled.plan.greedy_on_device;
+    if (chunk.n_logit_rows > 1) {
+      on_verify(chunk.seq, greedy ? nullptr : output.logits.f32() + row * vocab_,
+                greedy ? output.greedy_tokens.data() + row : nullptr);
+    } else if (greedy) {
       on_logits(chunk.seq, nullptr, output.greedy_tokens[static_cast<size_t>(row)]);
     } else {
       on_logits(chunk.seq, output.logits.f32() + row * vocab_);
     }
-    ++row;
+    row += chunk.n_logit_rows;
   }
+  if (specdecode_) specdecode_->end_step();
   if (options_.record_steps) {
     const auto now = Clock::now();
     StepRecord record;
     record.start_seconds = std::chrono::duration<double>(step_start - start_time_).count();
     record.seconds = std::chrono::duration<double>(now - step_start).count();
     record.n_tokens = static_cast<int32_t>(scheduled.plan.n_tokens());
-    record.n_decode = static_cast<int32_t>(row);
+    record.n_decode = n_emitting;
     record.n_running = static_cast<int32_t>(scheduler_.n_running());
     std::lock_guard<std::mutex> lock(metrics_mutex_);
     step_records_.push_back(record);
@@ -473,6 +559,13 @@ void EngineCore::publish_metrics() {
   m.prefix_cache_queried_tokens = pool.prefix_stats().n_query_tokens;
   m.prefix_cache_hit_tokens = pool.prefix_stats().n_hit_tokens;
   m.preemptions_total = scheduler_.n_preemptions();
+  m.specdecode_accepted_length = accepted_length_.snapshot();
+  const ModelInstance* draft =
+      options_.specdecode.draft != nullptr ? options_.specdecode.draft : options_.specprefill.draft;
+  if (draft != nullptr) {
+    m.draft_kv_blocks_total = draft->pool().n_blocks();
+    m.draft_kv_blocks_free = draft->pool().n_free();
+  }
   m.time_to_first_token = ttft_.snapshot();
   m.inter_token_latency = itl_.snapshot();
   std::lock_guard<std::mutex> lock(metrics_mutex_);

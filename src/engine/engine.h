@@ -22,11 +22,36 @@ struct SpecPrefillOptions {
   ModelInstance* draft = nullptr;  // null: speculative prefill is off
   int64_t threshold = 8192;        // minimum suffix length (after a cached prefix) to apply it
   double keep_pct = 0.2;
-  int32_t lookahead = 8;           // captured query steps (last prompt token + N-1 draft tokens)
+  int32_t lookahead = 8;  // captured query steps (last prompt token + N-1 draft tokens)
   int32_t chunk = 32;
   int32_t pool_kernel = 13;
   // Tests only: "scoring" or "draft_kv" makes that stage fail to exercise the fallback.
   std::string inject_fault;
+};
+
+// Speculative decoding (engine/specdecode_stage.h): the draft proposes up to
+// K tokens per step, the target verifies them in the same flat StepPlan as
+// every other sequence, and the output is distributed exactly as the target's.
+// The draft must share the target's tokenizer.
+struct SpecDecodeOptions {
+  ModelInstance* draft = nullptr;  // null: speculative decoding is off
+  bool default_on = true;          // requests speculate unless they say false
+  int32_t max_draft_tokens = 4;    // K (--spec-tokens)
+  bool adaptive = true;            // the policy picks k in 0..K per step; false: always K
+  // Sparse draft KV (SPIRe / MagicDec, StreamingLLM mask): with window > 0
+  // the draft keeps the blocks holding its first `sink` tokens and the blocks
+  // covering its last `window` tokens; blocks in between are freed. Block
+  // granular: the draft sees between window and window + block_size - 1
+  // recent tokens.
+  int32_t draft_window = 0;
+  int32_t draft_sink = 0;
+  // Benchmarks only (bench spec; serve and generate never set it): when in
+  // [0, 1], each draft token is accepted with this probability instead of by
+  // comparing distributions, while all the real work (K draft steps, the K+1
+  // row verify, rollbacks) still runs. Random weights give meaningless
+  // acceptance; this lets a throughput benchmark run at a measured alpha.
+  double emulated_acceptance = -1;
+  uint64_t emulation_seed = 7;
 };
 
 struct EngineOptions {
@@ -34,10 +59,11 @@ struct EngineOptions {
   int32_t max_num_seqs = 256;             // running sequences cap
   int32_t max_queue = 1024;               // waiting requests before submit() says queue full
   bool enable_prefix_caching = true;
-  int64_t max_model_len = 0;              // 0: the model's max_position_embeddings
-  bool static_batching = false;           // benchmark baseline: admit only when nothing runs
-  bool record_steps = false;              // keep a StepRecord per step (benchmarks)
+  int64_t max_model_len = 0;     // 0: the model's max_position_embeddings
+  bool static_batching = false;  // benchmark baseline: admit only when nothing runs
+  bool record_steps = false;     // keep a StepRecord per step (benchmarks)
   SpecPrefillOptions specprefill{};
+  SpecDecodeOptions specdecode{};
 };
 
 // One engine step, for benchmark phase analysis.

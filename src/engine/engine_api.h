@@ -25,43 +25,65 @@ struct SpecPrefillControls {
   std::optional<double> keep_pct;  // (0, 1]; default: the server's --specprefill-keep-pct
 };
 
+// Per-request speculative decoding control (OpenAI body:
+// `speculative_decoding`, top level or in extra_body). Unset: the server's
+// default (--spec-decode).
+struct SpecDecodeControls {
+  std::optional<bool> enabled;
+};
+
 struct RequestOptions {
   std::vector<int32_t> prompt;  // token ids (already templated and tokenized)
   SamplingParams params;        // validated by submit()
   int32_t n = 1;                // parallel samples sharing the prompt's KV (copy-on-write)
   int32_t top_logprobs = -1;    // -1: no logprobs; 0..20: sampled token + this many alternatives
   SpecPrefillControls specprefill{};
+  SpecDecodeControls specdecode{};
 };
 
 struct TokenLogprob {
   int32_t token = 0;
-  float logprob = 0;                             // log-softmax of the raw logits
-  std::vector<std::pair<int32_t, float>> top;    // best alternatives, descending
+  float logprob = 0;                           // log-softmax of the raw logits
+  std::vector<std::pair<int32_t, float>> top;  // best alternatives, descending
 };
 
 // One step's output for one choice, or that choice's end.
 struct RequestEvent {
-  int32_t choice = 0;                // 0..n-1
-  std::vector<int32_t> tokens;       // newly generated ids (may be empty on a pure finish event)
+  int32_t choice = 0;                  // 0..n-1
+  std::vector<int32_t> tokens;         // newly generated ids (may be empty on a pure finish event)
   std::vector<TokenLogprob> logprobs;  // parallel to tokens when top_logprobs >= 0
   std::optional<FinishReason> finish;  // set on the choice's last event
 };
 
 // What speculative prefill did for one request (usage.specprefill).
 struct SpecPrefillStats {
-  bool applied = false;          // the target prefilled only the kept tokens
-  int64_t prompt_tokens = 0;     // tokens scored (the suffix after a cached prefix)
-  int64_t kept_tokens = 0;       // of those, prefilled by the target
-  double scoring_ms = 0;         // draft prefill + lookahead + scoring wall time
-  std::string fallback_reason;   // non-empty when it was attempted and fell back to full prefill
+  bool applied = false;         // the target prefilled only the kept tokens
+  int64_t prompt_tokens = 0;    // tokens scored (the suffix after a cached prefix)
+  int64_t kept_tokens = 0;      // of those, prefilled by the target
+  double scoring_ms = 0;        // draft prefill + lookahead + scoring wall time
+  std::string fallback_reason;  // non-empty when it was attempted and fell back to full prefill
+};
+
+// What speculative decoding did for one request, over all choices
+// (usage.speculative).
+struct SpecDecodeStats {
+  bool enabled = false;         // the request speculated (draft present and not turned off)
+  int64_t draft_tokens = 0;     // proposed by the draft and verified by the target
+  int64_t accepted_tokens = 0;  // of those, accepted
+  double acceptance_rate() const {
+    return draft_tokens == 0
+               ? 0.0
+               : static_cast<double>(accepted_tokens) / static_cast<double>(draft_tokens);
+  }
 };
 
 struct RequestStats {
   int64_t prompt_tokens = 0;
-  int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+  int64_t cached_tokens = 0;     // prompt tokens served from the prefix cache
   int64_t generated_tokens = 0;  // over all choices
   int32_t preemptions = 0;
   SpecPrefillStats specprefill;
+  SpecDecodeStats speculative;
 };
 
 // The handle an HTTP thread holds for one request.
@@ -90,8 +112,8 @@ struct EngineMetrics {
   int64_t n_waiting = 0;
   int64_t n_running = 0;
   int64_t kv_blocks_total = 0;
-  int64_t kv_blocks_free = 0;     // includes cached blocks nobody holds
-  int64_t kv_blocks_cached = 0;   // registered in the prefix cache
+  int64_t kv_blocks_free = 0;    // includes cached blocks nobody holds
+  int64_t kv_blocks_cached = 0;  // registered in the prefix cache
   int64_t prefix_cache_queried_tokens = 0;
   int64_t prefix_cache_hit_tokens = 0;
   int64_t prompt_tokens_total = 0;
@@ -103,6 +125,13 @@ struct EngineMetrics {
   int64_t specprefill_applied_total = 0;
   int64_t specprefill_fallback_total = 0;
   int64_t specprefill_tokens_saved_total = 0;  // prompt tokens the target did not prefill
+  int64_t draft_kv_blocks_total = 0;           // the draft's pool (0 without a draft)
+  int64_t draft_kv_blocks_free = 0;
+  int64_t specdecode_draft_tokens_total = 0;     // draft tokens verified by the target
+  int64_t specdecode_accepted_tokens_total = 0;  // of those, accepted
+  int64_t specdecode_verify_total = 0;           // verifications (one per sequence and step)
+  // Accepted draft tokens per verification; bounds are 0, 1, ..., K.
+  HistogramSnapshot specdecode_accepted_length;
   HistogramSnapshot time_to_first_token;
   HistogramSnapshot inter_token_latency;
 };

@@ -26,7 +26,7 @@ struct StreamState {
   std::condition_variable ready;
   std::deque<RequestEvent> events;
   int32_t n_choices = 1;
-  int32_t n_finished = 0;   // choices whose finish event was pushed
+  int32_t n_finished = 0;  // choices whose finish event was pushed
   RequestStats stats;
   std::atomic<bool> cancel_requested{false};
 
@@ -60,13 +60,25 @@ struct Sequence {
   int32_t prefix_lookup_tokens = -1;
   int32_t n_computed = 0;
   int32_t n_generated = 0;
+  // Speculative decoding: the last n_draft entries of `tokens` are draft
+  // tokens awaiting verification (never counted in n_generated, never
+  // published). The scheduler verifies them with the pending token in one
+  // chunk whose every row wants logits.
+  int32_t n_draft = 0;
   std::optional<Sampler> sampler;
-  bool admitted = false;   // has KV (running) vs waiting
+  bool admitted = false;  // has KV (running) vs waiting
   bool finished = false;
   uint64_t admit_order = 0;  // larger = admitted later (preempted first)
   Clock::time_point last_token_time;
 
   int32_t n_needed() const { return static_cast<int32_t>(tokens.size()) - n_computed; }
+  // Keeps the first `keep` draft tokens (the budget or the KV pool had no
+  // room for the rest, or the sequence was preempted).
+  void trim_draft(int32_t keep) {
+    if (keep >= n_draft) return;
+    tokens.resize(tokens.size() - static_cast<size_t>(n_draft - keep));
+    n_draft = keep;
+  }
   int32_t position_of(int32_t index) const {
     if (positions.empty()) return index;
     const auto n = static_cast<int32_t>(positions.size());

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "base/check.h"
+#include "specdecode/rejection_sampler.h"
 
 namespace specstack {
 
@@ -83,7 +84,7 @@ void Sampler::apply_penalties(std::span<float> logits) const {
   }
 }
 
-int32_t Sampler::sample(std::span<float> logits) {
+int32_t Sampler::prepare(std::span<float> logits, float& max_logit) {
   SS_CHECK(!logits.empty());
   const size_t vocab = logits.size();
   track_vocab(vocab);
@@ -91,7 +92,7 @@ int32_t Sampler::sample(std::span<float> logits) {
 
   // A NaN (a broken model row) must neither win nor poison the sums.
   size_t best = 0;
-  float max_logit = -kInf;
+  max_logit = -kInf;
   for (size_t i = 0; i < vocab; ++i) {
     const float logit = logits[i];
     if (std::isnan(logit)) {
@@ -101,23 +102,70 @@ int32_t Sampler::sample(std::span<float> logits) {
       best = i;
     }
   }
+  return static_cast<int32_t>(best);
+}
 
-  int32_t token = static_cast<int32_t>(best);
+Sampler::Candidates Sampler::weigh(std::span<const float> logits, float max_logit) {
+  const float inv_temperature = 1.0f / params_.temperature;
+  const bool top_k_on = params_.top_k > 0 && static_cast<size_t>(params_.top_k) < logits.size();
+  const bool top_p_on = params_.top_p < 1.0f;
+  if (top_k_on) return {.n = weigh_top_k(logits, max_logit, inv_temperature)};
+  if (top_p_on) return {.n = weigh_top_p(logits, max_logit, inv_temperature)};
+  return {
+      .dense = true, .n = logits.size(), .total = weigh_dense(logits, max_logit, inv_temperature)};
+}
+
+int32_t Sampler::sample(std::span<float> logits) {
+  float max_logit = -kInf;
+  int32_t token = prepare(logits, max_logit);
   // All -inf: nothing to draw from; token 0 is as good as any and never crashes.
-  if (params_.temperature >= kGreedyTemperature && max_logit != -kInf) {
-    const float inv_temperature = 1.0f / params_.temperature;
-    const bool top_k_on = params_.top_k > 0 && static_cast<size_t>(params_.top_k) < vocab;
-    const bool top_p_on = params_.top_p < 1.0f;
-    if (top_k_on) {
-      token = draw_top_k(logits, max_logit, inv_temperature);
-    } else if (top_p_on) {
-      token = draw_top_p(logits, max_logit, inv_temperature);
-    } else {
-      token = draw_dense(logits, max_logit, inv_temperature);
-    }
+  if (!greedy() && max_logit != -kInf) {
+    const Candidates candidates = weigh(logits, max_logit);
+    token =
+        candidates.dense ? draw_dense(candidates.n, candidates.total) : draw_among(candidates.n);
   }
   record(token);
   return token;
+}
+
+void Sampler::distribution(std::span<float> logits, std::vector<float>& probs) {
+  float max_logit = -kInf;
+  const int32_t best = prepare(logits, max_logit);
+  probs.assign(logits.size(), 0.0f);
+  if (greedy() || max_logit == -kInf) {
+    probs[best] = 1.0f;
+    return;
+  }
+  const Candidates candidates = weigh(logits, max_logit);
+  if (candidates.dense) {
+    for (size_t i = 0; i < candidates.n; ++i) {
+      probs[i] = static_cast<float>(scratch_[i] / candidates.total);
+    }
+    return;
+  }
+  // The same sum, in the same order, as draw_among's.
+  double total = 0.0;
+  for (size_t j = 0; j < candidates.n; ++j) total += scratch_[order_[j]];
+  for (size_t j = 0; j < candidates.n; ++j) {
+    const int32_t token = order_[j];
+    probs[token] = static_cast<float>(scratch_[token] / total);
+  }
+}
+
+int32_t Sampler::draw(std::span<const float> probs) {
+  return draw_from(probs, uniform());
+}
+
+void Sampler::record_output(int32_t token) {
+  SS_CHECK_GE(token, 0);
+  track_vocab(static_cast<size_t>(token) + 1);  // before the first logits the vocab is unknown
+  record(token);
+}
+
+bool Sampler::greedy() const {
+  // Written as "not above" so that a NaN temperature (validate() rejects it)
+  // stays greedy, as sample() always treated it.
+  return !(params_.temperature >= kGreedyTemperature);
 }
 
 void Sampler::track_vocab(size_t vocab) {
@@ -137,13 +185,13 @@ void Sampler::record(int32_t token) {
   }
 }
 
-double Sampler::uniform01() {
+double Sampler::uniform() {
   // The top 53 bits, so the draw does not depend on the standard library's
   // distribution implementation (reproducible across toolchains).
   return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
 }
 
-int32_t Sampler::draw_dense(std::span<const float> logits, float max_logit, float inv_temperature) {
+double Sampler::weigh_dense(std::span<const float> logits, float max_logit, float inv_temperature) {
   const size_t vocab = logits.size();
   // p / p_max >= min_p is weight >= min_p; the max token (weight 1) survives.
   const float min_weight = std::min(params_.min_p, 1.0f);
@@ -154,7 +202,11 @@ int32_t Sampler::draw_dense(std::span<const float> logits, float max_logit, floa
     scratch_[i] = weight < min_weight ? 0.0f : weight;
     total += scratch_[i];
   }
-  const double target = uniform01() * total;
+  return total;
+}
+
+int32_t Sampler::draw_dense(size_t vocab, double total) {
+  const double target = uniform() * total;
   double cumulative = 0.0;
   for (size_t i = 0; i < vocab; ++i) {
     // A zero weight never crosses the target: the sum before it did not.
@@ -164,7 +216,7 @@ int32_t Sampler::draw_dense(std::span<const float> logits, float max_logit, floa
   return last_positive(scratch_, vocab);  // target rounded up to the total
 }
 
-int32_t Sampler::draw_top_k(std::span<const float> logits, float max_logit, float inv_temperature) {
+size_t Sampler::weigh_top_k(std::span<const float> logits, float max_logit, float inv_temperature) {
   size_t n = static_cast<size_t>(params_.top_k);
   select_top(logits, n);
   scratch_.resize(logits.size());
@@ -182,10 +234,10 @@ int32_t Sampler::draw_top_k(std::span<const float> logits, float max_logit, floa
     while (kept < n && (kept == 0 || cumulative < needed)) cumulative += scratch_[order_[kept++]];
     n = kept;
   }
-  return draw_among(apply_min_p(n));
+  return apply_min_p(n);
 }
 
-int32_t Sampler::draw_top_p(std::span<const float> logits, float max_logit, float inv_temperature) {
+size_t Sampler::weigh_top_p(std::span<const float> logits, float max_logit, float inv_temperature) {
   // The nucleus is a set: drawing needs no order inside it. Bucketing tokens
   // by log relative probability finds the bucket where the cumulative mass
   // crosses top_p; only that bucket is sorted, so a flat distribution with a
@@ -233,7 +285,7 @@ int32_t Sampler::draw_top_p(std::span<const float> logits, float max_logit, floa
   double cumulative = 0.0;
   for (size_t j = 0; j < n; ++j) cumulative += scratch_[order_[j]];
   while (n < order_.size() && (n == 0 || cumulative < needed)) cumulative += scratch_[order_[n++]];
-  return draw_among(apply_min_p(n));
+  return apply_min_p(n);
 }
 
 size_t Sampler::apply_min_p(size_t n) {
@@ -256,7 +308,7 @@ int32_t Sampler::draw_among(size_t n) {
   SS_CHECK_GE(n, size_t{1});
   double total = 0.0;
   for (size_t j = 0; j < n; ++j) total += scratch_[order_[j]];
-  const double target = uniform01() * total;
+  const double target = uniform() * total;
   double cumulative = 0.0;
   for (size_t j = 0; j < n; ++j) {
     cumulative += scratch_[order_[j]];

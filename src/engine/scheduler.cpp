@@ -28,7 +28,9 @@ void Scheduler::remove(Sequence* seq) {
 }
 
 void Scheduler::preempt(Sequence* seq) {
-  // Recompute later: drop the KV, keep the tokens (prompt + generated so far).
+  // Recompute later: drop the KV, keep the tokens (prompt + generated so far)
+  // but not unverified draft tokens.
+  seq->trim_draft(0);
   kv_.free(seq->kv);
   seq->admitted = false;
   seq->n_computed = 0;
@@ -37,18 +39,22 @@ void Scheduler::preempt(Sequence* seq) {
   ++n_preemptions_;
 }
 
-void Scheduler::add_chunk(ScheduleResult& result, Sequence* seq, int32_t first_slot, int32_t count) {
+void Scheduler::add_chunk(ScheduleResult& result, Sequence* seq, int32_t first_slot,
+                          int32_t count) {
   SS_CHECK_EQ(first_slot, seq->n_computed);  // slot i holds tokens[i] (sparse or dense)
   const auto s = static_cast<int32_t>(result.plan.block_tables.size());
   const bool wants_logits = seq->n_computed + count == static_cast<int32_t>(seq->tokens.size());
+  // A verification chunk (pending token + draft tokens) wants every row's logits.
+  const int32_t n_logit_rows = wants_logits ? 1 + seq->n_draft : 0;
+  SS_CHECK_LE(n_logit_rows, count);
   for (int32_t i = 0; i < count; ++i) {
     const int32_t index = seq->n_computed + i;
-    result.plan.add_token(seq->tokens[static_cast<size_t>(index)], seq->position_of(index), s, first_slot + i,
-                          wants_logits && i == count - 1);
+    result.plan.add_token(seq->tokens[static_cast<size_t>(index)], seq->position_of(index), s,
+                          first_slot + i, i >= count - n_logit_rows);
   }
   result.plan.block_tables.push_back(seq->kv.blocks());
   result.plan.seq_n_slots.push_back(seq->kv.n_slots());
-  result.chunks.push_back({seq, seq->n_computed, count, wants_logits});
+  result.chunks.push_back({seq, seq->n_computed, count, wants_logits, n_logit_rows});
 }
 
 ScheduleResult Scheduler::schedule() {
@@ -62,6 +68,13 @@ ScheduleResult Scheduler::schedule() {
   // 1. Running sequences, oldest first: decodes and continuing prefill chunks.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* seq = running_[i];
+    // Draft tokens are verified together with the pending token or not at
+    // all: trim them to the budget, and drop them rather than preempt anyone
+    // for their KV slots.
+    if (seq->n_draft > 0) {
+      if (seq->n_needed() > budget) seq->trim_draft(budget - 1);
+      if (!kv_.can_append(seq->kv, seq->n_needed())) seq->trim_draft(0);
+    }
     const int32_t count = std::min(seq->n_needed(), budget);
     if (count <= 0) {
       ++i;
@@ -94,11 +107,13 @@ ScheduleResult Scheduler::schedule() {
       std::span<const int32_t> lookup(seq->tokens);
       if (seq->prefix_lookup_tokens >= 0) {
         // +1: the lookup always leaves the last given token to compute.
-        lookup = lookup.first(std::min(lookup.size(), static_cast<size_t>(seq->prefix_lookup_tokens) + 1));
+        lookup = lookup.first(
+            std::min(lookup.size(), static_cast<size_t>(seq->prefix_lookup_tokens) + 1));
       }
       prefix = kv_.find_cached_prefix(lookup, seq->kv.options().extra_key);
     }
-    const int32_t count = std::min(static_cast<int32_t>(seq->tokens.size()) - prefix.n_tokens, budget);
+    const int32_t count =
+        std::min(static_cast<int32_t>(seq->tokens.size()) - prefix.n_tokens, budget);
     if (!kv_.can_allocate(seq->kv, prefix, count)) break;  // wait for blocks to free up
     const int32_t first_slot = kv_.allocate(seq->kv, prefix, count);
     seq->n_computed = prefix.n_tokens;
@@ -122,7 +137,9 @@ void Scheduler::commit(const ScheduleResult& result) {
     Sequence* seq = chunk.seq;
     seq->n_computed += chunk.count;
     if (options_.enable_prefix_caching) {
-      kv_.publish(seq->kv, std::span<const int32_t>(seq->tokens.data(), static_cast<size_t>(seq->n_computed)));
+      // Draft tokens are not accepted yet: publish only what precedes them.
+      const auto n_accepted = static_cast<size_t>(seq->n_computed - seq->n_draft);
+      kv_.publish(seq->kv, std::span<const int32_t>(seq->tokens.data(), n_accepted));
     }
   }
 }

@@ -32,6 +32,9 @@ struct ScheduledChunk {
   int32_t first = 0;
   int32_t count = 0;
   bool wants_logits = false;  // the chunk reaches the end of the sequence's tokens
+  // Rows with logits, the chunk's last ones: 1, or 1 + n_draft when the
+  // chunk verifies draft tokens (0 without wants_logits).
+  int32_t n_logit_rows = 0;
 };
 
 struct ScheduleResult {
@@ -58,6 +61,8 @@ class Scheduler {
 
   size_t n_waiting() const { return waiting_.size(); }
   size_t n_running() const { return running_.size(); }
+  // Running sequences in admission order (speculative decoding drafts for them).
+  const std::vector<Sequence*>& running() const { return running_; }
   int64_t n_preemptions() const { return n_preemptions_; }
 
  private:

@@ -15,6 +15,7 @@ struct SpecPrefillStage::Job {
   KvSequence kv;              // on the draft's KV pool
   int32_t prefix_tokens = 0;  // P: target prefix-cache hit; only [P, M) is scored
   double keep_pct = 0.2;
+  bool keep_draft_kv = false;
   bool admitted = false;
   int32_t n_computed = 0;   // draft prompt tokens with KV
   int32_t n_steps = 0;      // captured query steps so far
@@ -37,11 +38,13 @@ SpecPrefillStage::~SpecPrefillStage() {
   for (auto& job : jobs_) options_.draft->kv_manager().free(job->kv);
 }
 
-void SpecPrefillStage::add(Request* request, int32_t prefix_tokens, double keep_pct) {
+void SpecPrefillStage::add(Request* request, int32_t prefix_tokens, double keep_pct,
+                           bool keep_draft_kv) {
   ModelInstance& draft = *options_.draft;
   auto job = std::make_unique<Job>(request, draft.kv_manager().new_sequence());
   job->prefix_tokens = prefix_tokens;
   job->keep_pct = keep_pct;
+  job->keep_draft_kv = keep_draft_kv;
   const ModelConfig& config = draft.config();
   job->capture =
       AttentionCapture::zeros(config.n_layers, options_.lookahead, config.n_heads, config.head_dim);
@@ -119,8 +122,15 @@ SpecPrefillOutcome SpecPrefillStage::finish_job(Job& job) {
   outcome.stats.kept_tokens = static_cast<int64_t>(selection->kept_positions.size());
   outcome.stats.scoring_ms =
       std::chrono::duration<double, std::milli>(Clock::now() - job.start).count();
-  // Cleanup: the draft's lookahead and prompt KV are dropped (no speculative decoding yet).
-  draft.kv_manager().free(job.kv);
+  // The lookahead tokens' KV never serves decoding. The prompt's KV goes on
+  // to speculative decoding when asked for, else it is freed.
+  if (job.keep_draft_kv) {
+    draft.kv_manager().rollback(job.kv, job.kv.n_slots() - m);
+    outcome.draft_kv.emplace(std::move(job.kv));
+    job.kv = draft.kv_manager().new_sequence();
+  } else {
+    draft.kv_manager().free(job.kv);
+  }
   job.done = true;
   return outcome;
 }

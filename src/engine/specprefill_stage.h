@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct SpecPrefillOutcome {
   std::vector<int32_t> positions;
   int32_t prefix_tokens = 0;  // P
   SpecPrefillStats stats;     // fallback_reason set when not applied
+  // When applied and the job was asked to keep it: the draft's KV of the
+  // whole dense prompt (lookahead slots rolled back), for speculative decoding.
+  std::optional<KvSequence> draft_kv;
 };
 
 class SpecPrefillStage {
@@ -42,7 +46,9 @@ class SpecPrefillStage {
 
   // Starts draft work for a request whose suffix after `prefix_tokens` cached
   // target tokens is scored with `keep_pct`.
-  void add(Request* request, int32_t prefix_tokens, double keep_pct);
+  // keep_draft_kv: hand the draft's prompt KV over in the outcome instead of
+  // freeing it (the request goes on to speculative decoding on this draft).
+  void add(Request* request, int32_t prefix_tokens, double keep_pct, bool keep_draft_kv = false);
   // One draft forward over the pending jobs; returns the jobs that finished.
   std::vector<SpecPrefillOutcome> step();
   // Drops a request's draft work and frees its draft KV (cancellation).

@@ -49,4 +49,16 @@ std::vector<int32_t> BlockTable::truncate(int32_t n_slots) {
   return dropped;
 }
 
+std::vector<int32_t> BlockTable::remove_blocks(int32_t first, int32_t n) {
+  SS_CHECK_LE(0, first);
+  SS_CHECK_LE(0, n);
+  SS_CHECK_LE(first + n, n_full_blocks());  // only full blocks: the partial tail stays
+  const auto begin = blocks_.begin() + first;
+  std::vector<int32_t> removed(std::make_reverse_iterator(begin + n),
+                               std::make_reverse_iterator(begin));
+  blocks_.erase(begin, begin + n);
+  n_slots_ -= static_cast<int32_t>(n * block_size_);
+  return removed;
+}
+
 }  // namespace specstack

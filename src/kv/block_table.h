@@ -43,6 +43,11 @@ class BlockTable {
   // Shrinks to n_slots filled slots and returns the blocks that became empty,
   // last block first; the caller drops their references.
   std::vector<int32_t> truncate(int32_t n_slots);
+  // Removes n full blocks starting at logical block `first` and closes the
+  // gap (later slots move down by n * block_size); returns the removed
+  // blocks, last first. The slots keep the RoPE positions they were written
+  // with, so attention over what is left stays correct (sparse draft KV).
+  std::vector<int32_t> remove_blocks(int32_t first, int32_t n);
 
  private:
   int64_t block_size_;

@@ -138,4 +138,13 @@ void KvManager::rollback(KvSequence& seq, int32_t n_tokens) {
   if (seq.block_hashes_.size() > n_full) seq.block_hashes_.resize(n_full);
 }
 
+void KvManager::drop_blocks(KvSequence& seq, int32_t first, int32_t n) {
+  if (n == 0) return;
+  for (int32_t block : seq.table_.remove_blocks(first, n)) pool_.free(block);
+  seq.options_.publishable = false;
+  if (seq.block_hashes_.size() > static_cast<size_t>(first)) {
+    seq.block_hashes_.resize(static_cast<size_t>(first));
+  }
+}
+
 }  // namespace specstack

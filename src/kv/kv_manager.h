@@ -105,6 +105,10 @@ class KvManager {
   // Drops the last n_tokens reserved slots (rejected draft tokens, prefill
   // lookahead), releasing blocks that become empty.
   void rollback(KvSequence& seq, int32_t n_tokens);
+  // Frees n full blocks starting at logical block `first` and closes the gap
+  // (a sparse sink + window draft KV drops what fell out of its window). The
+  // sequence no longer holds its dense prefix, so it stops publishing.
+  void drop_blocks(KvSequence& seq, int32_t first, int32_t n);
 
  private:
   bool needs_copy_on_write(const KvSequence& seq, int32_t n_new_tokens) const;

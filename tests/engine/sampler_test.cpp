@@ -469,6 +469,251 @@ TEST(Sampler, PenaltiesOffLeaveLogitsAlone) {
   EXPECT_EQ(logits, (std::vector<float>{1.0f, -2.0f, 3.0f}));
 }
 
+// --- distribution(): the law sample() draws from ----------------------------
+
+std::vector<float> distribution_of(Sampler& sampler, std::vector<float> logits) {
+  std::vector<float> probs;
+  sampler.distribution(logits, probs);
+  return probs;
+}
+
+void expect_probs(const std::vector<float>& got, const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  double total = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], 1e-6) << "token " << i;
+    if (want[i] == 0.0) {
+      EXPECT_EQ(got[i], 0.0f) << "token " << i << " must be impossible";
+    }
+    total += got[i];
+  }
+  EXPECT_NEAR(total, 1.0, 1e-6);
+}
+
+SamplingParams with_filters(int32_t top_k, float top_p, float min_p) {
+  SamplingParams params = seeded(30);
+  params.top_k = top_k;
+  params.top_p = top_p;
+  params.min_p = min_p;
+  return params;
+}
+
+TEST(SamplerDistribution, TemperatureIsSoftmax) {
+  const std::vector<float> logits = {1.0f, 0.0f, 2.0f, -1.0f, 0.5f};
+  for (float temperature : {0.5f, 1.0f, 2.0f}) {
+    SamplingParams params = seeded(31);
+    params.temperature = temperature;
+    Sampler sampler(params, {});
+    expect_probs(distribution_of(sampler, logits), softmax(logits, temperature));
+  }
+}
+
+TEST(SamplerDistribution, TopK) {
+  const std::vector<float> logits = log_probs({0.5, 0.3, 0.15, 0.05});
+  Sampler sampler(with_filters(2, 1.0f, 0.0f), {});
+  expect_probs(distribution_of(sampler, logits), {0.625, 0.375, 0, 0});
+  // Ties at the cut keep the lowest id, as in TopKKeepsOnlyTheBest.
+  const std::vector<double> kept = softmax({6.0f, 5.0f, 2.0f});
+  Sampler ties(with_filters(3, 1.0f, 0.0f), {});
+  expect_probs(distribution_of(ties, {5.0f, 2.0f, 6.0f, 2.0f, -1.0f, 2.0f, 1.0f}),
+               {kept[1], kept[2], kept[0], 0, 0, 0, 0});
+}
+
+TEST(SamplerDistribution, TopP) {
+  Sampler sampler(with_filters(0, 0.6f, 0.0f), {});
+  expect_probs(distribution_of(sampler, log_probs({0.15, 0.5, 0.05, 0.3})), {0, 0.625, 0, 0.375});
+  // After top-k, over the renormalised distribution (TopPAppliesAfterTopK).
+  Sampler after_k(with_filters(3, 0.82f, 0.0f), {});
+  expect_probs(distribution_of(after_k, log_probs({0.5, 0.3, 0.15, 0.05})), {0.625, 0.375, 0, 0});
+  // Ties keep the lowest ids.
+  Sampler ties(with_filters(0, 0.25f, 0.0f), {});
+  expect_probs(distribution_of(ties, std::vector<float>(10, 0.5f)),
+               {1 / 3.0, 1 / 3.0, 1 / 3.0, 0, 0, 0, 0, 0, 0, 0});
+}
+
+TEST(SamplerDistribution, MinPOnEveryPath) {
+  const std::vector<float> logits = log_probs({0.5, 0.3, 0.15, 0.05});
+  const std::vector<double> want = {0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0};  // p >= 0.1
+  Sampler dense(with_filters(0, 1.0f, 0.2f), {});
+  expect_probs(distribution_of(dense, logits), want);
+  Sampler top_p(with_filters(0, 0.99f, 0.2f), {});
+  expect_probs(distribution_of(top_p, logits), want);
+  Sampler top_k(with_filters(3, 1.0f, 0.2f), {});
+  expect_probs(distribution_of(top_k, logits), want);
+  Sampler strict(with_filters(0, 1.0f, 0.7f), {});
+  expect_probs(distribution_of(strict, logits), {1, 0, 0, 0});
+}
+
+TEST(SamplerDistribution, PenaltiesApplyAndLogitsChangeInPlace) {
+  SamplingParams params = seeded(32);
+  params.repetition_penalty = 2.0f;
+  params.presence_penalty = 1.0f;
+  const std::vector<int32_t> prompt = {2};
+  Sampler sampler(params, prompt);
+  sampler.record_output(1);
+  // Repetition over {1, 2}: 1 -> 0.5; presence over output {1}: 0.5 -> -0.5.
+  std::vector<float> logits = {1.0f, 1.0f, 1.0f, 1.0f};
+  std::vector<float> probs;
+  sampler.distribution(logits, probs);
+  EXPECT_EQ(logits, (std::vector<float>{1.0f, -0.5f, 0.5f, 1.0f}));
+  expect_probs(probs, softmax({1.0f, -0.5f, 0.5f, 1.0f}));
+}
+
+TEST(SamplerDistribution, GreedyIsOneHotAtSamplesToken) {
+  Sampler sampler(greedy(), {});
+  expect_probs(distribution_of(sampler, {0.1f, 2.0f, -1.0f, 2.0f}), {0, 1, 0, 0});
+  SamplingParams tiny = seeded(33);
+  tiny.temperature = 1e-6f;
+  Sampler tiny_sampler(tiny, {});
+  expect_probs(distribution_of(tiny_sampler, {0.0f, 0.0f, 0.01f}), {0, 0, 1});
+  EXPECT_TRUE(sampler.greedy());
+  EXPECT_TRUE(tiny_sampler.greedy());
+  EXPECT_FALSE(Sampler(seeded(1), {}).greedy());
+
+  // Nothing finite: one-hot at token 0, what sample() returns.
+  Sampler hot(seeded(34), {});
+  expect_probs(distribution_of(hot, {kNaN, -kInf, kNaN}), {1, 0, 0});
+  // NaN rows drop out; +inf takes everything.
+  expect_probs(distribution_of(hot, {kNaN, 0.0f, kNaN, 0.0f}), {0, 0.5, 0, 0.5});
+  expect_probs(distribution_of(hot, {1.0f, kInf, -kInf, 2.0f}), {0, 1, 0, 0});
+}
+
+TEST(SamplerDistribution, RecordsNothingAndLeavesTheRngAlone) {
+  SamplingParams params = seeded(35);
+  params.presence_penalty = 1.0f;
+  Sampler a(params, {});
+  Sampler b(params, {});
+  const std::vector<float> logits = random_logits(100, 36, 1.0f);
+  for (int i = 0; i < 10; ++i) distribution_of(a, logits);
+  std::vector<float> penalties(100, 0.0f);
+  a.apply_penalties(penalties);
+  EXPECT_EQ(penalties, std::vector<float>(100, 0.0f));
+  for (int step = 0; step < 20; ++step) {
+    std::vector<float> la = logits, lb = logits;
+    ASSERT_EQ(a.sample(la), b.sample(lb)) << "step " << step;
+  }
+}
+
+TEST(SamplerDistribution, SupportMatchesSampleOnLargeVocab) {
+  const std::vector<float> logits = random_logits(20000, 37, 2.0f);
+  const struct {
+    int32_t top_k;
+    float top_p, min_p;
+  } cases[] = {
+      {0, 1.0f, 0.0f}, {40, 1.0f, 0.0f}, {0, 0.8f, 0.0f}, {100, 0.9f, 0.01f}, {0, 0.95f, 0.001f}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(testing::Message()
+                 << "top_k " << c.top_k << " top_p " << c.top_p << " min_p " << c.min_p);
+    SamplingParams params = with_filters(c.top_k, c.top_p, c.min_p);
+    Sampler sampler(params, {});
+    const std::vector<float> probs = distribution_of(sampler, logits);
+    double total = 0.0;
+    size_t support = 0;
+    for (float p : probs) {
+      total += p;
+      support += p > 0.0f;
+    }
+    EXPECT_NEAR(total, 1.0, 1e-4);
+    if (c.top_k > 0) {
+      EXPECT_LE(support, static_cast<size_t>(c.top_k));
+    }
+    // Every token sample() draws is in the support.
+    const std::vector<int> counts = histogram(sampler, logits, 200);
+    for (size_t i = 0; i < counts.size(); ++i) {
+      if (counts[i] > 0) {
+        EXPECT_GT(probs[i], 0.0f) << "token " << i;
+      }
+    }
+  }
+}
+
+TEST(SamplerDistribution, DrawOnTheDensePathPicksSamplesToken) {
+  // Without top-k / top-p, sample() and draw() walk the same CDF in token id
+  // order with the same uniform; only float rounding of the normalised
+  // probabilities can move a CDF step, so a disagreement needs a uniform
+  // within about 1e-7 of one. Not guaranteed, hence a count, not equality.
+  SamplingParams params = seeded(38);
+  params.temperature = 0.8f;
+  params.min_p = 0.02f;
+  Sampler a(params, {});
+  Sampler b(params, {});
+  int mismatches = 0;
+  const int steps = 2000;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<float> la = random_logits(1000, 500 + step, 1.5f);
+    std::vector<float> lb = la;
+    std::vector<float> probs;
+    b.distribution(lb, probs);
+    mismatches += a.sample(la) != b.draw(probs);
+  }
+  EXPECT_LE(mismatches, steps / 500);
+}
+
+TEST(SamplerDistribution, DrawUsesOneUniformLikeSample) {
+  // Whatever the path, a draw consumes exactly what sample() consumes, so a
+  // request's RNG stream stays in step whichever way its tokens are drawn.
+  for (int32_t top_k : {0, 5}) {
+    SamplingParams params = with_filters(top_k, top_k > 0 ? 1.0f : 0.9f, 0.0f);
+    Sampler a(params, {});
+    Sampler b(params, {});
+    for (int step = 0; step < 50; ++step) {
+      std::vector<float> la = random_logits(300, 600 + step);
+      std::vector<float> lb = la;
+      std::vector<float> probs;
+      b.distribution(lb, probs);
+      const int32_t drawn = b.draw(probs);
+      EXPECT_GT(probs[drawn], 0.0f);
+      a.sample(la);
+    }
+    EXPECT_EQ(a.uniform(), b.uniform());
+  }
+}
+
+TEST(Sampler, DrawInvertsTheCdf) {
+  Sampler sampler(seeded(39), {});
+  const std::vector<float> one_hot = {0.0f, 0.0f, 1.0f, 0.0f};
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(sampler.draw(one_hot), 2);
+  const std::vector<float> probs = {0.1f, 0.0f, 0.6f, 0.3f};
+  std::vector<int> counts(4, 0);
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) ++counts[sampler.draw(probs)];
+  EXPECT_LT(chi_square(counts, {0.1, 0.0, 0.6, 0.3}, n), 13.8);  // 2 dof, p = 0.001
+}
+
+TEST(Sampler, RecordOutputFeedsPenalties) {
+  SamplingParams params = greedy();
+  params.frequency_penalty = 0.5f;
+  params.presence_penalty = 0.25f;
+  Sampler sampler(params, {});
+  sampler.record_output(3);  // before any logits: the vocab is not known yet
+  sampler.record_output(3);
+  sampler.record_output(0);
+  std::vector<float> logits(5, 0.0f);
+  sampler.apply_penalties(logits);
+  EXPECT_EQ(logits, (std::vector<float>{-0.75f, 0.0f, 0.0f, -1.25f, 0.0f}));
+}
+
+TEST(Sampler, CopiesShareStateUntilReseeded) {
+  SamplingParams params = seeded(40);
+  params.presence_penalty = 2.0f;
+  Sampler original(params, {});
+  original.record_output(1);
+  Sampler copy = original;
+  std::vector<float> a(8, 0.0f), b(8, 0.0f);
+  original.apply_penalties(a);
+  copy.apply_penalties(b);
+  EXPECT_EQ(a, b);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(original.uniform(), copy.uniform());
+  copy.reseed(41);
+  int same = 0;
+  for (int i = 0; i < 20; ++i) same += original.uniform() == copy.uniform();
+  EXPECT_EQ(same, 0);
+  // reseed() restarts the stream as a sampler constructed with that seed.
+  Sampler fresh(seeded(41), {});
+  copy.reseed(41);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(fresh.uniform(), copy.uniform());
+}
+
 // --- SamplingParams::validate ----------------------------------------------
 
 // Applies `change` to default params and returns the validation message.

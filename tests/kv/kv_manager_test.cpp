@@ -290,6 +290,32 @@ TEST_F(KvManagerTest, RollbackReleasesBlocksThatBecomeEmpty) {
   EXPECT_EQ(pool().free_queue(), (Ids{3, 4, 5, 6, 7, 8, 9, 2, 1, 0}));
 }
 
+// A sink + window draft drops full blocks from the middle: the gap closes,
+// the remaining slots keep their contents (and RoPE positions), the blocks
+// return to the pool, and the sequence stops publishing (no longer dense).
+TEST_F(KvManagerTest, DropBlocksClosesTheGapAndStopsPublishing) {
+  make(10);
+  KvSequence seq = kv_->new_sequence();
+  const Ids tokens = iota_ids(1, 18);  // 18 tokens: blocks 0..4, the last partial
+  kv_->allocate(seq, {}, 18);
+  testing::write_slots(*cache_, seq, 0, tokens);
+  kv_->publish(seq, tokens);
+  EXPECT_EQ(seq.block_hashes().size(), 4u);
+  kv_->drop_blocks(seq, 1, 2);  // blocks 1 and 2: tokens 5..12
+  EXPECT_EQ(seq.blocks(), (Ids{0, 3, 4}));
+  EXPECT_EQ(seq.n_slots(), 10);
+  EXPECT_EQ(testing::read_slots(*cache_, seq), (Ids{1, 2, 3, 4, 13, 14, 15, 16, 17, 18}));
+  EXPECT_EQ(seq.block_hashes().size(), 1u);
+  EXPECT_FALSE(seq.options().publishable);
+  // Blocks 1 and 2 were published: they wait, still cached, in the free queue.
+  EXPECT_EQ(pool().n_free(), 7);
+  EXPECT_EQ(kv_->append(seq, 3), 10);
+  EXPECT_EQ(kv_->publish(seq, iota_ids(1, 13)), 0);
+  kv_->drop_blocks(seq, 0, 0);  // nothing to drop
+  kv_->free(seq);
+  EXPECT_EQ(pool().n_free(), 10);
+}
+
 TEST_F(KvManagerTest, RollbackIntoAPublishedBlockCopiesBeforeWriting) {
   make(10);
   const Ids prompt = iota_ids(1, 9);

@@ -1,0 +1,382 @@
+#include "engine/specdecode_stage.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "specdecode/rejection_sampler.h"
+
+namespace specstack {
+
+struct SpecDecodeStage::DraftState {
+  explicit DraftState(KvSequence sequence) : kv(std::move(sequence)) {}
+
+  KvSequence kv;           // on the draft's pool; slots != tokens once the window drops blocks
+  int32_t n_computed = 0;  // draft tokens (its view of the sequence) with draft KV
+  bool admitted = false;   // kv has had its first allocation
+  AcceptanceEstimate acceptance;
+  // This step's round.
+  bool open = false;
+  int32_t k = 0;                      // draft tokens wanted this step
+  int32_t base = 0;                   // n_computed after the catch-up (= draft length)
+  std::vector<int32_t> proposed;      // [<= k] draft tokens
+  std::vector<std::vector<float>> q;  // [proposed][draft vocab] (sampling only)
+  std::optional<Sampler> sampler;     // the request's sampling on the draft side
+  uint64_t seed = 0;
+  uint64_t round = 0;
+};
+
+namespace {
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The draft side's RNG must be independent of the target's (which decides
+// acceptance); splitmix64 of the request seed keeps seeded requests reproducible.
+uint64_t mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+int32_t argmax(const float* row, int64_t n) {
+  return static_cast<int32_t>(std::max_element(row, row + n) - row);
+}
+
+}  // namespace
+
+SpecDecodeStage::SpecDecodeStage(const SpecDecodeOptions& options, int32_t max_batched_tokens,
+                                 const ModelConfig& target_config, size_t target_weight_bytes)
+    : options_(options),
+      max_batched_tokens_(max_batched_tokens),
+      draft_vocab_(options.draft->config().vocab_size),
+      policy_(SpecLengthPolicyOptions{
+          options.max_draft_tokens, options.adaptive,
+          // Decode is weight-bound: a draft step costs about its share of weight bytes.
+          target_weight_bytes == 0 ? 0.1
+                                   : static_cast<double>(options.draft->model().weight_bytes()) /
+                                         static_cast<double>(target_weight_bytes)}),
+      emulation_rng_(options.emulation_seed) {
+  SS_CHECK(options_.draft != nullptr);
+  SS_CHECK_GE(options_.max_draft_tokens, 1);
+  (void)target_config;
+}
+
+SpecDecodeStage::~SpecDecodeStage() {
+  for (auto& [seq, state] : states_) options_.draft->kv_manager().free(state->kv);
+}
+
+bool SpecDecodeStage::speculates(const Request& request) const {
+  return request.options.specdecode.enabled.value_or(options_.default_on);
+}
+
+int32_t SpecDecodeStage::draft_length(const Sequence& seq) {
+  return static_cast<int32_t>(seq.request->options.prompt.size()) + seq.n_generated;
+}
+
+int32_t SpecDecodeStage::draft_token(const Sequence& seq, int32_t index) {
+  const std::vector<int32_t>& prompt = seq.request->options.prompt;
+  const auto n_prompt = static_cast<int32_t>(prompt.size());
+  if (index < n_prompt) return prompt[static_cast<size_t>(index)];
+  // Generated tokens end the target's list, before any draft tokens.
+  const auto first_generated =
+      static_cast<int32_t>(seq.tokens.size()) - seq.n_draft - seq.n_generated;
+  return seq.tokens[static_cast<size_t>(first_generated + index - n_prompt)];
+}
+
+SpecDecodeStage::DraftState& SpecDecodeStage::state_of(Sequence* seq) {
+  auto it = states_.find(seq);
+  if (it == states_.end()) {
+    auto state = std::make_unique<DraftState>(options_.draft->kv_manager().new_sequence(
+        KvSequenceOptions{0, /*publishable=*/options_.draft_window == 0}));
+    const SamplingParams& params = seq->request->options.params;
+    state->seed = params.seed ? mix(*params.seed ^ mix(static_cast<uint64_t>(seq->choice) + 1))
+                              : std::random_device{}();
+    it = states_.emplace(seq, std::move(state)).first;
+  }
+  return *it->second;
+}
+
+void SpecDecodeStage::adopt(Sequence* seq, KvSequence draft_kv, int32_t n_prompt) {
+  release(seq);
+  DraftState& state = state_of(seq);
+  options_.draft->kv_manager().free(state.kv);
+  state.kv = std::move(draft_kv);
+  state.n_computed = n_prompt;
+  state.admitted = true;
+  trim_window(state);
+}
+
+void SpecDecodeStage::release(Sequence* seq) {
+  auto it = states_.find(seq);
+  if (it == states_.end()) return;
+  options_.draft->kv_manager().free(it->second->kv);
+  states_.erase(it);
+}
+
+bool SpecDecodeStage::reserve_catch_up(Sequence* seq, DraftState& state, int32_t count,
+                                       int32_t* first_slot) {
+  KvManager& kv = options_.draft->kv_manager();
+  if (!state.admitted) {
+    const int32_t length = draft_length(*seq);
+    std::vector<int32_t> tokens(static_cast<size_t>(length));
+    for (int32_t i = 0; i < length; ++i) tokens[static_cast<size_t>(i)] = draft_token(*seq, i);
+    // The draft's prefix cache holds prompts other requests (or speculative
+    // prefill scoring) already ran through it.
+    CachedPrefix prefix;
+    if (state.kv.options().publishable) prefix = kv.find_cached_prefix(tokens, 0);
+    count = std::min(count, length - prefix.n_tokens);
+    if (!kv.can_allocate(state.kv, prefix, count)) return false;
+    *first_slot = kv.allocate(state.kv, prefix, count);
+    state.n_computed = prefix.n_tokens;
+    state.admitted = true;
+    return true;
+  }
+  if (!kv.can_append(state.kv, count)) return false;
+  *first_slot = kv.append(state.kv, count);
+  return true;
+}
+
+void SpecDecodeStage::trim_window(DraftState& state) {
+  if (options_.draft_window <= 0) return;
+  KvManager& kv = options_.draft->kv_manager();
+  const auto block_size = static_cast<int32_t>(kv.block_size());
+  const int32_t n_sink_blocks = (options_.draft_sink + block_size - 1) / block_size;
+  // The first block holding any of the last `window` slots starts the window.
+  const int32_t first_window_block =
+      std::max(0, state.kv.n_slots() - options_.draft_window) / block_size;
+  const int32_t n_drop = first_window_block - n_sink_blocks;
+  if (n_drop > 0) kv.drop_blocks(state.kv, n_sink_blocks, n_drop);
+}
+
+int32_t SpecDecodeStage::draft_sample(Sequence* seq, DraftState& state, const float* logits,
+                                      int32_t greedy_id) {
+  Sampler& sampler = *state.sampler;
+  if (logits == nullptr) {  // the draft chose on its device (greedy, no penalties)
+    sampler.record_output(greedy_id);
+    return greedy_id;
+  }
+  std::vector<float> row(logits, logits + draft_vocab_);
+  if (sampler.greedy() || options_.emulated_acceptance >= 0) return sampler.sample(row);
+  std::vector<float>& q = state.q.emplace_back();
+  sampler.distribution(row, q);
+  const int32_t token = sampler.draw(q);
+  sampler.record_output(token);
+  return token;
+}
+
+void SpecDecodeStage::propose(const std::vector<Sequence*>& running) {
+  ModelInstance& draft = *options_.draft;
+  // Who may speculate this step: decoding (only the pending token left to
+  // compute), not yet holding draft tokens, room for at least one more token.
+  std::vector<Sequence*> candidates;
+  std::vector<double> alphas;
+  for (Sequence* seq : running) {
+    if (seq->finished || !seq->admitted || seq->n_generated == 0 || seq->n_draft > 0 ||
+        seq->n_needed() != 1 || !speculates(*seq->request)) {
+      continue;
+    }
+    const int32_t room = seq->request->options.params.max_tokens - seq->n_generated - 1;
+    if (room <= 0) continue;
+    candidates.push_back(seq);
+    alphas.push_back(state_of(seq).acceptance.alpha());
+  }
+  if (candidates.empty()) return;
+  const int32_t k =
+      policy_.choose(alphas, static_cast<int32_t>(running.size() - candidates.size()));
+  if (k == 0) return;
+
+  // Forward 1: every candidate's catch-up rows (chunked within the budget);
+  // the ones that reach their last token get logits for their first draft token.
+  KvManager& kv = draft.kv_manager();
+  StepPlan plan;
+  struct Row {
+    Sequence* seq;
+    DraftState* state;
+    int32_t count;
+    bool drafts;  // reached the end: its last row gives draft token 1
+  };
+  std::vector<Row> rows;
+  int32_t budget = max_batched_tokens_;
+  bool device_greedy = draft.device() != Device::kCpu && options_.emulated_acceptance < 0;
+  for (Sequence* seq : candidates) {
+    if (budget <= 0) break;
+    DraftState& state = state_of(seq);
+    const int32_t length = draft_length(*seq);
+    int32_t count = std::min(length - state.n_computed, budget);
+    int32_t first_slot = 0;
+    if (!reserve_catch_up(seq, state, count, &first_slot)) {
+      release(seq);  // the draft's pool is full: this one decodes plainly and retries later
+      continue;
+    }
+    count = std::min(length - state.n_computed, count);  // a prefix hit may cover more
+    const bool drafts = state.n_computed + count == length;
+    const auto s = static_cast<int32_t>(plan.block_tables.size());
+    for (int32_t i = 0; i < count; ++i) {
+      const int32_t index = state.n_computed + i;
+      plan.add_token(draft_token(*seq, index), index, s, first_slot + i, drafts && i == count - 1);
+    }
+    plan.block_tables.push_back(state.kv.blocks());
+    plan.seq_n_slots.push_back(state.kv.n_slots());
+    rows.push_back({seq, &state, count, drafts});
+    budget -= count;
+    if (drafts) {
+      const SamplingParams& p = seq->request->options.params;
+      device_greedy &= p.temperature == 0.0f && p.repetition_penalty == 1.0f &&
+                       p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
+    }
+  }
+  if (plan.n_tokens() == 0) return;
+  plan.greedy_on_device = device_greedy;
+
+  std::vector<Row*> drafting;  // sequences still proposing
+  for (Row& row : rows) {
+    DraftState& state = *row.state;
+    if (!row.drafts) continue;
+    const int32_t room = row.seq->request->options.params.max_tokens - row.seq->n_generated - 1;
+    state.open = true;
+    state.k = std::min(k, room);
+    state.proposed.clear();
+    state.q.clear();
+    state.sampler = *row.seq->sampler;  // same penalty state as the target's
+    state.sampler->reseed(mix(state.seed + state.round++));
+    drafting.push_back(&row);
+  }
+
+  for (int32_t step = 0;; ++step) {
+    const auto start = Clock::now();
+    StepOutput output = draft.runner().run(plan);
+    policy_.observe_draft_step(static_cast<int32_t>(plan.n_tokens()), seconds_since(start));
+    if (step == 0) {
+      for (Row& row : rows) {
+        row.state->n_computed += row.count;
+        // Catch-up tokens are accepted ones: publish them on the draft's prefix cache.
+        if (row.state->kv.options().publishable) {
+          std::vector<int32_t> tokens(static_cast<size_t>(row.state->n_computed));
+          for (int32_t i = 0; i < row.state->n_computed; ++i)
+            tokens[static_cast<size_t>(i)] = draft_token(*row.seq, i);
+          kv.publish(row.state->kv, tokens);
+        }
+        row.state->base = row.state->n_computed;
+        if (!row.drafts) trim_window(*row.state);
+      }
+    }
+    // Logit rows are in plan order: one per drafting sequence.
+    std::vector<Row*> next;
+    for (size_t r = 0; r < drafting.size(); ++r) {
+      Row& row = *drafting[r];
+      DraftState& state = *row.state;
+      const float* logits = plan.greedy_on_device
+                                ? nullptr
+                                : output.logits.f32() + static_cast<int64_t>(r) * draft_vocab_;
+      const int32_t greedy_id = plan.greedy_on_device ? output.greedy_tokens[r] : -1;
+      state.proposed.push_back(draft_sample(row.seq, state, logits, greedy_id));
+      if (static_cast<int32_t>(state.proposed.size()) < state.k) next.push_back(&row);
+    }
+    if (next.empty()) break;
+    // Forward 2..k: each still-drafting sequence feeds its last draft token.
+    StepPlan step_plan;
+    step_plan.greedy_on_device = plan.greedy_on_device;
+    std::vector<Row*> fed;
+    for (Row* row : next) {
+      DraftState& state = *row->state;
+      if (!kv.can_append(state.kv, 1)) continue;  // stop early: fewer draft tokens
+      const int32_t slot = kv.append(state.kv, 1);
+      const auto s = static_cast<int32_t>(step_plan.block_tables.size());
+      const int32_t index = state.base + static_cast<int32_t>(state.proposed.size()) - 1;
+      step_plan.add_token(state.proposed.back(), index, s, slot, true);
+      step_plan.block_tables.push_back(state.kv.blocks());
+      step_plan.seq_n_slots.push_back(state.kv.n_slots());
+      fed.push_back(row);
+    }
+    if (fed.empty()) break;
+    plan = std::move(step_plan);
+    drafting = std::move(fed);
+  }
+
+  for (Row& row : rows) {
+    if (!row.drafts) continue;
+    Sequence* seq = row.seq;
+    for (int32_t token : row.state->proposed) seq->tokens.push_back(token);
+    seq->n_draft = static_cast<int32_t>(row.state->proposed.size());
+  }
+}
+
+void SpecDecodeStage::rollback_round(DraftState& state, int32_t n_accepted) {
+  // The draft's KV holds the catch-up plus draft tokens 1..n-1 (the last one
+  // was never fed); keep the accepted ones.
+  const auto n_fed = static_cast<int32_t>(state.proposed.size()) - 1;
+  const int32_t kept = std::min(n_accepted, std::max(n_fed, 0));
+  const int32_t n_rejected = std::max(n_fed, 0) - kept;
+  options_.draft->kv_manager().rollback(state.kv, n_rejected);
+  state.n_computed = state.base + kept;
+  state.open = false;
+  state.proposed.clear();
+  state.q.clear();
+  state.sampler.reset();
+  trim_window(state);
+}
+
+void SpecDecodeStage::end_step() {
+  for (auto& [seq, state] : states_) {
+    if (state->open) rollback_round(*state, 0);
+  }
+}
+
+VerifyResult SpecDecodeStage::verify(Sequence* seq, const float* rows, const int32_t* greedy_ids,
+                                     int64_t vocab) {
+  DraftState& state = state_of(seq);
+  SS_CHECK(state.open);
+  Sampler& sampler = *seq->sampler;
+  const int32_t k = seq->n_draft;
+  const std::span<const int32_t> drafts(state.proposed.data(), static_cast<size_t>(k));
+  VerifyResult result;
+  result.n_drafted = k;
+  const auto row = [&](int32_t i) { return rows + static_cast<int64_t>(i) * vocab; };
+
+  if (options_.emulated_acceptance >= 0) {
+    // Benchmarks only: Bernoulli(alpha) acceptance, the target's greedy token after.
+    std::bernoulli_distribution accept(options_.emulated_acceptance);
+    int32_t j = 0;
+    while (j < k && accept(emulation_rng_)) ++j;
+    for (int32_t i = 0; i < j; ++i) result.tokens.push_back(drafts[static_cast<size_t>(i)]);
+    result.tokens.push_back(greedy_ids != nullptr ? greedy_ids[j] : argmax(row(j), vocab));
+    for (int32_t token : result.tokens) sampler.record_output(token);
+  } else if (greedy_ids != nullptr) {  // device greedy: no penalties by construction
+    const VerifyOutcome outcome =
+        verify_greedy(drafts, std::span<const int32_t>(greedy_ids, static_cast<size_t>(k + 1)));
+    result.tokens.assign(drafts.begin(), drafts.begin() + outcome.n_accepted);
+    result.tokens.push_back(outcome.next_token);
+    for (int32_t token : result.tokens) sampler.record_output(token);
+  } else if (sampler.greedy()) {
+    // Row by row: each argmax sees the penalties of the tokens accepted before it.
+    for (int32_t i = 0; i <= k; ++i) {
+      std::vector<float> copy(row(i), row(i) + vocab);
+      const int32_t token = sampler.sample(copy);  // records it
+      result.tokens.push_back(token);
+      if (i == k || token != drafts[static_cast<size_t>(i)]) break;
+    }
+  } else {
+    std::vector<std::span<const float>> q(state.q.begin(), state.q.begin() + k);
+    std::vector<float> copy;
+    std::vector<float> p;
+    const auto target_row = [&](int32_t i) -> std::span<const float> {
+      if (i > 0) sampler.record_output(drafts[static_cast<size_t>(i - 1)]);  // accepted
+      copy.assign(row(i), row(i) + vocab);
+      sampler.distribution(copy, p);
+      return p;
+    };
+    const VerifyOutcome outcome =
+        verify_stochastic(drafts, q, target_row, [&] { return sampler.uniform(); });
+    result.tokens.assign(drafts.begin(), drafts.begin() + outcome.n_accepted);
+    result.tokens.push_back(outcome.next_token);
+    sampler.record_output(outcome.next_token);
+  }
+  result.n_accepted = static_cast<int32_t>(result.tokens.size()) - 1;
+  state.acceptance.observe(result.n_accepted, k);
+  rollback_round(state, result.n_accepted);
+  return result;
+}
+
+}  // namespace specstack

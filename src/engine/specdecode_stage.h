@@ -1,0 +1,98 @@
+// SpecDecodeStage: the draft side of speculative decoding, beside
+// SpecPrefillStage and run the same way: ordinary scheduled work on the
+// draft model (its own weights, KV pool and runner).
+//
+// Each engine step, before the target schedules, propose() runs up to k
+// batched draft forwards for every running sequence that speculates: the
+// first feeds what the draft has not seen yet (its chunked prompt on first
+// use, then the tokens accepted last step), the others one draft token each.
+// The draft tokens are appended to the sequence (Sequence::n_draft), so the
+// scheduler verifies them with the pending token in one chunk of the same
+// flat StepPlan as everyone else's prefill and decode rows. After the target
+// step, verify() accepts a prefix of them exactly (greedy match or modified
+// rejection sampling on the processed distributions) and rolls the draft's
+// KV back to what was accepted; the engine rolls back the target's.
+//
+// The draft sees every prompt token at its own position even when the target
+// prefilled a speculative-prefill selection: a SpecPrefill job's draft KV is
+// adopted as is. With a sparse draft window, the draft keeps only its sink and
+// window blocks, so its memory per sequence and its step cost stay flat.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/request_state.h"
+#include "specdecode/spec_length_policy.h"
+
+namespace specstack {
+
+// What one verification decided for one sequence.
+struct VerifyResult {
+  // The tokens to emit, in order: the accepted draft tokens, then the target's
+  // own next token (residual draw on a rejection, bonus when all were accepted).
+  std::vector<int32_t> tokens;
+  int32_t n_drafted = 0;   // draft tokens verified
+  int32_t n_accepted = 0;  // of those, accepted
+};
+
+class SpecDecodeStage {
+ public:
+  SpecDecodeStage(const SpecDecodeOptions& options, int32_t max_batched_tokens,
+                  const ModelConfig& target_config, size_t target_weight_bytes);
+  ~SpecDecodeStage();
+
+  // Whether the request's sequences speculate (server default, request override).
+  bool speculates(const Request& request) const;
+  // Gives choice 0 of a request the draft KV its speculative prefill left:
+  // the whole dense prompt (n_prompt slots) on the draft's pool.
+  void adopt(Sequence* seq, KvSequence draft_kv, int32_t n_prompt);
+  // Draft forwards for the running sequences that speculate this step;
+  // appends their draft tokens. `n_running` counts every running sequence.
+  void propose(const std::vector<Sequence*>& running);
+  // After the target step that verified seq's n_draft tokens: `rows`
+  // [1 + n_draft, vocab] raw target logits, or null with `greedy_ids`
+  // [1 + n_draft] when the model chose greedily on its device. Records the
+  // emitted tokens in seq's sampler and rolls the draft back.
+  VerifyResult verify(Sequence* seq, const float* rows, const int32_t* greedy_ids, int64_t vocab);
+  // Closes the step: sequences whose draft tokens were trimmed away by the
+  // scheduler get their draft KV rolled back.
+  void end_step();
+  // Frees a sequence's draft state (finished, preempted, cancelled).
+  void release(Sequence* seq);
+  // The target step's time, for the k policy's cost model.
+  void observe_target_step(int32_t n_rows, double seconds) {
+    policy_.observe_target_step(n_rows, seconds);
+  }
+  size_t n_states() const { return states_.size(); }
+
+ private:
+  struct DraftState;
+  DraftState& state_of(Sequence* seq);
+  // Token i of the draft's view of seq: the request's whole prompt, then the
+  // generated tokens (the target's own tokens may be a sparse selection).
+  static int32_t draft_token(const Sequence& seq, int32_t index);
+  static int32_t draft_length(const Sequence& seq);
+  // Reserves draft slots for the tokens it has not seen; false when the
+  // draft's pool is full (the sequence then decodes plainly this step).
+  bool reserve_catch_up(Sequence* seq, DraftState& state, int32_t count, int32_t* first_slot);
+  // Drops draft blocks that fell out of the sink + window.
+  void trim_window(DraftState& state);
+  // Draws the next draft token from a draft logits row (the request's
+  // sampling on the draft side); keeps q for rejection sampling.
+  int32_t draft_sample(Sequence* seq, DraftState& state, const float* logits, int32_t greedy_id);
+  void rollback_round(DraftState& state, int32_t n_accepted);
+
+  SpecDecodeOptions options_;
+  int32_t max_batched_tokens_;
+  int64_t draft_vocab_;
+  SpecLengthPolicy policy_;
+  std::mt19937_64 emulation_rng_;
+  std::unordered_map<Sequence*, std::unique_ptr<DraftState>> states_;
+};
+
+}  // namespace specstack
