@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "backend/cpu/cpu_backend.h"
+#include "cli/bench_spec_command.h"
 #include "cli/bench_ttft_command.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
@@ -62,7 +63,8 @@ std::vector<RequestPlan> make_workload(const BenchServeFlags& f, int64_t vocab) 
   std::exponential_distribution<double> gap(f.rate);
   auto length = [&](int32_t mean) {
     const double lo = mean * (1 - f.len_spread), hi = mean * (1 + f.len_spread);
-    return std::max<int32_t>(1, static_cast<int32_t>(std::uniform_real_distribution<double>(lo, hi)(rng)));
+    return std::max<int32_t>(
+        1, static_cast<int32_t>(std::uniform_real_distribution<double>(lo, hi)(rng)));
   };
   std::vector<RequestPlan> plans;
   double t = 0;
@@ -71,15 +73,16 @@ std::vector<RequestPlan> make_workload(const BenchServeFlags& f, int64_t vocab) 
     plan.arrival = t;
     t += gap(rng);
     plan.prompt.resize(static_cast<size_t>(length(f.input_len)));
-    for (auto& id : plan.prompt) id = 3 + static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab - 3));
+    for (auto& id : plan.prompt)
+      id = 3 + static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab - 3));
     plan.output_len = length(f.output_len);
     plans.push_back(std::move(plan));
   }
   return plans;
 }
 
-ModeResult run_mode(ModelInstance& model, const BenchServeFlags& f, const std::vector<RequestPlan>& plans,
-                    bool static_batching) {
+ModeResult run_mode(ModelInstance& model, const BenchServeFlags& f,
+                    const std::vector<RequestPlan>& plans, bool static_batching) {
   EngineOptions options;
   options.max_num_seqs = f.max_num_seqs;
   options.max_num_batched_tokens = f.max_num_batched_tokens;
@@ -150,7 +153,8 @@ Summary summarize(const ModeResult& r) {
   double last_arrival = 0;
   for (const auto& t : r.traces) {
     ttft.push_back(t.first_token - t.arrival);
-    for (size_t k = 1; k < t.token_times.size(); ++k) itl.push_back(t.token_times[k] - t.token_times[k - 1]);
+    for (size_t k = 1; k < t.token_times.size(); ++k)
+      itl.push_back(t.token_times[k] - t.token_times[k - 1]);
     tokens += static_cast<int64_t>(t.token_times.size());
     last_arrival = std::max(last_arrival, t.arrival);
   }
@@ -178,9 +182,12 @@ Summary summarize(const ModeResult& r) {
   const double tail_start = std::max(ramp_end, last_arrival);
   int64_t ramp_tokens = 0, steady_tokens = 0, tail_tokens = 0;
   for (const auto& step : r.steps) {
-    if (step.start_seconds < ramp_end) ramp_tokens += step.n_decode;
-    else if (step.start_seconds < tail_start) steady_tokens += step.n_decode;
-    else tail_tokens += step.n_decode;
+    if (step.start_seconds < ramp_end)
+      ramp_tokens += step.n_decode;
+    else if (step.start_seconds < tail_start)
+      steady_tokens += step.n_decode;
+    else
+      tail_tokens += step.n_decode;
     if (step.seconds > 2 * s.median_step_s) {
       ++s.spikes;
       s.spike_s += step.seconds;
@@ -204,12 +211,12 @@ void write_csvs(const std::string& prefix, const std::vector<ModeResult>& result
   for (const auto& r : results) {
     for (size_t i = 0; i < r.traces.size(); ++i) {
       const auto& t = r.traces[i];
-      requests << r.mode << "," << i << "," << t.arrival << "," << t.first_token - t.arrival << "," << t.finish
-               << "," << t.token_times.size() << "\n";
+      requests << r.mode << "," << i << "," << t.arrival << "," << t.first_token - t.arrival << ","
+               << t.finish << "," << t.token_times.size() << "\n";
     }
     for (const auto& s : r.steps) {
-      steps << r.mode << "," << s.start_seconds << "," << s.seconds << "," << s.n_tokens << "," << s.n_decode
-            << "," << s.n_running << "\n";
+      steps << r.mode << "," << s.start_seconds << "," << s.seconds << "," << s.n_tokens << ","
+            << s.n_decode << "," << s.n_running << "\n";
     }
   }
 }
@@ -224,15 +231,17 @@ void plot(const std::string& prefix, const std::vector<ModeResult>& results) {
   for (const auto& r : results) {
     const std::string data = prefix + "_" + r.mode + "_steps.dat";
     std::ofstream out(data);
-    for (const auto& s : r.steps) out << s.start_seconds << " " << s.seconds * 1000 << " " << s.n_running << "\n";
+    for (const auto& s : r.steps)
+      out << s.start_seconds << " " << s.seconds * 1000 << " " << s.n_running << "\n";
     if (!plots.empty()) plots += ", ";
-    plots += "'" + data + "' using 1:2 with points pt 7 ps 0.4 title '" + r.mode + " step ms', '" + data +
-             "' using 1:3 axes x1y2 with lines title '" + r.mode + " running'";
+    plots += "'" + data + "' using 1:2 with points pt 7 ps 0.4 title '" + r.mode + " step ms', '" +
+             data + "' using 1:3 axes x1y2 with lines title '" + r.mode + " running'";
   }
   const std::string script = prefix + ".gp";
-  std::ofstream(script) << "set terminal png size 1200,600\nset output '" << prefix << ".png'\n"
-                        << "set xlabel 'seconds'\nset ylabel 'step ms'\nset y2label 'running sequences'\n"
-                        << "set ytics nomirror\nset y2tics\nset key outside\nplot " << plots << "\n";
+  std::ofstream(script)
+      << "set terminal png size 1200,600\nset output '" << prefix << ".png'\n"
+      << "set xlabel 'seconds'\nset ylabel 'step ms'\nset y2label 'running sequences'\n"
+      << "set ytics nomirror\nset y2tics\nset key outside\nplot " << plots << "\n";
   if (std::system(("gnuplot " + script).c_str()) == 0) {
     std::fprintf(stderr, "bench serve: wrote %s.png\n", prefix.c_str());
   }
@@ -241,7 +250,8 @@ void plot(const std::string& prefix, const std::vector<ModeResult>& results) {
 int run_bench_serve(const BenchServeFlags& f) {
   auto options = f.model.instance_options(0);
   if (!options.ok()) return report_error(options.message());
-  auto config = load_model_config(options->config_path.empty() ? options->model_dir : options->config_path);
+  auto config =
+      load_model_config(options->config_path.empty() ? options->model_dir : options->config_path);
   if (!config.ok()) return report_error(config.message());
   const auto plans = make_workload(f, config->vocab_size);
   int64_t needed = 0;
@@ -257,16 +267,20 @@ int run_bench_serve(const BenchServeFlags& f) {
   write_csvs(f.out_prefix, results);
   plot(f.out_prefix, results);
 
-  std::printf("| mode | output tok/s | TTFT p50/p90/p99 (s) | ITL p50/p90/p99 (ms) | ramp s (tok/s) | steady s (tok/s) | tail s (tok/s) | spikes (count, s) |\n");
+  std::printf(
+      "| mode | output tok/s | TTFT p50/p90/p99 (s) | ITL p50/p90/p99 (ms) | ramp s (tok/s) | "
+      "steady s (tok/s) | tail s (tok/s) | spikes (count, s) |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   std::vector<Summary> summaries;
   for (const auto& r : results) {
     Summary s = summarize(r);
     summaries.push_back(s);
-    std::printf("| %s | %.1f | %.3f / %.3f / %.3f | %.1f / %.1f / %.1f | %.1f (%.1f) | %.1f (%.1f) | %.1f (%.1f) | %lld, %.2f |\n",
-                r.mode.c_str(), s.output_tok_s, s.ttft[0], s.ttft[1], s.ttft[2], s.itl[0] * 1e3, s.itl[1] * 1e3,
-                s.itl[2] * 1e3, s.ramp_s, s.ramp_tok_s, s.steady_s, s.steady_tok_s, s.tail_s, s.tail_tok_s,
-                static_cast<long long>(s.spikes), s.spike_s);
+    std::printf(
+        "| %s | %.1f | %.3f / %.3f / %.3f | %.1f / %.1f / %.1f | %.1f (%.1f) | %.1f (%.1f) | %.1f "
+        "(%.1f) | %lld, %.2f |\n",
+        r.mode.c_str(), s.output_tok_s, s.ttft[0], s.ttft[1], s.ttft[2], s.itl[0] * 1e3,
+        s.itl[1] * 1e3, s.itl[2] * 1e3, s.ramp_s, s.ramp_tok_s, s.steady_s, s.steady_tok_s,
+        s.tail_s, s.tail_tok_s, static_cast<long long>(s.spikes), s.spike_s);
   }
   if (summaries.size() == 2 && summaries[1].output_tok_s > 0) {
     std::printf("\ncontinuous / static output tok/s: %.2fx; TTFT p50 static / continuous: %.2fx\n",
@@ -282,22 +296,32 @@ std::function<int()> add_bench_command(CLI::App& app) {
   auto flags = std::make_shared<BenchServeFlags>();
   CLI::App* bench = app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);
-  CLI::App* serve = bench->add_subcommand("serve", "open-loop Poisson load on the serving engine (in-process)");
+  CLI::App* serve =
+      bench->add_subcommand("serve", "open-loop Poisson load on the serving engine (in-process)");
   flags->model.add_to(*serve);
-  serve->add_option("--rate", flags->rate, "request arrival rate (requests/s)")->check(CLI::PositiveNumber);
+  serve->add_option("--rate", flags->rate, "request arrival rate (requests/s)")
+      ->check(CLI::PositiveNumber);
   serve->add_option("--num-requests", flags->num_requests, "requests")->check(CLI::PositiveNumber);
   serve->add_option("--seed", flags->seed, "workload seed");
-  serve->add_option("--input-len", flags->input_len, "mean prompt length")->check(CLI::PositiveNumber);
-  serve->add_option("--output-len", flags->output_len, "mean output length")->check(CLI::PositiveNumber);
-  serve->add_option("--len-spread", flags->len_spread, "lengths uniform in mean*[1-s, 1+s]")->check(CLI::Range(0.0, 0.99));
-  serve->add_option("--max-num-seqs", flags->max_num_seqs, "running sequences cap")->check(CLI::PositiveNumber);
-  serve->add_option("--max-num-batched-tokens", flags->max_num_batched_tokens, "step token budget")->check(CLI::PositiveNumber);
-  serve->add_option("--kv-tokens", flags->kv_tokens, "KV capacity in tokens (default: all requests at once)");
+  serve->add_option("--input-len", flags->input_len, "mean prompt length")
+      ->check(CLI::PositiveNumber);
+  serve->add_option("--output-len", flags->output_len, "mean output length")
+      ->check(CLI::PositiveNumber);
+  serve->add_option("--len-spread", flags->len_spread, "lengths uniform in mean*[1-s, 1+s]")
+      ->check(CLI::Range(0.0, 0.99));
+  serve->add_option("--max-num-seqs", flags->max_num_seqs, "running sequences cap")
+      ->check(CLI::PositiveNumber);
+  serve->add_option("--max-num-batched-tokens", flags->max_num_batched_tokens, "step token budget")
+      ->check(CLI::PositiveNumber);
+  serve->add_option("--kv-tokens", flags->kv_tokens,
+                    "KV capacity in tokens (default: all requests at once)");
   serve->add_flag("--skip-static", flags->skip_static, "do not run the static-batching baseline");
   serve->add_option("--out", flags->out_prefix, "output prefix for CSV / PNG files");
   std::function<int()> run_ttft = add_bench_ttft_command(*bench);
-  return [flags, bench, run_ttft] {
+  std::function<int()> run_spec = add_bench_spec_command(*bench);
+  return [flags, bench, run_ttft, run_spec] {
     if (bench->got_subcommand("ttft")) return run_ttft();
+    if (bench->got_subcommand("spec")) return run_spec();
     return run_bench_serve(*flags);
   };
 }

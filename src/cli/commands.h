@@ -42,7 +42,9 @@ std::function<int()> add_logits_command(CLI::App& app);
 std::function<int()> add_serve_command(CLI::App& app);
 // `bench` groups the benchmark subcommands (bench serve, ...).
 std::function<int()> add_bench_command(CLI::App& app);
-// `eval needle|json|ppl`: speculative-prefill quality probes.
+// `eval needle|json|ppl`: speculative-prefill quality probes; `eval spec`:
+// speculative decoding acceptance (registered on `eval` by the first).
 std::function<int()> add_eval_command(CLI::App& app);
+std::function<int()> add_eval_spec_command(CLI::App& eval);
 
 }  // namespace specstack::cli

@@ -4,8 +4,8 @@ namespace specstack::cli {
 
 void DraftModelFlags::add_to(CLI::App& command) {
   command.add_option("--draft", dir,
-                     "draft model folder for speculative prefill (a small model with the "
-                     "target's tokenizer)");
+                     "draft model folder for speculative prefill and decoding (a small model "
+                     "with the target's tokenizer)");
   command.add_option("--draft-config", config_path,
                      "the draft's config.json with --dummy-weights (default: --draft's)");
 }
@@ -47,6 +47,74 @@ Status validate_specprefill_settings(const SpecPrefillOptions& settings) {
     return errorf("--specprefill-pool must be an odd number >= 1, got {}", settings.pool_kernel);
   }
   return Status::ok_status();
+}
+
+void SpecDecodeFlags::add_to(CLI::App& command, const std::string& enabled_help) {
+  command.add_flag("--spec-decode", enabled,
+                   "speculative decoding: the draft proposes tokens and the target verifies "
+                   "them in one step; the output is distributed as the target's alone (needs "
+                   "--draft; " +
+                       enabled_help + ")");
+  tuning_.push_back(command.add_option("--spec-tokens", max_draft_tokens,
+                                       "most draft tokens proposed per step, 1..16 (default 4)"));
+  tuning_.push_back(command.add_flag(
+      "--spec-fixed-k", fixed_k,
+      "always propose --spec-tokens tokens (default: adapt to the acceptance rate)"));
+  window_option_ = command.add_option(
+      "--spec-draft-window", draft_window,
+      "sparse draft KV: the draft attends only to its last W tokens (plus the sink)");
+  sink_option_ = command.add_option(
+      "--spec-draft-sink", draft_sink,
+      "with --spec-draft-window: also keep the first S tokens (attention sinks; default 0)");
+  tuning_.push_back(window_option_);
+  tuning_.push_back(sink_option_);
+}
+
+Status SpecDecodeFlags::validate(bool has_draft) const {
+  if (!enabled) {
+    for (const CLI::Option* option : tuning_) {
+      if (option->count() > 0) return errorf("{} needs --spec-decode", option->get_name());
+    }
+    return Status::ok_status();
+  }
+  if (!has_draft) {
+    return make_error(
+        "--spec-decode needs a draft model: give --draft DIR (a small model with the target's "
+        "tokenizer)");
+  }
+  if (max_draft_tokens < 1 || max_draft_tokens > kMaxSpecTokens) {
+    return errorf("--spec-tokens must be in [1, {}], got {}", kMaxSpecTokens, max_draft_tokens);
+  }
+  if (window_option_->count() > 0 && draft_window < 1) {
+    return errorf("--spec-draft-window must be >= 1, got {}", draft_window);
+  }
+  if (sink_option_->count() > 0) {
+    if (window_option_->count() == 0) {
+      // Sinks only mean something beside a window: a dense draft keeps everything.
+      return make_error("--spec-draft-sink needs --spec-draft-window");
+    }
+    if (draft_sink < 0) return errorf("--spec-draft-sink must be >= 0, got {}", draft_sink);
+  }
+  return Status::ok_status();
+}
+
+SpecDecodeOptions SpecDecodeFlags::engine_options(ModelInstance* draft) const {
+  SpecDecodeOptions options;
+  options.draft = enabled ? draft : nullptr;
+  options.default_on = true;
+  options.max_draft_tokens = max_draft_tokens;
+  options.adaptive = !fixed_k;
+  options.draft_window = draft_window;
+  options.draft_sink = draft_window > 0 ? draft_sink : 0;
+  return options;  // emulated_acceptance stays off: it is for benchmarks only
+}
+
+std::string SpecDecodeFlags::describe() const {
+  const std::string kv = draft_window > 0 ? fmt::format("sparse draft KV (window {} + sink {})",
+                                                        draft_window, draft_sink)
+                                          : std::string("dense draft KV");
+  return fmt::format("K {} draft tokens per step ({}), {}", max_draft_tokens,
+                     fixed_k ? "fixed" : "adaptive", kv);
 }
 
 Result<ModelConfig> load_draft_config(const DraftModelFlags& draft, const ModelConfig& target) {

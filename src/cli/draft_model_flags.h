@@ -1,6 +1,7 @@
 // The draft model of `generate --draft` and `bench ttft`: its flags, the
-// SpecPrefill tuning flags and their validation, and loading the draft as a
-// second ModelInstance (its own weights and KV pool) on the target's backend.
+// SpecPrefill tuning flags and their validation, the speculative decoding
+// flags (shared with `serve`), and loading the draft as a second
+// ModelInstance (its own weights and KV pool) on the target's backend.
 // (`serve` has its own, larger set in serve_draft.h: KV sizing by memory and
 // the tokenizer comparison.)
 #pragma once
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "base/status.h"
@@ -33,6 +35,36 @@ struct DraftModelFlags {
 void add_specprefill_tuning(CLI::App& command, SpecPrefillOptions& settings);
 // keep in (0, 1], threshold >= 0, lookahead >= 1, chunk >= 1, pool odd >= 1.
 Status validate_specprefill_settings(const SpecPrefillOptions& settings);
+
+// Speculative decoding with the draft (SpecDecodeOptions in engine/engine.h),
+// the flags serve and generate share: --spec-decode turns it on, the others
+// tune it and are errors without it, so a typo never silently does nothing.
+struct SpecDecodeFlags {
+  bool enabled = false;          // --spec-decode
+  int32_t max_draft_tokens = 4;  // --spec-tokens K
+  bool fixed_k = false;          // --spec-fixed-k: always K (default: the adaptive policy)
+  int32_t draft_window = 0;      // --spec-draft-window W (0: the draft keeps its whole KV)
+  int32_t draft_sink = 0;        // --spec-draft-sink S
+
+  // `enabled_help` ends --spec-decode's help: what turning it on means for the command.
+  void add_to(CLI::App& command, const std::string& enabled_help);
+  // --spec-decode needs a draft; K in [1, kMaxSpecTokens]; W >= 1 when
+  // given; S >= 0 and only with W.
+  Status validate(bool has_draft) const;
+  // The engine's options: off (draft null) unless enabled.
+  SpecDecodeOptions engine_options(ModelInstance* draft) const;
+  // "K 4 draft tokens per step (adaptive), dense draft KV"
+  std::string describe() const;
+
+ private:
+  std::vector<CLI::Option*> tuning_;  // the flags that need --spec-decode
+  CLI::Option* window_option_ = nullptr;
+  CLI::Option* sink_option_ = nullptr;
+};
+
+// The verify step runs K + 1 target rows per sequence; past 16 a whole run is
+// rarely accepted, so more draft steps only add cost.
+inline constexpr int32_t kMaxSpecTokens = 16;
 
 // Reads the draft's config and checks that its vocab_size is the target's:
 // its scores are over token ids, so they must mean the target's tokens.

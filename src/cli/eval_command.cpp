@@ -7,10 +7,11 @@
 //   needle: "The secret code for <Name> is <7 digits>." at depths; greedy answer.
 //   json:   a long JSON record array; "What is the city of <Name>?".
 //   ppl:    perplexity of the last 64 tokens of a long text after full vs sparse prefill.
+//   (`eval spec`, speculative decoding acceptance, is in eval_spec_command.cpp.)
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <algorithm>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -18,6 +19,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "cli/commands.h"
+#include "cli/eval_prompts.h"
 #include "engine/generator.h"
 #include "engine/specprefill_stage.h"
 #include "tokenizer/tokenizer.h"
@@ -38,84 +40,8 @@ struct EvalFlags {
   int32_t chunk = 32;
 };
 
-struct EvalCase {
-  std::vector<int32_t> ids;  // with BOS as the tokenizer adds it
-  std::string answer;
-  std::string group;         // e.g. "depth 0.5"
-};
-
-const char* kNames[] = {"Alice", "Ben", "Clara", "David", "Emma", "Felix", "Grace", "Henry", "Ivy", "Jack",
-                        "Kate", "Leo", "Mia", "Noah", "Olivia", "Peter", "Quinn", "Rosa", "Sam", "Tina",
-                        "Umar", "Vera", "Will", "Xena", "Yusuf", "Zoe"};
-const char* kCities[] = {"Paris", "Lima", "Oslo", "Cairo", "Tokyo", "Quito", "Dakar", "Hanoi", "Perth", "Riga"};
-
-// Story text sampled from the filler model (seeded), long enough for any prompt.
-Result<std::string> make_filler(const std::string& dir, int threads, size_t min_chars, uint32_t seed) {
-  SS_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::load_dir(dir));
-  CpuBackend backend(CpuBackendOptions{threads});
-  ModelInstanceOptions options;
-  options.model_dir = dir;
-  options.kv_tokens = 16 * 512;
-  SS_ASSIGN_OR_RETURN(std::unique_ptr<ModelInstance> model, ModelInstance::create(options, backend));
-  Generator generator(model->runner(), model->kv_manager());
-  std::string text;
-  const int32_t bos = tokenizer.bos_id().value_or(1);
-  for (uint32_t round = 0; text.size() < min_chars; ++round) {
-    std::vector<GenerationRequest> requests(16);
-    for (size_t i = 0; i < requests.size(); ++i) {
-      requests[i].prompt = {bos};
-      requests[i].params.temperature = 1.0f;
-      requests[i].params.seed = seed * 1000 + round * 16 + i;
-      requests[i].params.max_tokens = 400;
-    }
-    SS_ASSIGN_OR_RETURN(std::vector<GenerationResult> stories, generator.generate(requests));
-    for (const auto& story : stories) {
-      std::string s = tokenizer.decode(story.tokens, /*skip_special_tokens=*/true);
-      while (!s.empty() && (s.front() == ' ' || s.front() == '\n')) s.erase(s.begin());
-      if (s.size() > 40) text += s + "\n\n";
-    }
-  }
-  return text;
-}
-
-// Filler cut to about `n_tokens` target tokens, starting at a random story.
-std::string filler_slice(const std::string& filler, const Tokenizer& tok, int32_t n_tokens, std::mt19937& rng) {
-  size_t start = std::uniform_int_distribution<size_t>(0, filler.size() / 2)(rng);
-  start = filler.find("\n\n", start);
-  start = start == std::string::npos ? 0 : start + 2;
-  // ~4 characters per token as a first guess, then trimmed by token count.
-  std::string text = filler.substr(start, static_cast<size_t>(n_tokens) * 6);
-  while (static_cast<int32_t>(tok.encode(text, false).size()) > n_tokens && text.size() > 16) {
-    text.resize(text.size() * 95 / 100);
-  }
-  const size_t cut = text.rfind(". ");
-  return cut == std::string::npos ? text : text.substr(0, cut + 1);
-}
-
-// Inserts `sentence` at the sentence boundary nearest depth * length.
-std::string insert_at_depth(const std::string& body, const std::string& sentence, double depth) {
-  size_t at = static_cast<size_t>(depth * static_cast<double>(body.size()));
-  size_t boundary = body.find(". ", at);
-  if (boundary == std::string::npos) boundary = body.size();
-  else boundary += 1;
-  return body.substr(0, boundary) + " " + sentence + body.substr(boundary);
-}
-
-std::vector<EvalCase> needle_cases(const EvalFlags& f, const Tokenizer& tok, const std::string& filler) {
-  std::mt19937 rng(f.seed);
-  std::vector<EvalCase> cases;
-  for (double depth : f.depths) {
-    for (int32_t i = 0; i < f.n; ++i) {
-      const std::string name = kNames[rng() % std::size(kNames)];
-      const std::string code = std::to_string(1000000 + rng() % 9000000);
-      std::string body = filler_slice(filler, tok, f.context - 40, rng);
-      std::string text = insert_at_depth(body, "The secret code for " + name + " is " + code + ".", depth);
-      text += "\n\nQuestion: What is the secret code for " + name + "?\nAnswer:";
-      cases.push_back({tok.encode(text, true), code, fmt::format("depth {:.0f}%", depth * 100)});
-    }
-  }
-  return cases;
-}
+const char* kCities[] = {"Paris", "Lima",  "Oslo",  "Cairo", "Tokyo",
+                         "Quito", "Dakar", "Hanoi", "Perth", "Riga"};
 
 std::vector<EvalCase> json_cases(const EvalFlags& f, const Tokenizer& tok) {
   std::mt19937 rng(f.seed);
@@ -124,10 +50,10 @@ std::vector<EvalCase> json_cases(const EvalFlags& f, const Tokenizer& tok) {
     std::string records = "[";
     std::vector<std::pair<std::string, std::string>> people;
     for (int32_t r = 0;; ++r) {
-      const std::string name = std::string(kNames[rng() % std::size(kNames)]) + std::to_string(r);
+      const std::string name = random_name(rng) + std::to_string(r);
       const std::string city = kCities[rng() % std::size(kCities)];
-      std::string record = fmt::format("{}{{\"name\": \"{}\", \"age\": {}, \"city\": \"{}\"}}", r ? ", " : "", name,
-                                       18 + rng() % 60, city);
+      std::string record = fmt::format("{}{{\"name\": \"{}\", \"age\": {}, \"city\": \"{}\"}}",
+                                       r ? ", " : "", name, 18 + rng() % 60, city);
       if (static_cast<int32_t>(tok.encode(records + record, false).size()) > f.context - 40) break;
       records += record;
       people.emplace_back(name, city);
@@ -146,11 +72,13 @@ bool correct(const std::string& output, const std::string& answer) {
   const size_t begin = pred.find_first_not_of(" \t");
   pred = begin == std::string::npos ? "" : pred.substr(begin);
   if (pred.rfind(answer, 0) != 0) return false;
-  return pred.size() == answer.size() || !std::isalnum(static_cast<unsigned char>(pred[answer.size()]));
+  return pred.size() == answer.size() ||
+         !std::isalnum(static_cast<unsigned char>(pred[answer.size()]));
 }
 
 // Draft selections for every case at one keep fraction (all jobs batched).
-Result<std::vector<SpecPrefillOutcome>> select_all(ModelInstance& draft, const std::vector<EvalCase>& cases,
+Result<std::vector<SpecPrefillOutcome>> select_all(ModelInstance& draft,
+                                                   const std::vector<EvalCase>& cases,
                                                    const EvalFlags& f, double keep,
                                                    std::vector<std::unique_ptr<Request>>& holders) {
   SpecPrefillOptions options;
@@ -171,7 +99,8 @@ Result<std::vector<SpecPrefillOutcome>> select_all(ModelInstance& draft, const s
   std::vector<SpecPrefillOutcome> outcomes(cases.size());
   for (size_t done = 0; done < cases.size();) {
     for (SpecPrefillOutcome& outcome : stage.step()) {
-      if (!outcome.applied) return errorf("speculative prefill fell back: {}", outcome.stats.fallback_reason);
+      if (!outcome.applied)
+        return errorf("speculative prefill fell back: {}", outcome.stats.fallback_reason);
       outcomes[index[outcome.request]] = std::move(outcome);
       ++done;
     }
@@ -186,8 +115,8 @@ GenerationRequest answer_request(std::vector<int32_t> ids, std::vector<int32_t> 
   return request;
 }
 
-int run_answer_eval(const EvalFlags& f, ModelInstance& target, ModelInstance& draft, const Tokenizer& tok,
-                    const std::vector<EvalCase>& cases) {
+int run_answer_eval(const EvalFlags& f, ModelInstance& target, ModelInstance& draft,
+                    const Tokenizer& tok, const std::vector<EvalCase>& cases) {
   std::vector<std::string> columns = {"full"};
   std::map<std::string, std::vector<bool>> right;  // column -> per case
   Generator generator(target.runner(), target.kv_manager(), GeneratorOptions{2048});
@@ -236,7 +165,8 @@ int run_answer_eval(const EvalFlags& f, ModelInstance& target, ModelInstance& dr
       if (cases[i].group != group) continue;
       ++n;
       for (const auto& column : columns) count[column] += right[column][i];
-      for (size_t k = 1; k < columns.size(); ++k) regressions += right["full"][i] && !right[columns[k]][i];
+      for (size_t k = 1; k < columns.size(); ++k)
+        regressions += right["full"][i] && !right[columns[k]][i];
     }
     std::printf("| %s | %d |", group.c_str(), n);
     for (const auto& column : columns) std::printf(" %d/%d |", count[column], n);
@@ -244,13 +174,15 @@ int run_answer_eval(const EvalFlags& f, ModelInstance& target, ModelInstance& dr
     total_regressions += regressions;
   }
   std::printf("\nkept fraction of prompt tokens:");
-  for (const auto& [column, fraction] : kept_fraction) std::printf(" %s -> %.3f;", column.c_str(), fraction);
+  for (const auto& [column, fraction] : kept_fraction)
+    std::printf(" %s -> %.3f;", column.c_str(), fraction);
   std::printf("\nregressions against full prefill: %d\n", total_regressions);
   return 0;
 }
 
 // Mean NLL of `continuation` after prefilling (ids, positions) on the target.
-double continuation_nll(ModelInstance& model, const std::vector<int32_t>& ids, const std::vector<int32_t>& positions,
+double continuation_nll(ModelInstance& model, const std::vector<int32_t>& ids,
+                        const std::vector<int32_t>& positions,
                         const std::vector<int32_t>& continuation, int32_t next_position) {
   KvManager& kv = model.kv_manager();
   KvSequence seq = kv.new_sequence(KvSequenceOptions{0, false});
@@ -263,7 +195,8 @@ double continuation_nll(ModelInstance& model, const std::vector<int32_t>& ids, c
     StepPlan plan;
     const int32_t first = kv.append(seq, end - begin);
     for (int32_t i = begin; i < end; ++i) {
-      const int32_t position = i < n_prompt ? positions[static_cast<size_t>(i)] : next_position + (i - n_prompt);
+      const int32_t position =
+          i < n_prompt ? positions[static_cast<size_t>(i)] : next_position + (i - n_prompt);
       // Row i predicts token i + 1: logits from the last prompt token onward.
       plan.add_token(tokens[static_cast<size_t>(i)], position, 0, first + i - begin,
                      i >= n_prompt - 1 && i + 1 < static_cast<int32_t>(tokens.size()));
@@ -285,8 +218,8 @@ double continuation_nll(ModelInstance& model, const std::vector<int32_t>& ids, c
   return nll / static_cast<double>(continuation.size());
 }
 
-int run_ppl_eval(const EvalFlags& f, ModelInstance& target, ModelInstance& draft, const Tokenizer& tok,
-                 const std::string& filler) {
+int run_ppl_eval(const EvalFlags& f, ModelInstance& target, ModelInstance& draft,
+                 const Tokenizer& tok, const std::string& filler) {
   std::mt19937 rng(f.seed);
   constexpr int32_t kContinuation = 64;
   std::vector<EvalCase> cases;
@@ -303,7 +236,8 @@ int run_ppl_eval(const EvalFlags& f, ModelInstance& target, ModelInstance& draft
   for (size_t i = 0; i < cases.size(); ++i) {
     std::vector<int32_t> positions(cases[i].ids.size());
     std::iota(positions.begin(), positions.end(), 0);
-    full += continuation_nll(target, cases[i].ids, positions, continuations[i], static_cast<int32_t>(positions.size()));
+    full += continuation_nll(target, cases[i].ids, positions, continuations[i],
+                             static_cast<int32_t>(positions.size()));
   }
   full /= static_cast<double>(cases.size());
   std::printf("| full | %.4f | %.3f |\n", full, std::exp(full));
@@ -326,19 +260,22 @@ int run_ppl_eval(const EvalFlags& f, ModelInstance& target, ModelInstance& draft
 int run_eval(const std::string& task, const EvalFlags& f) {
   if (f.draft_dir.empty()) return report_error("--draft is required");
   for (double keep : f.keeps) {
-    if (!(keep > 0 && keep <= 1)) return report_error(fmt::format("--keep must be in (0, 1], got {}", keep));
+    if (!(keep > 0 && keep <= 1))
+      return report_error(fmt::format("--keep must be in (0, 1], got {}", keep));
   }
   auto tokenizer = Tokenizer::load_dir(f.model.model_dir);
   if (!tokenizer.ok()) return report_error(tokenizer.message());
   if (!std::filesystem::exists(f.filler_model + "/config.json")) {
     return report_error("filler model " + f.filler_model + " not found (--filler-model DIR)");
   }
-  auto filler = make_filler(f.filler_model, f.model.threads, static_cast<size_t>(f.context) * 24, f.seed);
+  auto filler =
+      make_filler(f.filler_model, f.model.threads, static_cast<size_t>(f.context) * 24, f.seed);
   if (!filler.ok()) return report_error(filler.message());
 
   CpuBackend backend(CpuBackendOptions{f.model.threads});
-  auto target_options = f.model.instance_options(static_cast<int64_t>(f.n) * (f.context + 64 + 16) *
-                                                 static_cast<int64_t>(std::max<size_t>(1, f.depths.size())));
+  auto target_options =
+      f.model.instance_options(static_cast<int64_t>(f.n) * (f.context + 64 + 16) *
+                               static_cast<int64_t>(std::max<size_t>(1, f.depths.size())));
   if (!target_options.ok()) return report_error(target_options.message());
   auto target = ModelInstance::create(*target_options, backend);
   if (!target.ok()) return report_error(target.message());
@@ -346,19 +283,21 @@ int run_eval(const std::string& task, const EvalFlags& f) {
   draft_options.model_dir = f.draft_dir;
   draft_options.config_path.clear();
   // Every case's draft work runs at once: room for all of them (+ a block each).
-  draft_options.kv_tokens = static_cast<int64_t>(f.n) * static_cast<int64_t>(std::max<size_t>(1, f.depths.size())) *
+  draft_options.kv_tokens = static_cast<int64_t>(f.n) *
+                            static_cast<int64_t>(std::max<size_t>(1, f.depths.size())) *
                             (f.context + 64 + f.lookahead + draft_options.block_size);
   auto draft = ModelInstance::create(draft_options, backend);
   if (!draft.ok()) return report_error(draft.message());
   if ((*draft)->config().vocab_size != (*target)->config().vocab_size) {
     return report_error("the draft's vocabulary differs from the target's");
   }
-  std::fprintf(stderr, "specstack eval %s: target %s, draft %s, context %d, %d cases per group\n", task.c_str(),
-               f.model.model_dir.c_str(), f.draft_dir.c_str(), f.context, f.n);
+  std::fprintf(stderr, "specstack eval %s: target %s, draft %s, context %d, %d cases per group\n",
+               task.c_str(), f.model.model_dir.c_str(), f.draft_dir.c_str(), f.context, f.n);
   if (task == "ppl") return run_ppl_eval(f, **target, **draft, *tokenizer, *filler);
-  if (task == "json") return run_answer_eval(f, **target, **draft, *tokenizer, json_cases(f, *tokenizer));
+  if (task == "json")
+    return run_answer_eval(f, **target, **draft, *tokenizer, json_cases(f, *tokenizer));
   // needle: evaluate one depth at a time to bound KV memory.
-  std::vector<EvalCase> cases = needle_cases(f, *tokenizer, *filler);
+  std::vector<EvalCase> cases = needle_cases(*tokenizer, *filler, f.depths, f.n, f.context, f.seed);
   return run_answer_eval(f, **target, **draft, *tokenizer, cases);
 }
 
@@ -367,7 +306,9 @@ int run_eval(const std::string& task, const EvalFlags& f) {
 std::function<int()> add_eval_command(CLI::App& app) {
   auto flags = std::make_shared<EvalFlags>();
   auto task = std::make_shared<std::string>();
-  CLI::App* eval = app.add_subcommand("eval", "speculative-prefill quality probes: needle, json, ppl");
+  CLI::App* eval = app.add_subcommand(
+      "eval",
+      "quality probes: speculative prefill (needle, json, ppl) and speculative decoding (spec)");
   eval->require_subcommand(1);
   for (const char* name : {"needle", "json", "ppl"}) {
     CLI::App* sub = eval->add_subcommand(name, std::string(name) + " probe");
@@ -376,14 +317,21 @@ std::function<int()> add_eval_command(CLI::App& app) {
     sub->add_option("--filler-model", flags->filler_model, "model that writes the story filler");
     sub->add_option("--keep", flags->keeps, "keep fractions")->delimiter(',');
     sub->add_option("--n", flags->n, "cases per group")->check(CLI::PositiveNumber);
-    sub->add_option("--context", flags->context, "prompt length in tokens")->check(CLI::Range(64, 1 << 20));
+    sub->add_option("--context", flags->context, "prompt length in tokens")
+        ->check(CLI::Range(64, 1 << 20));
     sub->add_option("--seed", flags->seed, "seed for prompts and filler");
-    sub->add_option("--lookahead", flags->lookahead, "draft lookahead steps")->check(CLI::PositiveNumber);
+    sub->add_option("--lookahead", flags->lookahead, "draft lookahead steps")
+        ->check(CLI::PositiveNumber);
     sub->add_option("--chunk", flags->chunk, "selection chunk size")->check(CLI::PositiveNumber);
-    if (std::string(name) == "needle") sub->add_option("--depths", flags->depths, "needle depths")->delimiter(',');
+    if (std::string(name) == "needle")
+      sub->add_option("--depths", flags->depths, "needle depths")->delimiter(',');
     sub->callback([task, name] { *task = name; });
   }
-  return [flags, task] { return run_eval(*task, *flags); };
+  std::function<int()> run_spec = add_eval_spec_command(*eval);
+  return [flags, task, eval, run_spec] {
+    if (eval->got_subcommand("spec")) return run_spec();
+    return run_eval(*task, *flags);
+  };
 }
 
 }  // namespace specstack::cli

@@ -1,7 +1,8 @@
 // specstack generate: stream a completion for one prompt to the terminal and
 // report prompt / generation throughput. With --draft it runs through the
-// serving Engine (target + draft, speculative prefill) instead of the offline
-// Generator, and also reports what speculative prefill did.
+// serving Engine (target + draft: speculative prefill, and speculative
+// decoding with --spec-decode) instead of the offline Generator, and also
+// reports what the draft did.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <thread>
 
 #include "backend/cpu/cpu_backend.h"
 #include "chat/chat_template.h"
@@ -37,11 +39,15 @@ struct GenerateFlags {
   DraftModelFlags draft;
   bool specprefill = false;  // force it on for this prompt, whatever its length
   SpecPrefillOptions specprefill_settings;
+  SpecDecodeFlags specdecode;
 };
 
 struct RunResult {
   GenerationStats stats;
   FinishReason finish_reason = FinishReason::kFinishLength;
+  // The Engine path (--draft): what the draft did, reported after the text.
+  std::optional<RequestStats> engine_stats;
+  int64_t verifications = 0;  // speculative decoding verify steps
 };
 
 Result<std::vector<int32_t>> build_prompt(const GenerateFlags& flags, const Tokenizer* tokenizer,
@@ -92,6 +98,8 @@ Result<RunResult> run_generator(ModelInstance& model, const GenerateFlags& flags
 
 void print_specprefill_stats(const SpecPrefillStats& sp, const GenerateFlags& flags) {
   if (!sp.applied && sp.fallback_reason.empty()) {
+    // A --spec-decode run asked for decoding only; "not applied" would be noise.
+    if (flags.specdecode.enabled) return;
     std::fprintf(stderr,
                  "specstack: specprefill: not applied (prompt below --specprefill-threshold %lld; "
                  "--specprefill forces it)\n",
@@ -109,6 +117,31 @@ void print_specprefill_stats(const SpecPrefillStats& sp, const GenerateFlags& fl
                sp.fallback_reason.empty() ? "" : ", fallback: ", sp.fallback_reason.c_str());
 }
 
+// `verifications` comes from the engine's metrics: the engine served only
+// this request, and RequestStats counts tokens, not verify steps.
+void print_specdecode_stats(const SpecDecodeStats& sd, int64_t verifications) {
+  const double mean_accepted = verifications > 0 ? static_cast<double>(sd.accepted_tokens) /
+                                                       static_cast<double>(verifications)
+                                                 : 0.0;
+  std::fprintf(stderr,
+               "specstack: speculative decoding: drafted %lld, accepted %lld (acceptance %.2f), "
+               "mean accepted length %.2f per verification\n",
+               static_cast<long long>(sd.draft_tokens), static_cast<long long>(sd.accepted_tokens),
+               sd.acceptance_rate(), mean_accepted);
+}
+
+// The engine publishes its metrics after the step that finished the request,
+// which may be just after the stream saw the finish: wait for them briefly.
+EngineMetrics settled_metrics(const Engine& engine) {
+  EngineMetrics metrics = engine.metrics();
+  for (int i = 0; i < 1000; ++i) {
+    if (metrics.requests_finished_total + metrics.requests_aborted_total > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    metrics = engine.metrics();
+  }
+  return metrics;
+}
+
 // One request through an in-process Engine with the draft. The prefill time
 // is submit -> first token, so it includes the draft's scoring.
 Result<RunResult> run_engine(ModelInstance& target, ModelInstance& draft,
@@ -121,9 +154,11 @@ Result<RunResult> run_engine(ModelInstance& target, ModelInstance& draft,
   options.max_queue = 1;
   options.specprefill = flags.specprefill_settings;
   options.specprefill.draft = &draft;
+  options.specdecode = flags.specdecode.engine_options(&draft);
   Engine engine(target, options);
-  RequestOptions submit{std::move(request.prompt), request.params, 1, -1, {}};
+  RequestOptions submit{std::move(request.prompt), request.params, 1, -1, {}, {}};
   if (flags.specprefill) submit.specprefill.enabled = true;
+  if (flags.specdecode.enabled) submit.specdecode.enabled = true;
   RunResult run;
   run.stats.prompt_tokens = static_cast<int64_t>(submit.prompt.size());
   auto seconds_since = [](SteadyClock::time_point t) {
@@ -151,7 +186,8 @@ Result<RunResult> run_engine(ModelInstance& target, ModelInstance& draft,
   }
   if (run.stats.generated_tokens > 0) run.stats.decode_seconds = seconds_since(first_token);
   if (stopped) run.finish_reason = FinishReason::kFinishStop;
-  print_specprefill_stats(stream->stats().specprefill, flags);
+  run.engine_stats = stream->stats();
+  if (flags.specdecode.enabled) run.verifications = settled_metrics(engine).specdecode_verify_total;
   return run;
 }
 
@@ -180,6 +216,8 @@ int run_generate(GenerateFlags& flags) {
       return report_error(status.message());
     }
   }
+  if (Status status = flags.specdecode.validate(flags.draft.has_draft()); !status.ok())
+    return report_error(status.message());
 
   // The config is read first to size the KV cache and check the context length.
   auto options = flags.model.instance_options(0);
@@ -208,14 +246,13 @@ int run_generate(GenerateFlags& flags) {
   ModelInstance& model = **instance;
   const double load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
-  std::fprintf(stderr,
-               "specstack: %s, %lld layers, hidden %lld, weights %.1f MiB, KV cache %.1f MiB, "
-               "loaded in %.2f s\n",
-               architecture_name(model.config().arch),
-               static_cast<long long>(model.config().n_layers),
-               static_cast<long long>(model.config().hidden_size),
-               model.model().weight_bytes() / 1048576.0, model.kv().nbytes() / 1048576.0,
-               load_seconds);
+  std::fprintf(
+      stderr,
+      "specstack: %s, %lld layers, hidden %lld, weights %.1f MiB, KV cache %.1f MiB, "
+      "loaded in %.2f s\n",
+      architecture_name(model.config().arch), static_cast<long long>(model.config().n_layers),
+      static_cast<long long>(model.config().hidden_size), model.model().weight_bytes() / 1048576.0,
+      model.kv().nbytes() / 1048576.0, load_seconds);
 
   std::unique_ptr<StreamDecoder> decoder;
   if (tokenizer)
@@ -239,10 +276,13 @@ int run_generate(GenerateFlags& flags) {
   request.params = flags.sampling;
   Result<RunResult> run = make_error("no generation ran");
   if (flags.draft.has_draft()) {
-    // The draft holds the prompt plus its lookahead tokens.
-    const int64_t draft_kv_tokens = static_cast<int64_t>(request.prompt.size()) +
-                                    flags.specprefill_settings.lookahead +
-                                    2 * flags.model.block_size;
+    // The draft holds the prompt plus its lookahead tokens and, when it
+    // speculates, every generated token plus its K proposals.
+    int64_t draft_kv_tokens = static_cast<int64_t>(request.prompt.size()) +
+                              flags.specprefill_settings.lookahead + 2 * flags.model.block_size;
+    if (flags.specdecode.enabled) {
+      draft_kv_tokens += request.params.max_tokens + flags.specdecode.max_draft_tokens;
+    }
     auto draft = load_draft_model(flags.draft, flags.model, draft_kv_tokens, backend);
     if (!draft.ok()) return report_error(draft.message());
     const ModelConfig& draft_config = (*draft)->config();
@@ -259,6 +299,12 @@ int run_generate(GenerateFlags& flags) {
   const GenerationStats& stats = run->stats;
   if (decoder && !stops.stopped()) emit(stops.push(decoder->flush()) + stops.flush());
   emit("\n");
+  if (run->engine_stats) {
+    print_specprefill_stats(run->engine_stats->specprefill, flags);
+    if (flags.specdecode.enabled) {
+      print_specdecode_stats(run->engine_stats->speculative, run->verifications);
+    }
+  }
   const double prefill_rate =
       stats.prefill_seconds > 0 ? stats.prompt_tokens / stats.prefill_seconds : 0;
   const int64_t decoded = std::max<int64_t>(0, stats.generated_tokens - 1);
@@ -316,6 +362,7 @@ std::function<int()> add_generate_command(CLI::App& app) {
   command->add_option("--specprefill-threshold", flags->specprefill_settings.threshold,
                       "apply it to prompts of at least this many tokens (default 8192)");
   add_specprefill_tuning(*command, flags->specprefill_settings);
+  flags->specdecode.add_to(*command, "this prompt speculates");
   return [flags] { return run_generate(*flags); };
 }
 

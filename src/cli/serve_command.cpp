@@ -152,10 +152,15 @@ int run_serve(ServeFlags& flags) {
   // The draft is checked before any weights load, so a mismatched one fails fast.
   std::optional<DraftPlan> draft_plan;
   if (flags.draft.has_draft()) {
-    auto planned = plan_draft(flags.draft, flags.model, *config, *tokenizer, kv->max_context,
-                              flags.engine.max_num_seqs);
+    auto planned = plan_draft(flags.draft, flags.model, *config, *tokenizer);
     if (!planned.ok()) return report_error(planned.message());
     draft_plan = std::move(planned).value();
+    // kv->blocks is 0 for a GPU target until it loads; see size_draft_kv.
+    if (Status sized = size_draft_kv(flags.draft, flags.model, kv->blocks, kv->max_context,
+                                     flags.engine.max_num_seqs, *draft_plan);
+        !sized.ok()) {
+      return report_error(sized.message());
+    }
   }
 
   const auto load_start = Clock::now();
@@ -174,13 +179,28 @@ int run_serve(ServeFlags& flags) {
   // Declared before the engine, so it outlives the engine that uses it.
   std::unique_ptr<ModelInstance> draft;
   double draft_load_seconds = 0;
+  if (draft_plan && draft_plan->kv_blocks == 0) {  // waited for the GPU target's pool
+    if (Status sized = size_draft_kv(flags.draft, flags.model, kv->blocks, kv->max_context,
+                                     flags.engine.max_num_seqs, *draft_plan);
+        !sized.ok()) {
+      return report_error(sized.message());
+    }
+  }
   if (draft_plan) {
     const auto draft_start = Clock::now();
     auto loaded = load_draft(*draft_plan, backend);
+    if (!loaded.ok() && flags.model.device == "cuda" && flags.draft.specdecode.enabled) {
+      // The target's pool took its share of the GPU first.
+      return report_error(
+          fmt::format("{} (the draft's KV cache holds {} blocks; leave it room with a lower "
+                      "--gpu-memory-fraction, or give --draft-kv-blocks)",
+                      loaded.message(), draft_plan->kv_blocks));
+    }
     if (!loaded.ok()) return report_error(loaded.message());
     draft = std::move(loaded).value();
     draft_load_seconds = std::chrono::duration<double>(Clock::now() - draft_start).count();
     flags.engine.specprefill.draft = draft.get();
+    flags.engine.specdecode = flags.draft.specdecode.engine_options(draft.get());
   }
   const SpecPrefillOptions specprefill_settings = flags.engine.specprefill;
   if (draft && !flags.draft.specprefill) {
@@ -201,6 +221,7 @@ int run_serve(ServeFlags& flags) {
     // Prompt ids must be valid for both models' embeddings.
     flags.http.vocab_size = std::min(flags.http.vocab_size, draft->config().vocab_size);
     flags.http.specprefill_usage = true;
+    flags.http.specdecode_usage = flags.draft.specdecode.enabled;
   }
   flags.http.access_log = !flags.no_access_log;
   // A request holds its HTTP thread until it ends, and connections beyond the
@@ -232,6 +253,12 @@ int run_serve(ServeFlags& flags) {
         stderr, "%s\n",
         describe_draft(flags.draft, flags.model, *draft, specprefill_settings, draft_load_seconds)
             .c_str());
+    if (flags.draft.specdecode.enabled) {
+      std::fprintf(stderr,
+                   "specstack: speculative decoding on: %s; requests opt out with "
+                   "\"speculative_decoding\": false\n",
+                   flags.draft.specdecode.describe().c_str());
+    }
   }
   if (!server.chat_template_error().empty()) {
     std::fprintf(stderr, "specstack: warning: /v1/chat/completions is unavailable: %s\n",

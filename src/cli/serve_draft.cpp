@@ -52,8 +52,10 @@ void DraftFlags::add_to(CLI::App& command, SpecPrefillOptions& settings) {
       .add_option("--draft-kv-blocks", kv_blocks,
                   "draft KV cache blocks (overrides --draft-kv-memory-gb)")
       ->check(CLI::PositiveNumber);
-  command.add_option("--draft-kv-memory-gb", kv_memory_gb,
-                     "draft KV cache size in GiB (default 1)");
+  kv_memory_option_ =
+      command.add_option("--draft-kv-memory-gb", kv_memory_gb,
+                         "draft KV cache size in GiB (default 1; with --spec-decode: as many "
+                         "tokens as the target's KV cache)");
   command.add_flag("--specprefill", specprefill,
                    "speculative prefill: the draft scores each long prompt and the target "
                    "prefills only the tokens that matter (needs --draft)");
@@ -62,6 +64,11 @@ void DraftFlags::add_to(CLI::App& command, SpecPrefillOptions& settings) {
   command.add_option("--specprefill-keep-pct", settings.keep_pct,
                      "fraction of prompt tokens the target prefills, in (0, 1] (default 0.2)");
   add_specprefill_tuning(command, settings);
+  specdecode.add_to(command, "requests speculate unless they send \"speculative_decoding\": false");
+}
+
+bool DraftFlags::kv_size_given() const {
+  return kv_blocks > 0 || (kv_memory_option_ != nullptr && kv_memory_option_->count() > 0);
 }
 
 Status validate_draft_flags(const DraftFlags& draft, const ModelFlags& model,
@@ -71,6 +78,7 @@ Status validate_draft_flags(const DraftFlags& draft, const ModelFlags& model,
         "--specprefill needs a draft model: give --draft DIR (a small model with the target's "
         "tokenizer)");
   }
+  SS_TRY(draft.specdecode.validate(draft.has_draft()));
   SS_TRY(draft.source.validate(model));
   SS_TRY(validate_specprefill_settings(settings));
   if (draft.has_draft() && draft.kv_blocks == 0 && !(draft.kv_memory_gb > 0)) {
@@ -80,14 +88,18 @@ Status validate_draft_flags(const DraftFlags& draft, const ModelFlags& model,
 }
 
 Result<DraftPlan> plan_draft(const DraftFlags& draft, const ModelFlags& model,
-                             const ModelConfig& target_config, const Tokenizer& target_tokenizer,
-                             int64_t max_context, int32_t max_num_seqs) {
+                             const ModelConfig& target_config, const Tokenizer& target_tokenizer) {
   DraftPlan plan;
   plan.options.model_dir = draft.source.dir;
   plan.options.config_path = draft.source.config_path;
   plan.options.dummy_weights = model.dummy_weights;
   plan.options.dtype_override = model.dtype;
   plan.options.block_size = model.block_size;
+  // Beside its target, as load_draft_model does: speculative decoding runs
+  // draft and target steps in one loop, so a host draft would stall a GPU target.
+  plan.options.device = model.device == "cuda" ? Device::kCuda : Device::kCpu;
+  plan.options.gpu_memory_fraction = model.gpu_memory_fraction;
+  plan.options.cuda_graphs = !model.no_cuda_graphs;
   // Not load_draft_config(): it compares config vocab sizes, which a real
   // draft may pad differently; its tokenizer is compared instead.
   auto config = load_model_config(draft.source.config_path.empty() ? draft.source.dir
@@ -95,7 +107,11 @@ Result<DraftPlan> plan_draft(const DraftFlags& draft, const ModelFlags& model,
   if (!config.ok()) return errorf("draft: {}", config.message());
   plan.config = std::move(config).value();
   SS_TRY(check_draft_vocabulary(draft, model, plan.config, target_config, target_tokenizer));
+  return plan;
+}
 
+Status size_draft_kv(const DraftFlags& draft, const ModelFlags& model, int64_t target_kv_blocks,
+                     int64_t max_context, int32_t max_num_seqs, DraftPlan& plan) {
   KvCacheShape shape;
   shape.n_layers = plan.config.n_layers;
   shape.n_blocks = 1;
@@ -104,8 +120,25 @@ Result<DraftPlan> plan_draft(const DraftFlags& draft, const ModelFlags& model,
   shape.head_dim = plan.config.head_dim;
   const auto block_bytes = static_cast<double>(KvCache::bytes_per_block(shape));
   const int64_t blocks_per_context = (max_context + model.block_size - 1) / model.block_size;
+  const bool spec_decode_sized = draft.specdecode.enabled && !draft.kv_size_given();
   if (draft.kv_blocks > 0) {
     plan.kv_blocks = draft.kv_blocks;
+  } else if (spec_decode_sized) {
+    if (target_kv_blocks <= 0) {
+      plan.kv_blocks = 0;  // the GPU target's pool is sized when it loads: called again then
+      return Status::ok_status();
+    }
+    // Speculative prefill holds one prompt at a time in the draft, but
+    // speculative decoding keeps a draft KV for every running sequence, so
+    // the draft needs the target's token capacity (cheap: a draft's KV per
+    // token is a fraction of the target's) plus, per sequence, the blocks its
+    // K proposals may spill into before verification rolls them back. Less
+    // would leave sequences the draft cannot hold. A sparse draft window
+    // only lowers what is used of it.
+    const int64_t k = draft.specdecode.max_draft_tokens;
+    const int64_t proposal_blocks = (k + model.block_size - 1) / model.block_size;
+    plan.kv_blocks = std::min(target_kv_blocks + proposal_blocks * max_num_seqs,
+                              (blocks_per_context + proposal_blocks) * max_num_seqs);
   } else {
     // Never more than every sequence at full context could use, as for the target.
     plan.kv_blocks = std::min(static_cast<int64_t>(draft.kv_memory_gb * 1073741824.0 / block_bytes),
@@ -125,8 +158,17 @@ Result<DraftPlan> plan_draft(const DraftFlags& draft, const ModelFlags& model,
                  static_cast<long long>(plan.kv_blocks * model.block_size),
                  static_cast<long long>(max_context));
   }
+  if (draft.specdecode.enabled && !spec_decode_sized && target_kv_blocks > 0 &&
+      plan.kv_blocks < target_kv_blocks) {
+    std::fprintf(stderr,
+                 "specstack: warning: the draft's KV cache holds %lld tokens, fewer than the "
+                 "target's %lld; sequences the draft cannot hold decode without speculation "
+                 "(leave out --draft-kv-memory-gb and --draft-kv-blocks to match the target)\n",
+                 static_cast<long long>(plan.kv_blocks * model.block_size),
+                 static_cast<long long>(target_kv_blocks * model.block_size));
+  }
   plan.options.kv_blocks = plan.kv_blocks;
-  return plan;
+  return Status::ok_status();
 }
 
 std::string describe_draft(const DraftFlags& draft, const ModelFlags& model,

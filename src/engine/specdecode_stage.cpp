@@ -123,9 +123,9 @@ bool SpecDecodeStage::reserve_catch_up(Sequence* seq, DraftState& state, int32_t
     std::vector<int32_t> tokens(static_cast<size_t>(length));
     for (int32_t i = 0; i < length; ++i) tokens[static_cast<size_t>(i)] = draft_token(*seq, i);
     // The draft's prefix cache holds prompts other requests (or speculative
-    // prefill scoring) already ran through it.
-    CachedPrefix prefix;
-    if (state.kv.options().publishable) prefix = kv.find_cached_prefix(tokens, 0);
+    // prefill scoring) already ran through it. A sparse draft may start from
+    // those dense blocks too: it drops the middle ones after its first step.
+    const CachedPrefix prefix = kv.find_cached_prefix(tokens, 0);
     count = std::min(count, length - prefix.n_tokens);
     if (!kv.can_allocate(state.kv, prefix, count)) return false;
     *first_slot = kv.allocate(state.kv, prefix, count);
@@ -168,27 +168,30 @@ int32_t SpecDecodeStage::draft_sample(Sequence* seq, DraftState& state, const fl
 
 void SpecDecodeStage::propose(const std::vector<Sequence*>& running) {
   ModelInstance& draft = *options_.draft;
-  // Who may speculate this step: decoding (only the pending token left to
-  // compute), not yet holding draft tokens, room for at least one more token.
-  std::vector<Sequence*> candidates;
+  // Who drafts this step: decoding (only the pending token left to compute),
+  // not yet holding draft tokens, room for at least one more token. The
+  // others that speculate (still prefilling, or recomputing after a
+  // preemption) only catch up, so their draft is ready when they decode.
+  std::vector<Sequence*> ready;
+  std::vector<Sequence*> catching_up;
   std::vector<double> alphas;
   for (Sequence* seq : running) {
-    if (seq->finished || !seq->admitted || seq->n_generated == 0 || seq->n_draft > 0 ||
-        seq->n_needed() != 1 || !speculates(*seq->request)) {
+    if (seq->finished || !seq->admitted || seq->n_draft > 0 || !speculates(*seq->request)) continue;
+    if (seq->n_generated == 0 || seq->n_needed() != 1) {
+      catching_up.push_back(seq);
       continue;
     }
     const int32_t room = seq->request->options.params.max_tokens - seq->n_generated - 1;
     if (room <= 0) continue;
-    candidates.push_back(seq);
+    ready.push_back(seq);
     alphas.push_back(state_of(seq).acceptance.alpha());
   }
-  if (candidates.empty()) return;
-  const int32_t k =
-      policy_.choose(alphas, static_cast<int32_t>(running.size() - candidates.size()));
-  if (k == 0) return;
+  const int32_t k = policy_.choose(alphas, static_cast<int32_t>(running.size() - ready.size()));
+  if (k == 0) ready.clear();  // speculation would not pay this step: plain decode
+  if (ready.empty() && catching_up.empty()) return;
 
-  // Forward 1: every candidate's catch-up rows (chunked within the budget);
-  // the ones that reach their last token get logits for their first draft token.
+  // Forward 1: catch-up rows (chunked within the budget), drafting sequences
+  // first; those that reach their last token get logits for draft token 1.
   KvManager& kv = draft.kv_manager();
   StepPlan plan;
   struct Row {
@@ -200,18 +203,18 @@ void SpecDecodeStage::propose(const std::vector<Sequence*>& running) {
   std::vector<Row> rows;
   int32_t budget = max_batched_tokens_;
   bool device_greedy = draft.device() != Device::kCpu && options_.emulated_acceptance < 0;
-  for (Sequence* seq : candidates) {
-    if (budget <= 0) break;
+  const auto add_catch_up = [&](Sequence* seq, bool wants_draft) {
     DraftState& state = state_of(seq);
     const int32_t length = draft_length(*seq);
     int32_t count = std::min(length - state.n_computed, budget);
+    if (count <= 0) return;
     int32_t first_slot = 0;
     if (!reserve_catch_up(seq, state, count, &first_slot)) {
       release(seq);  // the draft's pool is full: this one decodes plainly and retries later
-      continue;
+      return;
     }
     count = std::min(length - state.n_computed, count);  // a prefix hit may cover more
-    const bool drafts = state.n_computed + count == length;
+    const bool drafts = wants_draft && state.n_computed + count == length;
     const auto s = static_cast<int32_t>(plan.block_tables.size());
     for (int32_t i = 0; i < count; ++i) {
       const int32_t index = state.n_computed + i;
@@ -226,6 +229,12 @@ void SpecDecodeStage::propose(const std::vector<Sequence*>& running) {
       device_greedy &= p.temperature == 0.0f && p.repetition_penalty == 1.0f &&
                        p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
     }
+  };
+  for (Sequence* seq : ready) {
+    if (budget > 0) add_catch_up(seq, true);
+  }
+  for (Sequence* seq : catching_up) {
+    if (budget > 0) add_catch_up(seq, false);
   }
   if (plan.n_tokens() == 0) return;
   plan.greedy_on_device = device_greedy;
@@ -252,7 +261,8 @@ void SpecDecodeStage::propose(const std::vector<Sequence*>& running) {
       for (Row& row : rows) {
         row.state->n_computed += row.count;
         // Catch-up tokens are accepted ones: publish them on the draft's prefix cache.
-        if (row.state->kv.options().publishable) {
+        const auto n_full = static_cast<size_t>(row.state->n_computed / kv.block_size());
+        if (row.state->kv.options().publishable && n_full > row.state->kv.block_hashes().size()) {
           std::vector<int32_t> tokens(static_cast<size_t>(row.state->n_computed));
           for (int32_t i = 0; i < row.state->n_computed; ++i)
             tokens[static_cast<size_t>(i)] = draft_token(*row.seq, i);

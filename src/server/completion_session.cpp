@@ -187,6 +187,7 @@ UsageCounts CompletionSession::usage() const {
   const RequestStats stats = stream_->stats();
   usage.cached_tokens = stats.cached_tokens;
   if (options_.specprefill_usage) usage.specprefill = stats.specprefill;
+  if (options_.specdecode_usage) usage.speculative = stats.speculative;
   return usage;
 }
 

@@ -30,6 +30,7 @@ struct SessionOptions {
   std::vector<std::string> stop_strings;
   int64_t prompt_tokens = 0;
   bool specprefill_usage = false;  // usage carries the engine's SpecPrefillStats
+  bool specdecode_usage = false;   // usage carries the engine's SpecDecodeStats
 };
 
 SessionOptions session_options_for(const OpenAiRequest& request, ResponseHeader header);

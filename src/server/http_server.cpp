@@ -179,6 +179,7 @@ void HttpServer::Impl::handle_completion(ApiEndpoint endpoint, const httplib::Re
   header.model = served.name;
   SessionOptions session_options = session_options_for(*request, std::move(header));
   session_options.specprefill_usage = options.specprefill_usage;
+  session_options.specdecode_usage = options.specdecode_usage;
 
   auto submitted = engine.submit(std::move(request->options));
   if (!submitted.ok()) return send_error(res, api_error_from(submitted.error()));

@@ -37,6 +37,8 @@ struct HttpServerOptions {
   bool access_log = false;  // one stderr line per response
   // The engine has a draft for speculative prefill: usage gains `specprefill`.
   bool specprefill_usage = false;
+  // The engine runs speculative decoding (--spec-decode): usage gains `speculative`.
+  bool specdecode_usage = false;
 };
 
 class HttpServer {

@@ -77,6 +77,10 @@ std::string render_prometheus(const EngineMetrics& engine,
          "KV cache blocks no request holds (cached blocks included).", engine.kv_blocks_free);
   sample(out, "specstack_kv_blocks_cached", "gauge", "KV cache blocks in the prefix cache.",
          engine.kv_blocks_cached);
+  sample(out, "specstack_draft_kv_blocks_total", "gauge",
+         "The draft model's KV cache blocks (0 without a draft).", engine.draft_kv_blocks_total);
+  sample(out, "specstack_draft_kv_blocks_free", "gauge",
+         "The draft model's KV cache blocks no sequence holds.", engine.draft_kv_blocks_free);
   const double usage = engine.kv_blocks_total > 0
                            ? static_cast<double>(engine.kv_blocks_total - engine.kv_blocks_free) /
                                  static_cast<double>(engine.kv_blocks_total)
@@ -117,6 +121,18 @@ std::string render_prometheus(const EngineMetrics& engine,
   sample(out, "specstack_specprefill_tokens_saved_total", "counter",
          "Prompt tokens the target did not prefill thanks to speculative prefill.",
          engine.specprefill_tokens_saved_total);
+  sample(out, "specstack_spec_decode_draft_tokens_total", "counter",
+         "Draft tokens the target verified (speculative decoding).",
+         engine.specdecode_draft_tokens_total);
+  sample(out, "specstack_spec_decode_accepted_tokens_total", "counter",
+         "Draft tokens the target accepted (speculative decoding).",
+         engine.specdecode_accepted_tokens_total);
+  sample(out, "specstack_spec_decode_verifications_total", "counter",
+         "Target verifications of draft tokens, one per sequence and step.",
+         engine.specdecode_verify_total);
+  // Bounds are token counts 0..K, so le="2" reads "at most 2 drafts accepted".
+  histogram(out, "specstack_spec_decode_accepted_length", "Draft tokens accepted per verification.",
+            engine.specdecode_accepted_length);
   histogram(out, "specstack_time_to_first_token_seconds", "Time from arrival to first token.",
             engine.time_to_first_token);
   histogram(out, "specstack_inter_token_latency_seconds", "Time between consecutive tokens.",

@@ -1,5 +1,6 @@
 // GET /metrics: Prometheus text exposition (format 0.0.4) of the engine's
-// EngineMetrics plus the server's own counters (responses by status code) and
+// EngineMetrics (speculative prefill and decoding series included, zero
+// without a draft) plus the server's own counters (responses by status code) and
 // a recent-throughput gauge. Tokens/s can also be derived with rate() over the
 // *_tokens_total counters.
 #pragma once

@@ -202,6 +202,14 @@ Status parse_specprefill(const OrderedJson& body, SpecPrefillControls& specprefi
   return Status::ok_status();
 }
 
+// Speculative decoding control. Like the speculative prefill controls it is
+// accepted whether or not the server speculates: the output's distribution is
+// the target's either way, so only the speed differs.
+Status parse_specdecode(const OrderedJson& body, SpecDecodeControls& specdecode) {
+  SS_ASSIGN_OR_RETURN(specdecode.enabled, get_bool(body, "speculative_decoding"));
+  return Status::ok_status();
+}
+
 // max_tokens (chat: max_completion_tokens wins) against the context. The
 // completions default is OpenAI's 16; the chat default is whatever room the
 // context leaves.
@@ -263,6 +271,7 @@ Result<OpenAiRequest> parse_openai_request(ApiEndpoint endpoint, std::string_vie
   if (n) SS_TRY(check_integer_range("n", *n, 1, kMaxChoices));
   options.n = static_cast<int32_t>(n.value_or(1));
   SS_TRY(parse_specprefill(body, options.specprefill));
+  SS_TRY(parse_specdecode(body, options.specdecode));
 
   // The prompt last: tokenizing and rendering are the expensive part.
   if (endpoint == ApiEndpoint::kApiChatCompletions) {

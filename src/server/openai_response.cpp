@@ -93,6 +93,14 @@ OrderedJson specprefill_json(const SpecPrefillStats& stats) {
   return out;
 }
 
+OrderedJson speculative_json(const SpecDecodeStats& stats) {
+  OrderedJson out = OrderedJson::object();
+  out["draft_tokens"] = stats.draft_tokens;
+  out["accepted_tokens"] = stats.accepted_tokens;
+  out["acceptance_rate"] = stats.acceptance_rate();
+  return out;
+}
+
 }  // namespace
 
 const char* finish_reason_name(FinishReason reason) {
@@ -116,6 +124,7 @@ OrderedJson usage_json(const UsageCounts& usage) {
   details["cached_tokens"] = usage.cached_tokens;
   out["prompt_tokens_details"] = std::move(details);
   if (usage.specprefill) out["specprefill"] = specprefill_json(*usage.specprefill);
+  if (usage.speculative) out["speculative"] = speculative_json(*usage.speculative);
   return out;
 }
 

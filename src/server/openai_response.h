@@ -37,6 +37,9 @@ struct UsageCounts {
   // Set only when the server has a draft (speculative prefill configured):
   // usage.specprefill is absent otherwise, so plain servers keep OpenAI's shape.
   std::optional<SpecPrefillStats> specprefill{};
+  // Set only when the server runs speculative decoding (--spec-decode), for
+  // the same reason: usage.speculative is absent otherwise.
+  std::optional<SpecDecodeStats> speculative{};
 };
 
 // What one choice has to say: its whole output (non-streaming) or what is new
@@ -56,7 +59,9 @@ const char* finish_reason_name(FinishReason reason);
 
 // {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details:
 // {cached_tokens}} plus, when usage.specprefill is set, specprefill: {applied,
-// prompt_tokens, kept_tokens, scoring_ms, fallback_reason (string or null)}.
+// prompt_tokens, kept_tokens, scoring_ms, fallback_reason (string or null)},
+// and when usage.speculative is set, speculative: {draft_tokens,
+// accepted_tokens, acceptance_rate} (acceptance_rate 0 when nothing was drafted).
 OrderedJson usage_json(const UsageCounts& usage);
 
 // The `logprobs` of one choice: completions {tokens, token_logprobs,

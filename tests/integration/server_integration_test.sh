@@ -3,7 +3,8 @@
 # model and drives it with curl and with the official openai npm client:
 # greedy output equals `specstack generate`, every bad input gets the right
 # OpenAI-style error, disconnects cancel, a tiny KV pool forces preemption,
-# a full queue answers 429 with Retry-After — and at the end the block pool is
+# a full queue answers 429 with Retry-After, speculative decoding with a draft
+# gives the plain server's greedy text — and at the end the block pool is
 # completely free again (from /metrics). Usage: server_integration_test.sh SPECSTACK_BINARY REPO_ROOT
 set -euo pipefail
 bin=$1
@@ -109,6 +110,29 @@ wait_pool_free "after a client disconnect"
 SPECSTACK_NPM_DIR="$root/.deps/npm" node "$root/tests/integration/openai_client.mjs" \
   "http://127.0.0.1:$port/v1" model "$expected" || fail "openai client checks"
 wait_pool_free "after the openai client run"
+# The plain server's greedy chat reply, for the speculative server below (JSON-encoded).
+expected_chat=$(curl -s "http://127.0.0.1:$port/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"messages":[{"role":"user","content":"Tell me a story about a dog."}],"max_tokens":24,"temperature":0}' |
+  node -e 'let s = ""; process.stdin.on("data", (d) => s += d).on("end", () => console.log(JSON.stringify(JSON.parse(s).choices[0].message.content)))')
+
+# ------------------------------------------------- speculative decoding
+# The draft is the model's first layer alone (the loader skips the second
+# layer's tensors): a weak draft, so verification rejects and rolls back often.
+cp -r "$work/model" "$work/draft"
+node -e '
+const fs = require("fs"); const f = process.argv[1];
+const c = JSON.parse(fs.readFileSync(f, "utf8")); c.num_hidden_layers = 1;
+fs.writeFileSync(f, JSON.stringify(c, null, 2));' "$work/draft/config.json"
+start_server spec --draft "$work/draft" --spec-decode --spec-tokens 3 --spec-fixed-k --max-num-seqs 8
+SPECSTACK_NPM_DIR="$root/.deps/npm" node "$root/tests/integration/openai_specdecode_client.mjs" \
+  "http://127.0.0.1:$port/v1" model "$expected" "$expected_chat" || fail "openai client checks with speculative decoding"
+[ "$(metric specstack_spec_decode_draft_tokens_total)" -gt 0 ] || fail "no draft tokens on /metrics"
+[ "$(metric specstack_spec_decode_verifications_total)" -gt 0 ] || fail "no verifications on /metrics"
+pass "speculative decoding: $(metric specstack_spec_decode_accepted_tokens_total) of $(metric specstack_spec_decode_draft_tokens_total) draft tokens accepted"
+wait_pool_free "after speculative decoding"
+[ "$(metric specstack_draft_kv_blocks_free)" = "$(metric specstack_draft_kv_blocks_total)" ] ||
+  fail "draft pool not free: $(metric specstack_draft_kv_blocks_free) of $(metric specstack_draft_kv_blocks_total)"
+pass "speculative decoding: the draft's block pool is fully free too"
 
 # ------------------------------------------------- tiny KV pool: preemption
 start_server tiny --kv-blocks 12 --max-num-seqs 8

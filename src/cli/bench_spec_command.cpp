@@ -1,0 +1,413 @@
+// specstack bench spec: speculative decoding against plain decoding, measured
+// in one run on the same target and draft, beside the throughput model's
+// prediction (specdecode/throughput_model.h, seed 003).
+//
+// Per context length L and batch B it first times the model's pieces
+// directly on the ModelRunner: a plain decode step T(B, 1), a verify step
+// T(B, k + 1) and a draft step D(B) (dense: the draft's context is L; sparse:
+// sink + window), on sequences whose KV slots are reserved but not computed
+// (a step's time does not depend on the values). Then it runs the serving
+// Engine: B requests of L prompt tokens decoding --gen tokens, plainly and
+// with speculation, and reports decode tokens/s after every request has its
+// first token. Predicted multiplier: tau(alpha, k) * S / (k D + T(B, k + 1) +
+// S - T(B, 1)), where S is the measured plain engine step (so the engine's
+// own per-step overhead is in both). With --alpha the verification outcome
+// is drawn from Bernoulli(alpha) (EMULATED: for dummy weights, whose
+// acceptance means nothing); without it the draft's real acceptance counts.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "backend/cpu/cpu_backend.h"
+#include "cli/commands.h"
+#include "cli/draft_model_flags.h"
+#include "engine/engine.h"
+#include "specdecode/throughput_model.h"
+
+namespace specstack::cli {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+struct BenchSpecFlags {
+  ModelFlags model;
+  DraftModelFlags draft;
+  std::vector<int32_t> batches = {1, 8};
+  std::vector<int64_t> contexts = {1024};
+  std::vector<int32_t> ks = {4};
+  std::vector<double> alphas;  // empty: the draft's real acceptance
+  std::vector<std::string> draft_kv = {"dense"};
+  int32_t window = 64;
+  int32_t sink = 4;
+  int32_t gen = 64;
+  int32_t repeats = 3;
+  int32_t max_num_batched_tokens = 2048;
+  bool model_only = false;  // costs and predictions only, no engine runs
+  uint32_t seed = 1;
+  std::string out_prefix = "bench_spec";
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Seconds of one forward with `rows` fresh rows per sequence for `batch`
+// sequences that already hold `context` KV slots (median of `repeats`, after
+// one warm-up). Decode-shaped steps (rows == 1) replay the GPU's graphs as
+// the engine's do.
+double time_step(ModelInstance& m, int32_t batch, int64_t context, int32_t rows, int32_t repeats) {
+  KvManager& kv = m.kv_manager();
+  std::vector<KvSequence> seqs;
+  StepPlan plan;
+  plan.greedy_on_device = m.device() != Device::kCpu;
+  const int64_t vocab = m.config().vocab_size;
+  for (int32_t b = 0; b < batch; ++b) {
+    seqs.push_back(kv.new_sequence(KvSequenceOptions{0, false}));
+    const int32_t total = static_cast<int32_t>(context) + rows;
+    SS_CHECK_MSG(kv.can_allocate(seqs.back(), {}, total), "bench spec: the KV pool is too small");
+    kv.allocate(seqs.back(), {}, total);
+    for (int32_t r = 0; r < rows; ++r) {
+      const auto slot = static_cast<int32_t>(context) + r;
+      plan.add_token(static_cast<int32_t>((b * 7919 + r * 104729 + 3) % vocab), slot, b, slot,
+                     true);
+    }
+    plan.block_tables.push_back(seqs.back().blocks());
+    plan.seq_n_slots.push_back(total);
+  }
+  std::vector<double> times;
+  for (int32_t i = 0; i <= repeats; ++i) {
+    const auto start = SteadyClock::now();
+    m.runner().run(plan);
+    if (i > 0) times.push_back(std::chrono::duration<double>(SteadyClock::now() - start).count());
+  }
+  for (KvSequence& seq : seqs) kv.free(seq);
+  return median(times);
+}
+
+std::vector<int32_t> make_prompt(uint32_t seed, int64_t length, int32_t index, int64_t vocab) {
+  std::seed_seq seq{seed, static_cast<uint32_t>(length), static_cast<uint32_t>(index)};
+  std::mt19937_64 rng(seq);
+  std::vector<int32_t> prompt(static_cast<size_t>(length));
+  for (auto& id : prompt) id = 3 + static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab - 3));
+  return prompt;
+}
+
+struct DecodeRun {
+  double tokens_per_second = 0;
+  double step_seconds = 0;  // decode time per engine step (plain: per token of each sequence)
+  int64_t drafted = 0, accepted = 0, verifications = 0;
+};
+
+// B requests decoding `gen` tokens; throughput counts the tokens that arrive
+// after the last request got its first one (every prefill is done then).
+Result<DecodeRun> run_decode(ModelInstance& target, const EngineOptions& options,
+                             const std::vector<std::vector<int32_t>>& prompts, int32_t gen) {
+  Engine engine(target, options);
+  const EngineMetrics before = engine.metrics();
+  struct Trace {
+    SteadyClock::time_point first, last;
+    std::vector<std::pair<SteadyClock::time_point, int64_t>> events;
+    std::string error;
+  };
+  std::vector<Trace> traces(prompts.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    threads.emplace_back([&, i] {
+      SamplingParams params;
+      params.temperature = 0;
+      params.max_tokens = gen;
+      params.ignore_eos = true;
+      auto stream = engine.submit(RequestOptions{prompts[i], params, 1, -1});
+      if (!stream.ok()) {
+        traces[i].error = stream.message();
+        return;
+      }
+      while (!(*stream)->done()) {
+        auto event = (*stream)->next(std::chrono::milliseconds(1000));
+        if (!event || event->tokens.empty()) continue;
+        const auto now = SteadyClock::now();
+        if (traces[i].events.empty()) traces[i].first = now;
+        traces[i].last = now;
+        traces[i].events.emplace_back(now, static_cast<int64_t>(event->tokens.size()));
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (const Trace& t : traces) {
+    if (!t.error.empty()) return make_error("bench spec: " + t.error);
+  }
+  SteadyClock::time_point t0 = traces[0].first, t1 = traces[0].last;
+  for (const Trace& t : traces) {
+    t0 = std::max(t0, t.first);
+    t1 = std::max(t1, t.last);
+  }
+  int64_t tokens = 0;
+  for (const Trace& t : traces) {
+    for (const auto& [time, n] : t.events) tokens += time > t0 ? n : 0;
+  }
+  const double seconds = std::chrono::duration<double>(t1 - t0).count();
+  if (tokens == 0 || seconds <= 0) return make_error("bench spec: no decode tokens to time");
+  DecodeRun run;
+  run.tokens_per_second = static_cast<double>(tokens) / seconds;
+  run.step_seconds = seconds * static_cast<double>(prompts.size()) / static_cast<double>(tokens);
+  // The loop publishes metrics after each step: wait for the last one.
+  EngineMetrics after = engine.metrics();
+  for (int i = 0; i < 200 && (after.n_running > 0 || after.n_waiting > 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    after = engine.metrics();
+  }
+  run.drafted = after.specdecode_draft_tokens_total - before.specdecode_draft_tokens_total;
+  run.accepted = after.specdecode_accepted_tokens_total - before.specdecode_accepted_tokens_total;
+  run.verifications = after.specdecode_verify_total - before.specdecode_verify_total;
+  return run;
+}
+
+// alpha whose expected accepted tokens per verification at k is `mean` (bisection).
+double alpha_from_mean_accepted(double mean, int32_t k) {
+  double lo = 0, hi = 1;
+  for (int i = 0; i < 60; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (expected_accepted(mid, k) < mean ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+struct Row {
+  int64_t context = 0;
+  int32_t batch = 0;
+  std::string draft_kv;
+  int32_t k = 0;
+  std::string alpha_label;  // "0.80 (emulated)" or "real"
+  double alpha = 0;         // the one the prediction uses
+  double t1 = 0, tk = 0, d = 0;
+  double plain_tps = 0, spec_tps = 0, plain_step = 0;
+  double predicted = 0, measured = 0;
+  double mean_accepted = 0;
+};
+
+Status validate(const BenchSpecFlags& f) {
+  if (!f.draft.has_draft())
+    return make_error("bench spec needs --draft DIR (or --dummy-weights --draft-config F)");
+  SS_TRY(f.draft.validate(f.model));
+  for (int32_t b : f.batches)
+    if (b < 1) return errorf("--batch: {} is not >= 1", b);
+  for (int64_t c : f.contexts)
+    if (c < 2) return errorf("--context: {} is too short", c);
+  for (int32_t k : f.ks)
+    if (k < 1 || k > kMaxSpecTokens) return errorf("--k: {} is not in [1, {}]", k, kMaxSpecTokens);
+  for (double a : f.alphas)
+    if (!(a >= 0 && a <= 1)) return errorf("--alpha: {} is not in [0, 1]", a);
+  for (const std::string& kind : f.draft_kv)
+    if (kind != "dense" && kind != "sparse")
+      return errorf("--draft-kv: '{}' is not dense or sparse", kind);
+  if (f.window < 1 || f.sink < 0) return make_error("--window must be >= 1 and --sink >= 0");
+  if (f.gen < 2) return errorf("--gen must be >= 2, got {}", f.gen);
+  if (f.repeats < 1) return errorf("--repeats must be >= 1, got {}", f.repeats);
+  return Status::ok_status();
+}
+
+void print_table(const std::vector<Row>& rows) {
+  std::printf(
+      "| context | batch | draft KV | k | alpha | T(B,1) ms | T(B,k+1) ms | D(B) ms | plain tok/s "
+      "| "
+      "spec tok/s | measured x | predicted x | pred/meas | accepted/verify |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    std::printf(
+        "| %lld | %d | %s | %d | %s | %.3f | %.3f | %.3f | %.1f | %.1f | %.2fx | %.2fx | %s | "
+        "%.2f |\n",
+        static_cast<long long>(r.context), r.batch, r.draft_kv.c_str(), r.k, r.alpha_label.c_str(),
+        r.t1 * 1e3, r.tk * 1e3, r.d * 1e3, r.plain_tps, r.spec_tps, r.measured, r.predicted,
+        r.measured > 0 ? fmt::format("{:.2f}", r.predicted / r.measured).c_str() : "-",
+        r.mean_accepted);
+  }
+}
+
+int run_bench_spec(const BenchSpecFlags& f) {
+  if (Status status = validate(f); !status.ok()) return report_error(status.message());
+  const int64_t max_context = *std::max_element(f.contexts.begin(), f.contexts.end());
+  const int32_t max_batch = *std::max_element(f.batches.begin(), f.batches.end());
+  const int32_t max_k = *std::max_element(f.ks.begin(), f.ks.end());
+  // Every request's prompt, generation and draft tokens, plus a block of slack each.
+  const int64_t kv_tokens =
+      max_batch * (max_context + f.gen + max_k + 2 + 2 * f.model.block_size) + 4096;
+  auto options = f.model.instance_options(kv_tokens);
+  if (!options.ok()) return report_error(options.message());
+  options->graph_max_context = max_context + f.gen + max_k + 2;
+  options->max_tokens_per_step = std::max<int64_t>(
+      f.max_num_batched_tokens, static_cast<int64_t>(max_batch) * (max_k + 1) + 64);
+  auto config =
+      load_model_config(options->config_path.empty() ? options->model_dir : options->config_path);
+  if (!config.ok()) return report_error(config.message());
+  if (auto draft_config = load_draft_config(f.draft, *config); !draft_config.ok())
+    return report_error(draft_config.message());
+  CpuBackend backend(CpuBackendOptions{f.model.threads});
+  auto target = ModelInstance::create(*options, backend);
+  if (!target.ok()) return report_error(target.message());
+  auto draft = load_draft_model(f.draft, f.model, kv_tokens, backend);
+  if (!draft.ok()) return report_error(draft.message());
+  auto describe = [](ModelInstance& m) {
+    const ModelConfig& c = m.config();
+    return fmt::format("{}, {} layers, hidden {}, {:.1f} MiB", architecture_name(c.arch),
+                       c.n_layers, c.hidden_size, m.model().weight_bytes() / 1048576.0);
+  };
+  std::fprintf(stderr, "bench spec: target %s; draft %s; %s acceptance\n",
+               describe(**target).c_str(), describe(**draft).c_str(),
+               f.alphas.empty() ? "real" : "EMULATED (Bernoulli)");
+  const int64_t vocab = std::min((*target)->config().vocab_size, (*draft)->config().vocab_size);
+
+  std::vector<Row> rows;
+  for (int64_t context : f.contexts) {
+    for (int32_t batch : f.batches) {
+      std::vector<std::vector<int32_t>> prompts;
+      for (int32_t i = 0; i < batch; ++i) prompts.push_back(make_prompt(f.seed, context, i, vocab));
+      const double t1 = time_step(**target, batch, context, 1, f.repeats);
+      EngineOptions plain_options;
+      plain_options.max_num_batched_tokens = f.max_num_batched_tokens;
+      plain_options.max_num_seqs = std::max(batch, 1);
+      DecodeRun plain;
+      if (!f.model_only) {
+        // Once for the prefix cache (the spec runs reuse the prompts' KV), then measured.
+        std::vector<double> tps, steps;
+        for (int32_t r = 0; r <= f.repeats; ++r) {
+          auto run = run_decode(**target, plain_options, prompts, f.gen);
+          if (!run.ok()) return report_error(run.message());
+          if (r == 0) continue;
+          tps.push_back(run->tokens_per_second);
+          steps.push_back(run->step_seconds);
+        }
+        plain.tokens_per_second = median(tps);
+        plain.step_seconds = median(steps);
+        // The draft's prefix cache too, so its catch-up is a hit.
+        EngineOptions warm = plain_options;
+        if (auto run = run_decode(**draft, warm, prompts, 2); !run.ok())
+          return report_error(run.message());
+      }
+      for (const std::string& kind : f.draft_kv) {
+        const bool sparse = kind == "sparse";
+        const int64_t draft_context =
+            sparse ? std::min<int64_t>(context, f.window + f.model.block_size +
+                                                    (f.sink + f.model.block_size - 1) /
+                                                        f.model.block_size * f.model.block_size)
+                   : context;
+        const double d = time_step(**draft, batch, draft_context, 1, f.repeats);
+        for (int32_t k : f.ks) {
+          const double tk = time_step(**target, batch, context, k + 1, f.repeats);
+          std::vector<double> alpha_list = f.alphas;
+          if (alpha_list.empty()) alpha_list.push_back(-1);
+          for (double alpha : alpha_list) {
+            Row row;
+            row.context = context;
+            row.batch = batch;
+            row.draft_kv = kind;
+            row.k = k;
+            row.t1 = t1;
+            row.tk = tk;
+            row.d = d;
+            row.plain_tps = plain.tokens_per_second;
+            row.plain_step = plain.step_seconds;
+            if (!f.model_only) {
+              EngineOptions spec = plain_options;
+              spec.specdecode.draft = draft->get();
+              spec.specdecode.max_draft_tokens = k;
+              spec.specdecode.adaptive = false;
+              spec.specdecode.emulated_acceptance = alpha;
+              spec.specdecode.emulation_seed = f.seed;
+              if (sparse) {
+                spec.specdecode.draft_window = f.window;
+                spec.specdecode.draft_sink = f.sink;
+              }
+              std::vector<double> tps;
+              DecodeRun last;
+              for (int32_t r = 0; r < f.repeats; ++r) {
+                auto run = run_decode(**target, spec, prompts, f.gen);
+                if (!run.ok()) return report_error(run.message());
+                tps.push_back(run->tokens_per_second);
+                last = *run;
+              }
+              row.spec_tps = median(tps);
+              row.measured = row.spec_tps / row.plain_tps;
+              row.mean_accepted =
+                  last.verifications > 0
+                      ? static_cast<double>(last.accepted) / static_cast<double>(last.verifications)
+                      : 0;
+            }
+            row.alpha = alpha >= 0 ? alpha : alpha_from_mean_accepted(row.mean_accepted, k);
+            row.alpha_label = alpha >= 0 ? fmt::format("{:.2f} emulated", alpha)
+                                         : fmt::format("{:.2f} real", row.alpha);
+            SpecStepCosts costs;
+            costs.draft_step_seconds = d;
+            costs.verify_step_seconds = tk;
+            // Plain engine step per sequence-token S: the model's step plus the
+            // engine's own overhead, which a speculative step pays too.
+            costs.target_step_seconds = f.model_only ? t1 : std::max(plain.step_seconds, t1);
+            costs.overhead_seconds = f.model_only ? 0 : std::max(0.0, plain.step_seconds - t1);
+            row.predicted = predicted_multiplier(row.alpha, k, costs);
+            std::fprintf(stderr,
+                         "bench spec: L %lld B %d %s k %d alpha %s: plain %.1f tok/s, spec %.1f "
+                         "tok/s (%.2fx), predicted %.2fx\n",
+                         static_cast<long long>(context), batch, kind.c_str(), k,
+                         row.alpha_label.c_str(), row.plain_tps, row.spec_tps, row.measured,
+                         row.predicted);
+            rows.push_back(row);
+          }
+        }
+      }
+    }
+  }
+  std::ofstream csv(f.out_prefix + ".csv");
+  csv << "context,batch,draft_kv,k,alpha,emulated,t1_s,tk_s,d_s,plain_tps,spec_tps,measured,"
+         "predicted,mean_accepted\n";
+  for (const Row& r : rows) {
+    csv << fmt::format(
+        "{},{},{},{},{:.4f},{},{:.6f},{:.6f},{:.6f},{:.2f},{:.2f},{:.4f},{:.4f},{:.3f}\n",
+        r.context, r.batch, r.draft_kv, r.k, r.alpha, f.alphas.empty() ? 0 : 1, r.t1, r.tk, r.d,
+        r.plain_tps, r.spec_tps, r.measured, r.predicted, r.mean_accepted);
+  }
+  std::fprintf(stderr, "bench spec: wrote %s.csv\n", f.out_prefix.c_str());
+  print_table(rows);
+  std::printf(
+      "\nT, D: one forward on the ModelRunner (median of %d); plain/spec tok/s: the Engine's "
+      "decode "
+      "throughput (median of %d); predicted = tau(alpha,k) * S / (k D + T(B,k+1) + S - T(B,1)), "
+      "S = measured plain engine step%s\n",
+      f.repeats, f.repeats,
+      f.alphas.empty() ? "" : "; acceptance EMULATED: Bernoulli(alpha) per draft token");
+  return 0;
+}
+
+}  // namespace
+
+std::function<int()> add_bench_spec_command(CLI::App& bench) {
+  auto flags = std::make_shared<BenchSpecFlags>();
+  CLI::App* spec = bench.add_subcommand(
+      "spec", "speculative vs plain decoding, measured and predicted by the throughput model");
+  flags->model.add_to(*spec);
+  flags->draft.add_to(*spec);
+  spec->add_option("--batch", flags->batches, "batch sizes, e.g. 1,8,32")->delimiter(',');
+  spec->add_option("--context", flags->contexts, "prompt lengths, e.g. 1024,8192")->delimiter(',');
+  spec->add_option("--k", flags->ks, "draft tokens per step, e.g. 2,4,8")->delimiter(',');
+  spec->add_option("--alpha", flags->alphas,
+                   "EMULATED acceptance rates (benchmark only); omit for the draft's real one")
+      ->delimiter(',');
+  spec->add_option("--draft-kv", flags->draft_kv, "dense,sparse")->delimiter(',');
+  spec->add_option("--window", flags->window, "sparse draft KV window (tokens)");
+  spec->add_option("--sink", flags->sink, "sparse draft KV sink (tokens)");
+  spec->add_option("--gen", flags->gen, "tokens generated per request");
+  spec->add_option("--repeats", flags->repeats, "measurements per point (median)");
+  spec->add_option("--max-num-batched-tokens", flags->max_num_batched_tokens, "step token budget")
+      ->check(CLI::PositiveNumber);
+  spec->add_flag("--model-only", flags->model_only,
+                 "time the steps and predict; skip the engine runs");
+  spec->add_option("--seed", flags->seed, "prompt and emulation seed");
+  spec->add_option("--out", flags->out_prefix, "output prefix for the CSV");
+  return [flags] { return run_bench_spec(*flags); };
+}
+
+}  // namespace specstack::cli
