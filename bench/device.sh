@@ -117,11 +117,32 @@ step_ttft32b() {
     --lengths "${SS_TTFT32B_LENGTHS:-32768,65536,131000}" --keep 0.2 --repeats 1 \
     --max-num-batched-tokens 16384 --out "$OUT/ttft32b"
 }
+
+# Speculative decoding: qwen2.5-7b target + qwen2.5-0.5b draft (dummy weights, so the
+# acceptance is EMULATED: Bernoulli(alpha) per draft token, all the real work done),
+# plain vs speculative decode tok/s beside the throughput model's prediction, dense
+# and sparse (sink + window) draft KV. The draft config pads its vocab to the 7B's (see
+# its _comment). One process per (batch, context) point, each
+# with a KV pool sized for it. SS_SPEC_POINTS="B:L ...", SS_SPEC_ALPHAS="0.6,0.8".
+step_spec() {
+  local point b l
+  for point in ${SS_SPEC_POINTS:-1:1024 8:1024 32:1024 1:8192 8:8192 32:8192 1:32000}; do
+    b=${point%%:*}
+    l=${point##*:}
+    step "ss_spec_b${b}_l${l}" "${BENCH_TIMEOUT:-300}" "$BUILD/specstack" bench spec --device cuda \
+      --dummy-weights --config tests/data/configs/qwen2.5-7b.json \
+      --draft-config tests/data/configs/qwen2.5-0.5b-vocab152064.json --batch "$b" --context "$l" \
+      --k "${SS_SPEC_K:-4}" --alpha "${SS_SPEC_ALPHAS:-0.6,0.8}" --draft-kv dense,sparse \
+      --window "${SS_SPEC_WINDOW:-1024}" --sink "${SS_SPEC_SINK:-64}" --gen "${SS_SPEC_GEN:-128}" --repeats 3 \
+      --max-num-batched-tokens 16384 --out "$OUT/spec_b${b}_l${l}"
+  done
+}
 # --------------------------------------------------------------------------------------
 
 step_bench() { run_specstack_benchmarks; }
 
 # The README's main command on the GPU next to the CPU: the greedy story must match.
+# With speculative decoding (the model's first layer as its draft) too.
 step_demo() {
   local args=(generate --model models/tinystories-656k --prompt "Once upon a time" -n 64)
   step demo_cpu 120 "$BUILD/specstack" "${args[@]}"
@@ -134,6 +155,20 @@ step_demo() {
   else
     ANY_FAIL=1
     SUMMARY+=("demo_diff|FAIL|cpu and cuda greedy text differ (see demo_*.txt)")
+  fi
+  local draft=$OUT/demo_draft
+  rm -rf "$draft" && cp -r models/tinystories-656k "$draft" &&
+    sed -i 's/"num_hidden_layers": *[0-9]*/"num_hidden_layers": 1/' "$draft/config.json"
+  step demo_spec_cuda 120 "$BUILD/specstack" "${args[@]}" --device cuda --draft "$draft" \
+    --spec-decode --spec-fixed-k
+  "$BUILD/specstack" "${args[@]}" --device cuda --draft "$draft" --spec-decode --spec-fixed-k \
+    2>/dev/null >"$OUT/demo_spec_cuda.txt"
+  rm -rf "$draft"
+  if [[ -s $OUT/demo_spec_cuda.txt ]] && cmp -s "$OUT/demo_cuda.txt" "$OUT/demo_spec_cuda.txt"; then
+    SUMMARY+=("demo_spec_diff|PASS|cuda greedy text identical with speculative decoding")
+  else
+    ANY_FAIL=1
+    SUMMARY+=("demo_spec_diff|FAIL|cuda greedy text differs with speculative decoding (a bf16 near-tie?)")
   fi
 }
 
@@ -173,12 +208,12 @@ read_peaks() {
   export PEAK_TFLOPS_MEASURED COPY_TBPS_MEASURED
 }
 
-ALL_STEPS=(gpu peak tests demo serve bench ttft hf)
+ALL_STEPS=(gpu peak tests demo serve bench ttft spec hf)
 STEPS=("$@")
 ((${#STEPS[@]})) || STEPS=("${ALL_STEPS[@]}")
 for s in "${STEPS[@]}"; do
   case $s in
-    gpu | peak | tests | demo | serve | bench | ttft | ttft32b | hf) ;;
+    gpu | peak | tests | demo | serve | bench | ttft | ttft32b | spec | hf) ;;
     *)
       echo "usage: $0 [${ALL_STEPS[*]}] (default: all); unknown step '$s'" >&2
       exit 2

@@ -13,6 +13,10 @@ struct SpecDecodeStage::DraftState {
   KvSequence kv;           // on the draft's pool; slots != tokens once the window drops blocks
   int32_t n_computed = 0;  // draft tokens (its view of the sequence) with draft KV
   bool admitted = false;   // kv has had its first allocation
+  // The sequence holds a token past the draft's embedding table (a family
+  // may pad its vocabularies differently: Qwen2.5-7B 152064, 0.5B 151936):
+  // the draft cannot read it, so the sequence decodes without speculation.
+  bool off_vocab = false;
   AcceptanceEstimate acceptance;
   // This step's round.
   bool open = false;
@@ -177,6 +181,7 @@ void SpecDecodeStage::propose(const std::vector<Sequence*>& running) {
   std::vector<double> alphas;
   for (Sequence* seq : running) {
     if (seq->finished || !seq->admitted || seq->n_draft > 0 || !speculates(*seq->request)) continue;
+    if (auto it = states_.find(seq); it != states_.end() && it->second->off_vocab) continue;
     if (seq->n_generated == 0 || seq->n_needed() != 1) {
       catching_up.push_back(seq);
       continue;
@@ -202,12 +207,21 @@ void SpecDecodeStage::propose(const std::vector<Sequence*>& running) {
   };
   std::vector<Row> rows;
   int32_t budget = max_batched_tokens_;
-  bool device_greedy = draft.device() != Device::kCpu && options_.emulated_acceptance < 0;
+  // Emulated acceptance too: a greedy request's draft picks its tokens on the
+  // device in real use, so the benchmark must not pay a host sampler instead.
+  bool device_greedy = draft.device() != Device::kCpu;
   const auto add_catch_up = [&](Sequence* seq, bool wants_draft) {
     DraftState& state = state_of(seq);
     const int32_t length = draft_length(*seq);
     int32_t count = std::min(length - state.n_computed, budget);
     if (count <= 0) return;
+    for (int32_t i = state.n_computed; i < length; ++i) {
+      if (draft_token(*seq, i) >= draft_vocab_) {
+        draft.kv_manager().free(state.kv);
+        state.off_vocab = true;
+        return;
+      }
+    }
     int32_t first_slot = 0;
     if (!reserve_catch_up(seq, state, count, &first_slot)) {
       release(seq);  // the draft's pool is full: this one decodes plainly and retries later

@@ -152,6 +152,38 @@ TEST(SpecDecodeEngine, TinyStoriesGreedyEqualsPlainWithEveryK) {
   }
 }
 
+// A draft whose embedding table is smaller than the target's (a family can
+// pad them differently: Qwen2.5-7B 152064 rows, 0.5B 151936): once the
+// sequence holds a token the draft cannot read, it decodes without
+// speculation, exactly, and the draft's blocks come back.
+TEST(SpecDecodeEngine, TokensPastTheDraftsVocabularyEndSpeculationExactly) {
+  CpuBackend backend{CpuBackendOptions{2}};
+  auto target = load(backend, "tinystories-656k");  // 2048 ids
+  auto draft = load(backend, "llama3-rope");        // 512 ids
+  std::vector<int32_t> prompt;
+  for (int32_t id : prompt_of("tinystories-656k", "t1.input_ids"))
+    if (id < 512) prompt.push_back(id);
+  const auto expected = offline_greedy(*target, prompt, 48);
+  ASSERT_TRUE(std::any_of(expected.begin(), expected.end(), [](int32_t id) { return id >= 512; }));
+  Engine engine(*target, spec_options(draft.get(), 4));
+  const Output out = run(engine, RequestOptions{prompt, greedy(48), 1, -1});
+  EXPECT_EQ(out.tokens[0], expected);
+  // Speculated until the first token past 512 (at most K drafts per target token before it).
+  const auto first_off =
+      std::find_if(expected.begin(), expected.end(), [](int32_t id) { return id >= 512; });
+  EXPECT_LE(out.stats.speculative.draft_tokens, 4 * (first_off - expected.begin() + 1));
+  expect_pools_free(engine);
+
+  // A prompt the draft cannot read never speculates.
+  std::vector<int32_t> wide = prompt;
+  wide.push_back(1500);
+  const auto wide_expected = offline_greedy(*target, wide, 16);
+  const Output wide_out = run(engine, RequestOptions{wide, greedy(16), 1, -1});
+  EXPECT_EQ(wide_out.tokens[0], wide_expected);
+  EXPECT_EQ(wide_out.stats.speculative.draft_tokens, 0);
+  expect_pools_free(engine);
+}
+
 TEST(SpecDecodeEngine, LogprobsAreTheTargetsAndMaxTokensStopsExactly) {
   CpuBackend backend{CpuBackendOptions{2}};
   auto target = load(backend, "llama-gqa");
