@@ -123,7 +123,8 @@ step_ttft32b() {
 # plain vs speculative decode tok/s beside the throughput model's prediction, dense
 # and sparse (sink + window) draft KV. The draft config pads its vocab to the 7B's (see
 # its _comment). One process per (batch, context) point, each
-# with a KV pool sized for it. SS_SPEC_POINTS="B:L ...", SS_SPEC_ALPHAS="0.6,0.8".
+# with a KV pool sized for it. SS_SPEC_POINTS="B:L ...", SS_SPEC_ALPHAS="0.6,0.8",
+# SS_SPEC_EXTRA="--adaptive" (the engine's k policy instead of a fixed K).
 step_spec() {
   local point b l
   for point in ${SS_SPEC_POINTS:-1:1024 8:1024 32:1024 1:8192 8:8192 32:8192 1:32000}; do
@@ -134,7 +135,7 @@ step_spec() {
       --draft-config tests/data/configs/qwen2.5-0.5b-vocab152064.json --batch "$b" --context "$l" \
       --k "${SS_SPEC_K:-4}" --alpha "${SS_SPEC_ALPHAS:-0.6,0.8}" --draft-kv dense,sparse \
       --window "${SS_SPEC_WINDOW:-1024}" --sink "${SS_SPEC_SINK:-64}" --gen "${SS_SPEC_GEN:-128}" --repeats 3 \
-      --max-num-batched-tokens 16384 --out "$OUT/spec_b${b}_l${l}"
+      --max-num-batched-tokens 16384 --out "$OUT/spec_b${b}_l${l}" ${SS_SPEC_EXTRA:-}
   done
 }
 # --------------------------------------------------------------------------------------
