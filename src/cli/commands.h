@@ -2,11 +2,10 @@
 // returns the process exit code when run.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "base/status.h"
 #include "engine/model_instance.h"
