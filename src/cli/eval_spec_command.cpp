@@ -4,7 +4,8 @@
 //
 // For every temperature and SpecPrefill setting it runs every prompt once
 // plainly through the serving Engine (the baseline), then once per draft KV
-// kind (dense, sparse) and K with speculative decoding at a fixed K, and
+// kind (dense, sparse) and K with speculative decoding at a fixed K (or, with
+// --adaptive, the engine's k policy up to K), and
 // reports per run: the acceptance rate alpha (story, needle, all), the mean
 // accepted length per verification, the tokens per target step, at
 // temperature 0 how many outputs are token for token the plain ones (they
@@ -45,6 +46,7 @@ struct EvalSpecFlags {
   double keep = 0.2;
   int32_t gen = 64;
   int32_t batch = 16;
+  bool adaptive = false;  // the engine's k policy (k in 0..K per step) instead of a fixed K
   uint32_t seed = 2024;
   std::string out_prefix = "eval_spec";
 };
@@ -88,7 +90,7 @@ Result<RunResult> run_all(ModelInstance& target, ModelInstance& draft,
   if (run.k > 0) {
     options.specdecode.draft = &draft;
     options.specdecode.max_draft_tokens = run.k;
-    options.specdecode.adaptive = false;
+    options.specdecode.adaptive = f.adaptive;
     if (run.sparse) {
       options.specdecode.draft_window = f.window;
       options.specdecode.draft_sink = f.sink;
@@ -277,10 +279,10 @@ int run_eval_spec(const EvalSpecFlags& f) {
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& row : rows) std::printf("%s\n", row_line(row, prompts.size()).c_str());
   std::printf(
-      "\n%zu prompts x %d tokens per run; sparse draft KV = sink %d + window %d tokens; "
+      "\n%zu prompts x %d tokens per run; %s; sparse draft KV = sink %d + window %d tokens; "
       "SpecPrefill keep %.2f; wall vs plain = plain run seconds / speculative run seconds (same "
       "SpecPrefill setting and temperature, caches warm)\n",
-      prompts.size(), f.gen, f.sink, f.window, f.keep);
+      prompts.size(), f.gen, f.adaptive ? "adaptive k <= K" : "fixed K", f.sink, f.window, f.keep);
   int mismatched = 0;
   for (const Row& row : rows)
     if (row.identical >= 0 && row.identical < static_cast<int32_t>(prompts.size())) ++mismatched;
@@ -315,6 +317,9 @@ std::function<int()> add_eval_spec_command(CLI::App& eval) {
   spec->add_option("--gen", flags->gen, "tokens generated per prompt")->check(CLI::PositiveNumber);
   spec->add_option("--batch", flags->batch, "running sequences at once")
       ->check(CLI::PositiveNumber);
+  spec->add_flag("--adaptive", flags->adaptive,
+                 "the engine's adaptive k policy (k in 0..K per step, the serving default) "
+                 "instead of a fixed K");
   spec->add_option("--seed", flags->seed, "prompt, filler and sampling seed");
   spec->add_option("--out", flags->out_prefix, "output prefix for the CSV");
   return [flags] { return run_eval_spec(*flags); };

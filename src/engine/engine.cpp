@@ -509,7 +509,12 @@ void EngineCore::step() {
   scheduled.plan.greedy_on_device = device_greedy_step(scheduled);
   const auto forward_start = Clock::now();
   StepOutput output = model_.runner().run(scheduled.plan);
-  if (specdecode_) {
+  // The k policy's cost line is of decode and verify steps (every row wants
+  // logits); a prefill chunk's rows cost differently and would bend it.
+  const bool decode_shaped =
+      std::all_of(scheduled.chunks.begin(), scheduled.chunks.end(),
+                  [](const ScheduledChunk& c) { return c.n_logit_rows == c.count; });
+  if (specdecode_ && decode_shaped) {
     specdecode_->observe_target_step(
         static_cast<int32_t>(scheduled.plan.n_tokens()),
         std::chrono::duration<double>(Clock::now() - forward_start).count());

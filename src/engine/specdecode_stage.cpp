@@ -270,7 +270,12 @@ void SpecDecodeStage::propose(const std::vector<Sequence*>& running) {
   for (int32_t step = 0;; ++step) {
     const auto start = Clock::now();
     StepOutput output = draft.runner().run(plan);
-    policy_.observe_draft_step(static_cast<int32_t>(plan.n_tokens()), seconds_since(start));
+    // The cost line is of draft steps (one row per sequence): the first
+    // forward also carries catch-up rows, prompt chunks among them, whose
+    // cost per row is another matter.
+    if (step > 0) {
+      policy_.observe_draft_step(static_cast<int32_t>(plan.n_tokens()), seconds_since(start));
+    }
     if (step == 0) {
       for (Row& row : rows) {
         row.state->n_computed += row.count;

@@ -41,14 +41,21 @@ int32_t SpecLengthPolicy::choose(std::span<const double> alphas, int32_t n_other
       best_k = k;
     }
   }
-  // Acceptance estimates only move while sequences speculate: after a long
-  // run at k = 0, one probing step at k = 1 refreshes them.
-  if (best_k == 0 && ++n_steps_without_ >= 32) {
+  if (best_k > 0) {
     n_steps_without_ = 0;
+    probe_interval_ = kMinProbeInterval;
+    return best_k;
+  }
+  // Acceptance estimates only move while sequences speculate: after a run at
+  // k = 0, one probing step at k = 1 refreshes them. A probe is not free (the
+  // draft first catches up on every token since the last one), so while
+  // probes keep finding nothing the interval doubles.
+  if (++n_steps_without_ >= probe_interval_) {
+    n_steps_without_ = 0;
+    probe_interval_ = std::min(2 * probe_interval_, kMaxProbeInterval);
     return 1;
   }
-  if (best_k > 0) n_steps_without_ = 0;
-  return best_k;
+  return 0;
 }
 
 }  // namespace specstack

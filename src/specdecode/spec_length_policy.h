@@ -60,7 +60,10 @@ class SpecLengthPolicy {
   SpecLengthPolicyOptions options_;
   OnlineLinearFit draft_;
   OnlineLinearFit target_;
-  int32_t n_steps_without_ = 0;  // consecutive steps at k = 0 (for probing)
+  static constexpr int32_t kMinProbeInterval = 32;
+  static constexpr int32_t kMaxProbeInterval = 1024;
+  int32_t n_steps_without_ = 0;                 // consecutive steps at k = 0 (for probing)
+  int32_t probe_interval_ = kMinProbeInterval;  // steps at k = 0 before the next probe
 };
 
 }  // namespace specstack

@@ -92,9 +92,20 @@ TEST(SpecLengthPolicy, ProbesAfterALongRunOfZeroAndFixedKIgnoresCosts) {
   SpecLengthPolicy policy(SpecLengthPolicyOptions{4, true, 0.1, 1.02});
   teach(policy, 6e-3, 1e-5, 2e-3, 1e-6);
   const std::vector<double> poor = {0.05};
-  int32_t probes = 0;
-  for (int i = 0; i < 64; ++i) probes += policy.choose(poor, 0) > 0 ? 1 : 0;
-  EXPECT_EQ(probes, 2);  // one step at k = 1 every 32
+  std::vector<int32_t> probe_steps;
+  for (int i = 1; i <= 480; ++i) {
+    if (policy.choose(poor, 0) > 0) probe_steps.push_back(i);
+  }
+  // One step at k = 1 after 32 steps at 0, then after 64, 128, 256: probes that
+  // find nothing back off.
+  EXPECT_EQ(probe_steps, (std::vector<int32_t>{32, 96, 224, 480}));
+  // A good draft speculates again at once, and the interval starts over.
+  EXPECT_GT(policy.choose(std::vector<double>{0.9}, 0), 0);
+  probe_steps.clear();
+  for (int i = 1; i <= 32; ++i) {
+    if (policy.choose(poor, 0) > 0) probe_steps.push_back(i);
+  }
+  EXPECT_EQ(probe_steps, (std::vector<int32_t>{32}));
   SpecLengthPolicy fixed(SpecLengthPolicyOptions{4, false, 0.1, 1.02});
   EXPECT_EQ(fixed.choose(poor, 0), 4);
   EXPECT_EQ(fixed.choose({}, 0), 0);
