@@ -156,6 +156,9 @@ void SpecDecodeStage::trim_window(DraftState& state) {
 
 int32_t SpecDecodeStage::draft_sample(Sequence* seq, DraftState& state, const float* logits,
                                       int32_t greedy_id) {
+  if (!state.sampler) {  // greedy without penalties: the draft's argmax, no state
+    return logits == nullptr ? greedy_id : argmax(logits, draft_vocab_);
+  }
   Sampler& sampler = *state.sampler;
   if (logits == nullptr) {  // the draft chose on its device (greedy, no penalties)
     sampler.record_output(greedy_id);
@@ -262,8 +265,18 @@ void SpecDecodeStage::propose(const std::vector<Sequence*>& running) {
     state.k = std::min(k, room);
     state.proposed.clear();
     state.q.clear();
-    state.sampler = *row.seq->sampler;  // same penalty state as the target's
-    state.sampler->reseed(mix(state.seed + state.round++));
+    // The request's sampling on the draft side, with the same penalty state
+    // as the target's. A greedy request without penalties drafts the argmax
+    // and needs none, so its Sampler (seen-token list, vocab-sized mask) is
+    // not copied every step (measured: no visible gain on the H100 at batch 32).
+    const SamplingParams& p = row.seq->request->options.params;
+    if (row.seq->sampler->greedy() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+        p.frequency_penalty == 0.0f) {
+      state.sampler.reset();
+    } else {
+      state.sampler = *row.seq->sampler;
+      state.sampler->reseed(mix(state.seed + state.round++));
+    }
     drafting.push_back(&row);
   }
 
