@@ -99,7 +99,37 @@ std::vector<int32_t> make_prompt(uint32_t seed, int64_t length, int32_t index, i
   return prompt;
 }
 
+// Mean milliseconds of the engine's steady decode steps (every sequence
+// emitting): where a step's time goes, and the loop's own time between steps.
+struct StepBreakdown {
+  double step = 0, draft = 0, schedule = 0, forward = 0, rest = 0, gap = 0;
+  std::string str() const {
+    return fmt::format("{:.2f} = {:.2f} + {:.2f} + {:.2f} + {:.2f} (+{:.2f})", step + gap, draft,
+                       schedule, forward, rest, gap);
+  }
+};
+
+StepBreakdown breakdown(const std::vector<StepRecord>& records, int32_t batch) {
+  StepBreakdown b;
+  int n = 0;
+  for (size_t i = 0; i + 1 < records.size(); ++i) {
+    const StepRecord& r = records[i];
+    if (r.n_decode != batch) continue;
+    ++n;
+    b.step += r.seconds;
+    b.draft += r.draft_seconds;
+    b.schedule += r.schedule_seconds;
+    b.forward += r.forward_seconds;
+    b.gap += records[i + 1].start_seconds - (r.start_seconds + r.seconds);
+  }
+  if (n == 0) return b;
+  for (double* v : {&b.step, &b.draft, &b.schedule, &b.forward, &b.gap}) *v *= 1e3 / n;
+  b.rest = b.step - b.draft - b.schedule - b.forward;
+  return b;
+}
+
 struct DecodeRun {
+  StepBreakdown steps;
   double tokens_per_second = 0;
   double step_seconds = 0;  // decode time per engine step (plain: per token of each sequence)
   int64_t drafted = 0, accepted = 0, verifications = 0;
@@ -107,8 +137,9 @@ struct DecodeRun {
 
 // B requests decoding `gen` tokens; throughput counts the tokens that arrive
 // after the last request got its first one (every prefill is done then).
-Result<DecodeRun> run_decode(ModelInstance& target, const EngineOptions& options,
+Result<DecodeRun> run_decode(ModelInstance& target, EngineOptions options,
                              const std::vector<std::vector<int32_t>>& prompts, int32_t gen) {
+  options.record_steps = true;
   Engine engine(target, options);
   const EngineMetrics before = engine.metrics();
   struct Trace {
@@ -166,6 +197,7 @@ Result<DecodeRun> run_decode(ModelInstance& target, const EngineOptions& options
   run.drafted = after.specdecode_draft_tokens_total - before.specdecode_draft_tokens_total;
   run.accepted = after.specdecode_accepted_tokens_total - before.specdecode_accepted_tokens_total;
   run.verifications = after.specdecode_verify_total - before.specdecode_verify_total;
+  run.steps = breakdown(engine.step_records(), static_cast<int32_t>(prompts.size()));
   return run;
 }
 
@@ -193,6 +225,7 @@ struct Row {
   // this checks the cost model alone.
   double predicted_realized = 0;
   double mean_accepted = 0;
+  StepBreakdown plain_steps, spec_steps;  // the last run of each
 };
 
 Status validate(const BenchSpecFlags& f) {
@@ -287,6 +320,7 @@ int run_bench_spec(const BenchSpecFlags& f) {
           if (r == 0) continue;
           tps.push_back(run->tokens_per_second);
           steps.push_back(run->step_seconds);
+          plain.steps = run->steps;
         }
         plain.tokens_per_second = median(tps);
         plain.step_seconds = median(steps);
@@ -323,6 +357,7 @@ int run_bench_spec(const BenchSpecFlags& f) {
             row.d = d;
             row.plain_tps = plain.tokens_per_second;
             row.plain_step = plain.step_seconds;
+            row.plain_steps = plain.steps;
             if (!f.model_only) {
               EngineOptions spec = plain_options;
               spec.specdecode.draft = draft->get();
@@ -344,6 +379,7 @@ int run_bench_spec(const BenchSpecFlags& f) {
                 tps.push_back(run->tokens_per_second);
                 accepted += run->accepted;
                 verifications += run->verifications;
+                row.spec_steps = run->steps;
               }
               row.spec_tps = median(tps);
               row.measured = row.spec_tps / row.plain_tps;
@@ -399,6 +435,19 @@ int run_bench_spec(const BenchSpecFlags& f) {
   }
   std::fprintf(stderr, "bench spec: wrote %s.csv\n", f.out_prefix.c_str());
   print_table(rows);
+  if (!f.model_only) {
+    std::printf(
+        "\nWhere an engine step's time goes (ms, mean over steady decode steps of the last run): "
+        "step = draft proposals + schedule + target forward + rest (verification, sampling, "
+        "emission) (+ the loop's time between steps)\n\n");
+    std::printf("| context | batch | draft KV | k | alpha | plain step | speculative step |\n");
+    std::printf("|---|---|---|---|---|---|---|\n");
+    for (const Row& r : rows) {
+      std::printf("| %lld | %d | %s | %d | %s | %s | %s |\n", static_cast<long long>(r.context),
+                  r.batch, r.draft_kv.c_str(), r.k, r.alpha_label.c_str(),
+                  r.plain_steps.str().c_str(), r.spec_steps.str().c_str());
+    }
+  }
   // One grep-able line per point (bench/device.sh's summary picks up "ss ..." lines).
   for (const Row& r : rows) {
     std::printf(

@@ -496,6 +496,7 @@ void EngineCore::step() {
   const auto step_start = Clock::now();
   // Draft tokens for the sequences that speculate, verified in this step.
   if (specdecode_) specdecode_->propose(scheduler_.running());
+  const auto schedule_start = Clock::now();
   ScheduleResult scheduled = scheduler_.schedule();
   for (Sequence* seq : scheduled.preempted) {
     if (specdecode_) specdecode_->release(seq);
@@ -509,6 +510,7 @@ void EngineCore::step() {
   scheduled.plan.greedy_on_device = device_greedy_step(scheduled);
   const auto forward_start = Clock::now();
   StepOutput output = model_.runner().run(scheduled.plan);
+  const auto forward_end = Clock::now();
   // The k policy's cost line is of decode and verify steps (every row wants
   // logits); a prefill chunk's rows cost differently and would bend it.
   const bool decode_shaped =
@@ -517,7 +519,7 @@ void EngineCore::step() {
   if (specdecode_ && decode_shaped) {
     specdecode_->observe_target_step(
         static_cast<int32_t>(scheduled.plan.n_tokens()),
-        std::chrono::duration<double>(Clock::now() - forward_start).count());
+        std::chrono::duration<double>(forward_end - forward_start).count());
   }
   scheduler_.commit(scheduled);
   ++counters_.steps_total;
@@ -544,6 +546,9 @@ void EngineCore::step() {
     StepRecord record;
     record.start_seconds = std::chrono::duration<double>(step_start - start_time_).count();
     record.seconds = std::chrono::duration<double>(now - step_start).count();
+    record.draft_seconds = std::chrono::duration<double>(schedule_start - step_start).count();
+    record.schedule_seconds = std::chrono::duration<double>(forward_start - schedule_start).count();
+    record.forward_seconds = std::chrono::duration<double>(forward_end - forward_start).count();
     record.n_tokens = static_cast<int32_t>(scheduled.plan.n_tokens());
     record.n_decode = n_emitting;
     record.n_running = static_cast<int32_t>(scheduler_.n_running());
