@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "backend/cpu/cpu_backend.h"
+#include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "cli/draft_model_flags.h"
 #include "engine/engine.h"
@@ -51,12 +52,6 @@ struct BenchSpecFlags {
   uint32_t seed = 1;
   std::string out_prefix = "bench_spec";
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // Seconds of one forward with `rows` fresh rows per sequence for `batch`
 // sequences that already hold `context` KV slots (median of `repeats`, after
@@ -89,14 +84,6 @@ double time_step(ModelInstance& m, int32_t batch, int64_t context, int32_t rows,
   }
   for (KvSequence& seq : seqs) kv.free(seq);
   return median(times);
-}
-
-std::vector<int32_t> make_prompt(uint32_t seed, int64_t length, int32_t index, int64_t vocab) {
-  std::seed_seq seq{seed, static_cast<uint32_t>(length), static_cast<uint32_t>(index)};
-  std::mt19937_64 rng(seq);
-  std::vector<int32_t> prompt(static_cast<size_t>(length));
-  for (auto& id : prompt) id = 3 + static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab - 3));
-  return prompt;
 }
 
 // Mean milliseconds of the engine's steady decode steps (every sequence
@@ -305,7 +292,8 @@ int run_bench_spec(const BenchSpecFlags& f) {
   for (int64_t context : f.contexts) {
     for (int32_t batch : f.batches) {
       std::vector<std::vector<int32_t>> prompts;
-      for (int32_t i = 0; i < batch; ++i) prompts.push_back(make_prompt(f.seed, context, i, vocab));
+      for (int32_t i = 0; i < batch; ++i)
+        prompts.push_back(seeded_prompt(f.seed, context, i, vocab));
       const double t1 = time_step(**target, batch, context, 1, f.repeats);
       EngineOptions plain_options;
       plain_options.max_num_batched_tokens = f.max_num_batched_tokens;

@@ -17,6 +17,7 @@
 #include <random>
 
 #include "backend/cpu/cpu_backend.h"
+#include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "cli/draft_model_flags.h"
 #include "engine/engine.h"
@@ -50,10 +51,7 @@ struct Measurement {
 // the engines), while the costs stay those of the same prompt.
 std::vector<int32_t> make_prompt(uint32_t seed, int64_t length, int32_t repeat, int32_t variant,
                                  int64_t vocab) {
-  std::seed_seq seq{seed, static_cast<uint32_t>(length), static_cast<uint32_t>(repeat)};
-  std::mt19937_64 rng(seq);
-  std::vector<int32_t> prompt(static_cast<size_t>(length));
-  for (auto& id : prompt) id = 3 + static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab - 3));
+  std::vector<int32_t> prompt = seeded_prompt(seed, length, repeat, vocab);
   prompt[0] = 3 + variant;
   return prompt;
 }
@@ -127,12 +125,6 @@ Result<Round> run_round(const BenchTtftFlags& f, ModelInstance& target, ModelIns
     round.spec.push_back(std::move(m));
   }
   return round;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 struct Row {

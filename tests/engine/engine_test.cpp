@@ -12,6 +12,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "engine/generator.h"
 #include "engine/model_instance.h"
+#include "engine_test_util.h"
 #include "golden_run.h"
 #include "test_util.h"
 
@@ -33,13 +34,7 @@ std::vector<int32_t> prompt(uint32_t seed, int32_t length) {
   return ids;
 }
 
-SamplingParams greedy(int32_t max_tokens) {
-  SamplingParams params;
-  params.temperature = 0;
-  params.max_tokens = max_tokens;
-  params.ignore_eos = true;
-  return params;
-}
+using testing::greedy;
 
 struct Collected {
   std::vector<std::vector<int32_t>> tokens;  // per choice

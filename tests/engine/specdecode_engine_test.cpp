@@ -12,6 +12,7 @@
 #include "engine/engine.h"
 #include "engine/generator.h"
 #include "engine/model_instance.h"
+#include "engine_test_util.h"
 #include "golden_reference.h"
 #include "golden_run.h"
 #include "test_util.h"
@@ -36,13 +37,7 @@ std::vector<int32_t> prompt_of(const std::string& model, const std::string& name
   return ref.ids(name);
 }
 
-SamplingParams greedy(int32_t max_tokens) {
-  SamplingParams params;
-  params.temperature = 0;
-  params.max_tokens = max_tokens;
-  params.ignore_eos = true;
-  return params;
-}
+using testing::greedy;
 
 struct Output {
   std::vector<std::vector<int32_t>> tokens;         // [choice]

@@ -12,6 +12,7 @@
 #include "engine/model_instance.h"
 #include "engine/scheduler.h"
 #include "engine/specprefill_stage.h"
+#include "engine_test_util.h"
 #include "golden_reference.h"
 #include "golden_run.h"
 #include "test_util.h"
@@ -32,13 +33,7 @@ std::vector<int32_t> golden_ids(const std::string& name) {
   return ref.ids(name);
 }
 
-SamplingParams greedy(int32_t max_tokens) {
-  SamplingParams params;
-  params.temperature = 0;
-  params.max_tokens = max_tokens;
-  params.ignore_eos = true;
-  return params;
-}
+using testing::greedy;
 
 std::vector<int32_t> run(Engine& engine, RequestOptions options, RequestStats* stats = nullptr) {
   auto stream = engine.submit(std::move(options));

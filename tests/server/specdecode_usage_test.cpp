@@ -7,7 +7,7 @@
 
 #include <thread>
 
-#include "fake_engine.h"
+#include "fake_engine_server.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_response.h"
@@ -64,76 +64,28 @@ TEST(SpecDecodeUsageJson, BesideSpecPrefill) {
                                       "prompt_tokens_details", "specprefill", "speculative"}));
 }
 
-// The HTTP server on a free port with a FakeEngine whose every request
-// reports the same SpecDecodeStats.
-class SpecDecodeHttpTest : public ::testing::Test {
+// The server in front of a FakeEngine whose every request reports the same
+// SpecDecodeStats.
+class SpecDecodeHttpTest : public testing::FakeEngineServerTest {
  protected:
   void SetUp() override {
-    tokenizer_ = testing::load_tinystories_tokenizer();
-    ASSERT_NE(tokenizer_, nullptr);
-    story_ = tokenizer_->encode("Once upon a time", false);
-    engine_.script = [story = story_](const RequestOptions&) {
-      return token_events(0, story, FinishReason::kFinishLength);
-    };
+    FakeEngineServerTest::SetUp();
     engine_.stats.speculative = decode_stats(12, 9);
-  }
-
-  void TearDown() override {
-    if (server_) server_->stop();
-    if (thread_.joinable()) thread_.join();
   }
 
   void start(bool spec_decode) {
     HttpServerOptions options;
-    options.port = 0;
-    options.served_model_name = "tiny";
-    options.n_threads = 4;
-    options.poll_interval = 5ms;
     options.specprefill_usage = spec_decode;  // serve sets both when it has a draft
     options.specdecode_usage = spec_decode;
-    server_ = std::make_unique<HttpServer>(engine_, *tokenizer_, options);
-    auto port = server_->bind();
-    ASSERT_TRUE(port.ok()) << port.message();
-    port_ = *port;
-    thread_ = std::thread([this] { EXPECT_TRUE(server_->serve().ok()); });
-    for (int i = 0; i < 500 && !server_->is_running(); ++i) std::this_thread::sleep_for(2ms);
-    ASSERT_TRUE(server_->is_running());
-  }
-
-  std::string post_raw(const std::string& body) const {
-    httplib::Client cli("127.0.0.1", port_);
-    cli.set_read_timeout(10, 0);
-    auto res = cli.Post("/v1/completions", body, "application/json");
-    EXPECT_TRUE(res);
-    if (!res) return "";
-    EXPECT_EQ(res->status, 200) << res->body;
-    return res->body;
+    start_server(options);
   }
 
   OrderedJson usage(const std::string& body) const {
-    return OrderedJson::parse(post_raw(body))["usage"];
+    return post("/v1/completions", body)["usage"];
   }
-
-  // The usage of the stream's last JSON chunk (the usage chunk).
   OrderedJson streamed_usage(const std::string& body) const {
-    const std::string text = post_raw(body);
-    const std::string done = "data: [DONE]\n\n";
-    EXPECT_GE(text.size(), done.size());
-    if (text.size() < done.size()) return OrderedJson();
-    EXPECT_EQ(text.substr(text.size() - done.size()), done) << text;
-    const size_t end = text.size() - done.size() - 2;  // before the usage chunk's "\n\n"
-    const size_t start = text.rfind("data: ", end) + 6;
-    const OrderedJson chunk = OrderedJson::parse(text.substr(start, end - start));
-    EXPECT_EQ(chunk["choices"], OrderedJson::array());
-    return chunk["usage"];
+    return FakeEngineServerTest::streamed_usage("/v1/completions", body);
   }
-
-  std::unique_ptr<Tokenizer> tokenizer_;
-  std::vector<int32_t> story_;  // every request's completion
-  FakeEngine engine_;
-  std::unique_ptr<HttpServer> server_;
-  std::thread thread_;
-  int port_ = 0;
 };
 
 TEST_F(SpecDecodeHttpTest, WithSpecDecodeUsageCarriesTheStats) {

@@ -11,49 +11,12 @@
 namespace specstack {
 namespace {
 
-class SpecPrefillRequestTest : public ::testing::TestWithParam<ApiEndpoint> {
+class SpecPrefillRequestTest : public testing::EndpointRequestTest {
  protected:
-  void SetUp() override {
-    tokenizer_ = testing::load_tinystories_tokenizer();
-    ASSERT_NE(tokenizer_, nullptr);
-    // TinyStories has no chat template; a minimal one lets chat bodies reach tokenization.
-    auto parsed = ChatTemplate::parse("{% for m in messages %}{{ m['content'] }}{% endfor %}");
-    ASSERT_TRUE(parsed.ok()) << parsed.message();
-    chat_template_ = std::make_unique<ChatTemplate>(std::move(parsed).value());
-    model_.tokenizer = tokenizer_.get();
-    model_.chat_template = chat_template_.get();
-    model_.name = "tiny";
-    model_.max_context = 256;
-    model_.vocab_size = tokenizer_->vocab_size();
-  }
-
-  // `fields` (JSON object members, without braces) added to a minimal body of
-  // the endpoint under test.
-  std::string body(const std::string& fields) const {
-    const std::string base =
-        GetParam() == ApiEndpoint::kApiChatCompletions
-            ? R"("messages": [{"role": "user", "content": "Once upon a time"}])"
-            : R"("prompt": "Once upon a time")";
-    return "{" + base + (fields.empty() ? "" : ", " + fields) + "}";
-  }
-
   SpecPrefillControls parse_ok(const std::string& fields) {
-    auto request = parse_openai_request(GetParam(), body(fields), model_);
-    EXPECT_TRUE(request.ok()) << body(fields) << ": " << request.message();
-    return request.ok() ? request->options.specprefill : SpecPrefillControls{};
+    const auto options = parse_options(fields);
+    return options ? options->specprefill : SpecPrefillControls{};
   }
-
-  std::string parse_400(const std::string& fields) {
-    auto request = parse_openai_request(GetParam(), body(fields), model_);
-    EXPECT_FALSE(request.ok()) << body(fields);
-    if (request.ok()) return "";
-    EXPECT_EQ(http_status_for(request.error().code), 400);
-    return request.message();
-  }
-
-  std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<ChatTemplate> chat_template_;
-  ServedModel model_;
 };
 
 TEST_P(SpecPrefillRequestTest, AbsentMeansTheServerDecides) {

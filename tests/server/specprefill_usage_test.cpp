@@ -6,7 +6,7 @@
 
 #include <thread>
 
-#include "fake_engine.h"
+#include "fake_engine_server.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_response.h"
@@ -46,75 +46,20 @@ TEST(SpecPrefillUsageJson, OmittedWithoutStatsAndShapedWithThem) {
   EXPECT_TRUE(fallback["scoring_ms"].is_number());
 }
 
-// The HTTP server on a free port with a FakeEngine that echoes each request's
-// speculative prefill controls as its stats.
-class SpecPrefillHttpTest : public ::testing::Test {
+// The server in front of a FakeEngine that echoes each request's speculative
+// prefill controls as its stats.
+class SpecPrefillHttpTest : public testing::FakeEngineServerTest {
  protected:
   void SetUp() override {
-    tokenizer_ = testing::load_tinystories_tokenizer();
-    ASSERT_NE(tokenizer_, nullptr);
-    story_ = tokenizer_->encode("Once upon a time", false);
-    engine_.script = [story = story_](const RequestOptions&) {
-      return token_events(0, story, FinishReason::kFinishLength);
-    };
+    FakeEngineServerTest::SetUp();
     engine_.echo_specprefill_stats = true;
-  }
-
-  void TearDown() override {
-    if (server_) server_->stop();
-    if (thread_.joinable()) thread_.join();
   }
 
   void start(bool with_draft, const Tokenizer* tokenizer = nullptr) {
     HttpServerOptions options;
-    options.port = 0;
-    options.served_model_name = "tiny";
-    options.n_threads = 4;
-    options.poll_interval = 5ms;
     options.specprefill_usage = with_draft;
-    server_ = std::make_unique<HttpServer>(engine_, tokenizer ? *tokenizer : *tokenizer_, options);
-    auto port = server_->bind();
-    ASSERT_TRUE(port.ok()) << port.message();
-    port_ = *port;
-    thread_ = std::thread([this] { EXPECT_TRUE(server_->serve().ok()); });
-    for (int i = 0; i < 500 && !server_->is_running(); ++i) std::this_thread::sleep_for(2ms);
-    ASSERT_TRUE(server_->is_running());
+    start_server(options, tokenizer);
   }
-
-  OrderedJson post(const std::string& path, const std::string& body) const {
-    httplib::Client cli("127.0.0.1", port_);
-    cli.set_read_timeout(10, 0);
-    auto res = cli.Post(path, body, "application/json");
-    EXPECT_TRUE(res);
-    if (!res) return OrderedJson();
-    EXPECT_EQ(res->status, 200) << res->body;
-    return OrderedJson::parse(res->body);
-  }
-
-  // The usage of the stream's last JSON chunk (the usage chunk).
-  OrderedJson streamed_usage(const std::string& path, const std::string& body) const {
-    httplib::Client cli("127.0.0.1", port_);
-    cli.set_read_timeout(10, 0);
-    auto res = cli.Post(path, body, "application/json");
-    EXPECT_TRUE(res);
-    if (!res) return OrderedJson();
-    EXPECT_EQ(res->status, 200) << res->body;
-    const std::string done = "data: [DONE]\n\n";
-    EXPECT_GE(res->body.size(), done.size());
-    EXPECT_EQ(res->body.substr(res->body.size() - done.size()), done) << res->body;
-    const size_t end = res->body.size() - done.size() - 2;  // before the usage chunk's "\n\n"
-    const size_t start = res->body.rfind("data: ", end) + 6;
-    const OrderedJson chunk = OrderedJson::parse(res->body.substr(start, end - start));
-    EXPECT_EQ(chunk["choices"], OrderedJson::array());
-    return chunk["usage"];
-  }
-
-  std::unique_ptr<Tokenizer> tokenizer_;
-  std::vector<int32_t> story_;  // every request's completion
-  FakeEngine engine_;
-  std::unique_ptr<HttpServer> server_;
-  std::thread thread_;
-  int port_ = 0;
 };
 
 TEST_F(SpecPrefillHttpTest, WithADraftUsageCarriesTheStats) {
