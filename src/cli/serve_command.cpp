@@ -6,6 +6,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "backend/cpu/cpu_backend.h"
 #include "cli/commands.h"
@@ -35,6 +36,9 @@ struct ServeFlags {
   bool no_access_log = false;
   int http_threads = 0;  // 0: enough for every running and waiting request
   int stats_interval_s = 10;
+  // After SIGTERM / SIGINT, how long requests in flight may run on before
+  // they are cancelled; 0: at once.
+  double shutdown_timeout_s = 30;
 };
 
 // "models/tinystories-656k/" -> "tinystories-656k"
@@ -115,6 +119,26 @@ void log_stats(const EngineMetrics& m, const ThroughputRates& rates) {
                rates.prompt_tokens_per_s, rates.generation_tokens_per_s,
                static_cast<long long>(m.n_running), static_cast<long long>(m.n_waiting), kv_used,
                hit);
+}
+
+// The shutdown's end: waits (up to 2 s) for the engine to retire what the
+// drain cancelled, then logs whether every KV block is back in the pool.
+void log_final_state(const Engine& engine) {
+  EngineMetrics m = engine.metrics();
+  auto settled = [](const EngineMetrics& e) {
+    return e.n_running == 0 && e.n_waiting == 0 && e.kv_blocks_free == e.kv_blocks_total;
+  };
+  for (int i = 0; i < 200 && !settled(m); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    m = engine.metrics();
+  }
+  std::fprintf(stderr,
+               "specstack: stopped: %lld requests finished, %lld choices aborted; KV cache %lld of "
+               "%lld blocks free%s\n",
+               static_cast<long long>(m.requests_finished_total),
+               static_cast<long long>(m.requests_aborted_total),
+               static_cast<long long>(m.kv_blocks_free), static_cast<long long>(m.kv_blocks_total),
+               settled(m) ? "" : " (warning: requests are still in the engine)");
 }
 
 // Loads the draft of `plan` on `backend`, with a progress bar on a terminal.
@@ -268,22 +292,53 @@ int run_serve(ServeFlags& flags) {
   if (!port.ok()) return report_error(port.message());
   std::fprintf(stderr, "specstack: listening on http://%s:%d\n", flags.http.host.c_str(), *port);
 
-  bool stopping = false;
+  // Graceful drain. The callbacks run on the watcher thread only, so this
+  // state needs no lock. First signal: stop admitting (503), let requests
+  // in flight finish; at --shutdown-timeout, or a second signal, end them
+  // ("shutdown"); once none is left, stop. A third signal exits at once.
+  int n_signals = 0;
+  Clock::time_point drain_start;
+  bool cancelling = false;
+  const auto shutdown_timeout = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(flags.shutdown_timeout_s));
+  auto cancel_in_flight = [&](const char* why) {
+    // Repeated every tick: a request admitted just before the drain began
+    // may reach the engine after the first call.
+    const int64_t n = server.shutdown_in_flight();
+    if (!cancelling) {
+      std::fprintf(stderr, "specstack: %s: cancelling %lld requests in flight\n", why,
+                   static_cast<long long>(n));
+    }
+    cancelling = true;
+  };
   ThroughputMeter meter;
   auto last_stats = Clock::now();
   signals.watch(
       [&](int signo) {
-        if (stopping) {
-          std::fprintf(stderr, "specstack: second signal, exiting now\n");
+        ++n_signals;
+        const char* name = signo == SIGINT ? "SIGINT" : "SIGTERM";
+        if (n_signals == 1) {
+          drain_start = Clock::now();
+          server.begin_drain();
+          std::fprintf(stderr,
+                       "specstack: %s received: draining %lld requests in flight (up to %g s; "
+                       "a second signal cancels them now)\n",
+                       name, static_cast<long long>(server.in_flight()), flags.shutdown_timeout_s);
+        } else if (n_signals == 2) {
+          cancel_in_flight(fmt::format("second signal ({})", name).c_str());
+        } else {
+          std::fprintf(stderr, "specstack: third signal, exiting now\n");
           std::_Exit(130);
         }
-        stopping = true;
-        std::fprintf(stderr, "specstack: %s received, shutting down\n",
-                     signo == SIGINT ? "SIGINT" : "SIGTERM");
       },
       [&] {
-        // Repeated: a stop that races with the listener's start is retried.
-        if (stopping) server.stop();
+        if (server.draining()) {
+          if (cancelling || Clock::now() - drain_start >= shutdown_timeout) {
+            cancel_in_flight("shutdown timeout");
+          }
+          // Repeated: a stop that races with the listener's start is retried.
+          if (server.in_flight() == 0) server.stop();
+        }
         const EngineMetrics m = engine.metrics();
         const auto now = Clock::now();
         const ThroughputRates rates =
@@ -298,7 +353,7 @@ int run_serve(ServeFlags& flags) {
   Status served = server.serve();
   signals.stop();  // the callbacks use the server and the engine
   if (!served.ok()) return report_error(served.message());
-  std::fprintf(stderr, "specstack: stopped\n");
+  log_final_state(engine);
   return 0;
 }
 
@@ -315,8 +370,9 @@ std::function<int()> add_serve_command(CLI::App& app) {
                       "address to bind (default 127.0.0.1: this machine only)");
   command->add_option("--port", flags->http.port, "port (0: any free port, printed at start)")
       ->check(CLI::Range(0, 65535));
-  command->add_option("--api-key", flags->http.api_key,
-                      "require 'Authorization: Bearer KEY' on /v1/*");
+  command->add_option(
+      "--api-key", flags->http.api_key,
+      "require 'Authorization: Bearer KEY' on /v1/* (/health and /metrics stay open)");
   command->add_option("--served-model-name", flags->http.served_model_name,
                       "model name clients must use (default: the model folder's name)");
   command
@@ -346,6 +402,17 @@ std::function<int()> add_serve_command(CLI::App& app) {
       ->add_option("--max-body-bytes", flags->http.max_body_bytes,
                    "request body limit (default 8 MiB)")
       ->check(CLI::PositiveNumber);
+  command
+      ->add_option("--request-timeout", flags->http.request_timeout_seconds,
+                   "seconds a completion request may take, queueing included, before it is "
+                   "cancelled (504, or finish_reason \"timeout\" in a stream); requests may set "
+                   "their own \"timeout\" (default 0: none)")
+      ->check(CLI::NonNegativeNumber);
+  command
+      ->add_option("--shutdown-timeout", flags->shutdown_timeout_s,
+                   "after SIGTERM / SIGINT, seconds requests in flight may run on before they "
+                   "are cancelled (default 30; 0: cancel at once)")
+      ->check(CLI::NonNegativeNumber);
   command->add_flag("--no-access-log", flags->no_access_log, "no stderr line per HTTP response");
   command
       ->add_option("--stats-interval", flags->stats_interval_s,

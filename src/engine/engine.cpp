@@ -405,7 +405,10 @@ void EngineCore::on_logits(Sequence* seq, float* logits, int32_t chosen) {
   const auto now = Clock::now();
   if (!request.first_token_sent) {
     request.first_token_sent = true;
-    ttft_.observe(std::chrono::duration<double>(now - request.arrival).count());
+    const std::chrono::duration<double> ttft = now - request.arrival;
+    ttft_.observe(ttft.count());
+    std::lock_guard<std::mutex> lock(request.stream->mutex);
+    request.stream->stats.ttft_ms = ttft.count() * 1e3;
   }
   // Sampling modifies the row in place: keep the raw logits when they are
   // needed again (another fork samples from them, or logprobs are reported).
@@ -509,6 +512,14 @@ void EngineCore::step() {
   }
   scheduled.plan.greedy_on_device = device_greedy_step(scheduled);
   const auto forward_start = Clock::now();
+  for (const ScheduledChunk& chunk : scheduled.chunks) {
+    Request& request = *chunk.seq->request;
+    if (request.scheduled) continue;
+    request.scheduled = true;
+    std::lock_guard<std::mutex> lock(request.stream->mutex);
+    request.stream->stats.queue_ms =
+        std::chrono::duration<double, std::milli>(forward_start - request.arrival).count();
+  }
   StepOutput output = model_.runner().run(scheduled.plan);
   const auto forward_end = Clock::now();
   // The k policy's cost line is of decode and verify steps (every row wants

@@ -16,7 +16,16 @@
 
 namespace specstack {
 
-enum class FinishReason { kFinishLength, kFinishStop, kFinishAbort };
+// kFinishTimeout and kFinishShutdown are the server's: it ends a request
+// whose deadline passed, or that a shutdown cut short; the engine itself
+// only ever ends a request with the first three.
+enum class FinishReason {
+  kFinishLength,
+  kFinishStop,
+  kFinishAbort,
+  kFinishTimeout,
+  kFinishShutdown
+};
 
 // Per-request speculative prefill controls (OpenAI body: `specprefill`,
 // `specprefill_keep_pct`, top level or in extra_body).
@@ -82,6 +91,11 @@ struct RequestStats {
   int64_t cached_tokens = 0;     // prompt tokens served from the prefix cache
   int64_t generated_tokens = 0;  // over all choices
   int32_t preemptions = 0;
+  // From submit() to the first step that ran the request on the target model
+  // (speculative prefill's draft scoring counts as queueing), and to the
+  // first generated token; unset until then.
+  std::optional<double> queue_ms;
+  std::optional<double> ttft_ms;
   SpecPrefillStats specprefill;
   SpecDecodeStats speculative;
 };

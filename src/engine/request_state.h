@@ -93,6 +93,7 @@ struct Request {
   std::vector<std::unique_ptr<Sequence>> sequences;  // [n]; forks appear after prefill
   Clock::time_point arrival;
   bool first_token_sent = false;
+  bool scheduled = false;  // a step has run it on the target (stats.queue_ms is set)
   bool prompt_cached_counted = false;
 };
 

@@ -1,5 +1,7 @@
 #include "server/completion_session.h"
 
+#include <algorithm>
+
 #include "base/check.h"
 
 namespace specstack {
@@ -43,6 +45,60 @@ CompletionSession::CompletionSession(const Tokenizer& tokenizer, SessionOptions 
 
 CompletionSession::~CompletionSession() {
   cancel();
+}
+
+void CompletionSession::request_shutdown() {
+  shutdown_requested_ = true;
+}
+
+std::optional<FinishReason> CompletionSession::due_end() const {
+  if (shutdown_requested_) return FinishReason::kFinishShutdown;
+  if (options_.deadline && std::chrono::steady_clock::now() >= *options_.deadline) {
+    return FinishReason::kFinishTimeout;
+  }
+  return std::nullopt;
+}
+
+std::chrono::milliseconds CompletionSession::wait_budget(std::chrono::milliseconds timeout) const {
+  if (!options_.deadline) return timeout;
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(*options_.deadline -
+                                                                 std::chrono::steady_clock::now());
+  return std::clamp(left, std::chrono::milliseconds(0), timeout);
+}
+
+std::vector<ChoiceOutput> CompletionSession::end_early(FinishReason reason) {
+  ended_early_ = reason;
+  cancel();  // the engine frees the request's KV blocks on its next step
+  std::vector<ChoiceOutput> outputs;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    Choice& choice = *choices_[i];
+    if (choice.finish) continue;
+    ChoiceOutput out;
+    out.index = static_cast<int32_t>(i);
+    // Text held back (an incomplete character, a possible stop string's
+    // start) was generated before the end: the client gets it.
+    out.text = choice.stops.push(choice.decoder.flush()) + choice.stops.flush();
+    choice.text += out.text;
+    choice.finish = reason;
+    out.finish = reason;
+    outputs.push_back(std::move(out));
+  }
+  return outputs;
+}
+
+ApiError CompletionSession::end_error() const {
+  int64_t generated = 0;
+  for (const auto& choice : choices_) generated += choice->n_tokens;
+  if (ended_early_ == FinishReason::kFinishShutdown) {
+    return shutting_down_error(fmt::format(
+        "The server is shutting down and cancelled this request after {} generated tokens; "
+        "retry it",
+        generated));
+  }
+  return request_timeout_error(fmt::format(
+      "The request did not finish within its timeout of {} s ({} tokens generated); raise "
+      "'timeout' or the server's --request-timeout",
+      options_.timeout_seconds, generated));
 }
 
 void CompletionSession::cancel() {
@@ -163,13 +219,27 @@ std::string CompletionSession::poll_stream(std::chrono::milliseconds timeout) {
       }
     }
   }
-  for (const ChoiceOutput& delta : drain(out.empty() ? timeout : std::chrono::milliseconds(0))) {
+  // Tokens that arrived before an early end still go out, ahead of it.
+  std::optional<FinishReason> due = due_end();
+  const bool wait = out.empty() && !due;
+  std::vector<ChoiceOutput> outputs =
+      drain(wait ? wait_budget(timeout) : std::chrono::milliseconds(0));
+  if (!due) due = due_end();
+  const bool cut = due && !all_choices_finished();
+  if (cut) {
+    for (ChoiceOutput& last : end_early(*due)) outputs.push_back(std::move(last));
+  }
+  for (const ChoiceOutput& delta : outputs) {
     // Events of a choice that already ended come back empty, without finish.
     if (delta.text.empty() && delta.logprobs.empty() && !delta.finish) continue;
     out += sse_event(stream_chunk(options_.header, delta, want_logprobs, options_.include_usage));
   }
   if (all_choices_finished()) {
+    note_end();
     if (options_.include_usage) out += sse_event(usage_chunk(options_.header, usage()));
+    // An SSE error event, as vLLM sends one: the openai clients raise it as
+    // an APIError instead of returning a silently short stream.
+    if (cut) out += "data: " + error_body(end_error()) + "\n\n";
     out += kSseDone;
     stream_closed_ = true;
   }
@@ -177,7 +247,15 @@ std::string CompletionSession::poll_stream(std::chrono::milliseconds timeout) {
 }
 
 void CompletionSession::poll(std::chrono::milliseconds timeout) {
-  drain(timeout);
+  std::optional<FinishReason> due = due_end();
+  drain(due ? std::chrono::milliseconds(0) : wait_budget(timeout));
+  if (!due) due = due_end();
+  if (due && !all_choices_finished()) end_early(*due);
+  if (all_choices_finished()) note_end();
+}
+
+void CompletionSession::note_end() {
+  if (!ended_at_) ended_at_ = std::chrono::steady_clock::now();
 }
 
 UsageCounts CompletionSession::usage() const {
@@ -186,6 +264,11 @@ UsageCounts CompletionSession::usage() const {
   for (const auto& choice : choices_) usage.completion_tokens += choice->n_tokens;
   const RequestStats stats = stream_->stats();
   usage.cached_tokens = stats.cached_tokens;
+  usage.timing.queue_ms = stats.queue_ms;
+  usage.timing.ttft_ms = stats.ttft_ms;
+  usage.timing.total_ms = std::chrono::duration<double, std::milli>(
+                              ended_at_.value_or(std::chrono::steady_clock::now()) - started_)
+                              .count();
   if (options_.specprefill_usage) usage.specprefill = stats.specprefill;
   if (options_.specdecode_usage) usage.speculative = stats.speculative;
   return usage;

@@ -6,8 +6,14 @@
 // choice that meets a stop string is finished here ("stop") and the engine's
 // later tokens for it are ignored; the request is cancelled in the engine as
 // soon as every choice is finished here. With n == 1 that is immediately.
+//
+// Ending early: a request whose deadline passes, or that the server's drain
+// cuts (request_shutdown()), is cancelled in the engine at the next poll and
+// its unfinished choices end with finish_reason "timeout" / "shutdown"; a
+// stream then carries an error event (end_error()) before [DONE].
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -15,6 +21,7 @@
 
 #include "engine/engine_api.h"
 #include "engine/sampler.h"
+#include "server/errors.h"
 #include "server/openai_response.h"
 #include "tokenizer/tokenizer.h"
 
@@ -31,6 +38,10 @@ struct SessionOptions {
   int64_t prompt_tokens = 0;
   bool specprefill_usage = false;  // usage carries the engine's SpecPrefillStats
   bool specdecode_usage = false;   // usage carries the engine's SpecDecodeStats
+  // The request ends with kFinishTimeout at this time; timeout_seconds is the
+  // budget it came from (for the error message). Unset: no deadline.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  double timeout_seconds = 0;
 };
 
 SessionOptions session_options_for(const OpenAiRequest& request, ResponseHeader header);
@@ -58,6 +69,16 @@ class CompletionSession {
   UsageCounts usage() const;
   void cancel();  // idempotent
 
+  // Thread-safe: asks the thread that polls to end the request at its next
+  // poll with kFinishShutdown (the poller cancels it in the engine).
+  void request_shutdown();
+  // Why the server ended the request early (kFinishTimeout, kFinishShutdown),
+  // or nullopt when it ended on its own.
+  std::optional<FinishReason> ended_early() const { return ended_early_; }
+  // The OpenAI error for an early end: 504 "timeout" or 503
+  // "server_shutting_down" (with Retry-After). Valid once ended_early().
+  ApiError end_error() const;
+
  private:
   struct Choice;
   // Applies one event; returns the choice's new output (text, logprobs, finish).
@@ -68,6 +89,14 @@ class CompletionSession {
   // Reads what the engine has ready: the first wait up to timeout, then
   // without waiting. Returns the choices' outputs in arrival order.
   std::vector<ChoiceOutput> drain(std::chrono::milliseconds timeout);
+  // The early end due now (deadline passed, shutdown asked), if any.
+  std::optional<FinishReason> due_end() const;
+  // How long the next wait for events may be: `timeout`, cut at the deadline.
+  std::chrono::milliseconds wait_budget(std::chrono::milliseconds timeout) const;
+  // Cancels the request and ends every unfinished choice with `reason`;
+  // returns those choices' last outputs (their flushed text and finish).
+  std::vector<ChoiceOutput> end_early(FinishReason reason);
+  void note_end();  // every choice has finished: the time usage.timing.total_ms ends at
 
   const Tokenizer* tokenizer_;
   SessionOptions options_;
@@ -75,6 +104,10 @@ class CompletionSession {
   std::vector<std::unique_ptr<Choice>> choices_;
   bool streaming_started_ = false;
   bool stream_closed_ = false;  // [DONE] produced
+  std::atomic<bool> shutdown_requested_{false};
+  std::optional<FinishReason> ended_early_;
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> ended_at_;  // every choice finished
 };
 
 }  // namespace specstack

@@ -49,6 +49,21 @@ ApiError make_api_error(int status, std::string message, std::optional<std::stri
   return api;
 }
 
+ApiError shutting_down_error(std::string message) {
+  ApiError api = make_api_error(503, std::move(message), "server_shutting_down");
+  api.type = "server_shutting_down";
+  // Long enough for a load balancer to have noticed /health's 503 and for a
+  // restarted replica to come up; clients retrying sooner only get 503 again.
+  api.retry_after_seconds = 5;
+  return api;
+}
+
+ApiError request_timeout_error(std::string message) {
+  ApiError api = make_api_error(504, std::move(message), "request_timeout");
+  api.type = "timeout";
+  return api;
+}
+
 std::string error_body(const ApiError& error) {
   nlohmann::ordered_json inner;
   inner["message"] = error.message;

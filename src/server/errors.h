@@ -33,6 +33,15 @@ ApiError api_error_from(const Error& error);
 ApiError make_api_error(int status, std::string message,
                         std::optional<std::string> code = std::nullopt);
 
+// 503 "server_shutting_down" with Retry-After: the server is draining (new
+// requests) or its drain timeout cut the request (`message` says which).
+ApiError shutting_down_error(std::string message);
+
+// 504 "timeout": the request's deadline passed before it finished. 504, not
+// 408: 408 means the client was too slow to send its request, which is not
+// what happened; 504 says the server did not produce the answer in time.
+ApiError request_timeout_error(std::string message);
+
 // The JSON body text. Never throws: invalid UTF-8 in the message is replaced.
 std::string error_body(const ApiError& error);
 

@@ -2,13 +2,17 @@
 
 #include <httplib.h>
 
+#include <atomic>
+#include <cctype>
 #include <cstdio>
 #include <optional>
 #include <random>
+#include <string_view>
 
 #include "chat/chat_template.h"
 #include "server/completion_session.h"
 #include "server/errors.h"
+#include "server/in_flight.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
 
@@ -30,14 +34,37 @@ void send_error(httplib::Response& res, const ApiError& error) {
   res.set_content(error_body(error), "application/json");
 }
 
-// Takes the same time wherever the first difference is, so response timing
-// does not reveal how much of a guessed key was right. `expected` is not empty.
+// Whether `given` is the key, in a time that depends only on given.size()
+// (which the client knows anyway): not on where the first difference is, and
+// not on the expected key's length or content. Every byte of `given` is
+// compared, against the key's byte at the same index or, past the key's end,
+// its first byte (chosen with a mask, not a branch); the length check is
+// folded into the same accumulator. `expected` is not empty.
 bool same_secret(std::string_view given, std::string_view expected) {
-  size_t diff = given.size() ^ expected.size();
+  const size_t n_expected = expected.size();
+  // volatile: the compiler may not turn the loop into an early exit.
+  volatile unsigned diff = static_cast<unsigned>((given.size() ^ n_expected) != 0);
   for (size_t i = 0; i < given.size(); ++i) {
-    diff |= static_cast<unsigned char>(given[i] ^ expected[i % expected.size()]);
+    const size_t in_key = size_t{0} - static_cast<size_t>(i < n_expected);  // all ones or 0
+    const auto want = static_cast<unsigned char>(expected[i & in_key]);
+    diff = diff | static_cast<unsigned char>(given[i] ^ want);
   }
   return diff == 0;
+}
+
+// The credentials of "Authorization: <scheme> <credentials>" when the scheme
+// is Bearer in any letter case (RFC 7235: schemes are case-insensitive) and
+// one or more spaces separate them; nullopt otherwise.
+std::optional<std::string_view> bearer_credentials(std::string_view header) {
+  constexpr std::string_view kBearer = "bearer";
+  if (header.size() <= kBearer.size()) return std::nullopt;
+  for (size_t i = 0; i < kBearer.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(header[i])) != kBearer[i]) return std::nullopt;
+  }
+  std::string_view rest = header.substr(kBearer.size());
+  const size_t start = rest.find_first_not_of(' ');
+  if (start == 0 || start == std::string_view::npos) return std::nullopt;
+  return rest.substr(start);
 }
 
 const char* status_text(int status) {
@@ -82,7 +109,10 @@ struct HttpServer::Impl {
   void handle_completion(ApiEndpoint endpoint, const httplib::Request& req, httplib::Response& res,
                          const httplib::ContentReader& reader);
   void start_response(const std::shared_ptr<CompletionSession>& session, bool stream,
-                      httplib::Response& res);
+                      std::shared_ptr<InFlightRequests::Ticket> ticket, httplib::Response& res);
+  // A non-streamed request with a deadline: answered here, once it ends, so
+  // that a timeout can still be a 504 (the provider's 200 goes out at once).
+  void respond_when_done(CompletionSession& session, httplib::Response& res);
   std::string next_id(const char* prefix);
   OrderedJson model_card() const;
 
@@ -92,6 +122,9 @@ struct HttpServer::Impl {
   std::optional<ChatTemplate> chat_template;
   ServedModel served;
   int64_t created = 0;
+  // Before `server`, so it is destroyed after it: responses hold its tickets.
+  InFlightRequests in_flight;
+  std::atomic<bool> draining{false};
   httplib::Server server;
   HttpCounters counters;
   ThroughputMeter throughput;
@@ -122,14 +155,20 @@ OrderedJson HttpServer::Impl::model_card() const {
 bool HttpServer::Impl::authorized(const httplib::Request& req, httplib::Response& res) const {
   if (options.api_key.empty()) return true;
   const std::string header = req.get_header_value("Authorization");
-  constexpr std::string_view kBearer = "Bearer ";
   if (header.empty()) {
     send_error(res, make_api_error(401, "Missing API key: send 'Authorization: Bearer <key>'",
                                    "invalid_api_key"));
     return false;
   }
-  if (header.compare(0, kBearer.size(), kBearer) != 0 ||
-      !same_secret(header.substr(kBearer.size()), options.api_key)) {
+  const std::optional<std::string_view> key = bearer_credentials(header);
+  if (!key) {
+    send_error(res, make_api_error(401,
+                                   "The Authorization header must use the Bearer scheme: "
+                                   "'Authorization: Bearer <key>'",
+                                   "invalid_api_key"));
+    return false;
+  }
+  if (!same_secret(*key, options.api_key)) {
     send_error(res, make_api_error(401, "Incorrect API key provided", "invalid_api_key"));
     return false;
   }
@@ -139,6 +178,9 @@ bool HttpServer::Impl::authorized(const httplib::Request& req, httplib::Response
 void HttpServer::Impl::handle_completion(ApiEndpoint endpoint, const httplib::Request& req,
                                          httplib::Response& res,
                                          const httplib::ContentReader& reader) {
+  // Counted from here, so a drain that begins after the check below still
+  // waits for this request.
+  std::shared_ptr<InFlightRequests::Ticket> ticket = in_flight.enter();
   // httplib enforces the limit on bodies with a Content-Length (and skips
   // the rest of them); this covers chunked uploads too. An oversized body is
   // still read, and dropped, up to a bound: clients that send the whole body
@@ -168,6 +210,13 @@ void HttpServer::Impl::handle_completion(ApiEndpoint endpoint, const httplib::Re
     return;
   }
   if (!authorized(req, res)) return;
+  if (draining) {
+    // Closed, so a keep-alive client's next request goes to a new connection
+    // (and, behind a load balancer, to another replica).
+    res.set_header("Connection", "close");
+    return send_error(res, shutting_down_error("The server is shutting down and admits no new "
+                                               "requests; retry on another replica or later"));
+  }
 
   auto request = parse_openai_request(endpoint, body, served);
   if (!request.ok()) return send_error(res, api_error_from(request.error()));
@@ -180,16 +229,34 @@ void HttpServer::Impl::handle_completion(ApiEndpoint endpoint, const httplib::Re
   SessionOptions session_options = session_options_for(*request, std::move(header));
   session_options.specprefill_usage = options.specprefill_usage;
   session_options.specdecode_usage = options.specdecode_usage;
+  const double timeout = request->timeout_seconds.value_or(options.request_timeout_seconds);
+  if (timeout > 0) {
+    session_options.timeout_seconds = timeout;
+    // The clock starts before submit(): time in the engine's queue counts.
+    session_options.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                  std::chrono::duration<double>(timeout));
+  }
 
   auto submitted = engine.submit(std::move(request->options));
   if (!submitted.ok()) return send_error(res, api_error_from(submitted.error()));
   auto session = std::make_shared<CompletionSession>(tokenizer, std::move(session_options),
                                                      std::move(submitted).value());
-  start_response(session, stream, res);
+  ticket->attach(session);
+  if (!stream && timeout > 0) return respond_when_done(*session, res);
+  start_response(session, stream, std::move(ticket), res);
+}
+
+void HttpServer::Impl::respond_when_done(CompletionSession& session, httplib::Response& res) {
+  // No heartbeat can go out before the status line, so a client that goes
+  // away is not noticed here; the deadline bounds what it can cost.
+  while (!session.finished()) session.poll(options.poll_interval);
+  if (session.ended_early()) return send_error(res, session.end_error());
+  send_json(res, 200, session.response());
 }
 
 void HttpServer::Impl::start_response(const std::shared_ptr<CompletionSession>& session,
-                                      bool stream, httplib::Response& res) {
+                                      bool stream, std::shared_ptr<InFlightRequests::Ticket> ticket,
+                                      httplib::Response& res) {
   res.status = 200;
   if (stream) {
     res.set_header("Cache-Control", "no-cache");
@@ -222,7 +289,9 @@ void HttpServer::Impl::start_response(const std::shared_ptr<CompletionSession>& 
     if (session->finished()) sink.done();
     return true;
   };
-  auto releaser = [session](bool) { session->cancel(); };
+  // The ticket goes with the releaser: the request stays in flight until
+  // httplib is done with the response.
+  auto releaser = [session, ticket = std::move(ticket)](bool) { session->cancel(); };
   res.set_chunked_content_provider(stream ? "text/event-stream" : "application/json",
                                    std::move(provider), std::move(releaser));
 }
@@ -258,7 +327,9 @@ void HttpServer::Impl::setup_routes() {
     }
     send_json(res, 200, model_card());
   });
-  server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+  // 503 while draining, so a load balancer stops routing here.
+  server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (draining) return send_json(res, 503, OrderedJson{{"status", "draining"}});
     send_json(res, 200, OrderedJson{{"status", "ok"}});
   });
   server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -377,6 +448,22 @@ void HttpServer::stop() {
 
 bool HttpServer::is_running() const {
   return impl_->server.is_running();
+}
+
+void HttpServer::begin_drain() {
+  impl_->draining = true;
+}
+
+bool HttpServer::draining() const {
+  return impl_->draining;
+}
+
+int64_t HttpServer::in_flight() const {
+  return impl_->in_flight.count();
+}
+
+int64_t HttpServer::shutdown_in_flight() {
+  return impl_->in_flight.shutdown_all();
 }
 
 const std::string& HttpServer::chat_template_error() const {

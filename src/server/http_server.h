@@ -39,6 +39,9 @@ struct HttpServerOptions {
   bool specprefill_usage = false;
   // The engine runs speculative decoding (--spec-decode): usage gains `speculative`.
   bool specdecode_usage = false;
+  // Every completion request's deadline in seconds unless it sets its own
+  // (`timeout`); 0: none.
+  double request_timeout_seconds = 0;
 };
 
 class HttpServer {
@@ -58,6 +61,17 @@ class HttpServer {
   // workers are done (streaming responses end at their next poll).
   void stop();
   bool is_running() const;
+
+  // Graceful drain, thread-safe. begin_drain(): from now on /health answers
+  // 503 and new completion requests get 503 "server_shutting_down" with
+  // Retry-After; requests already admitted run on. in_flight(): requests
+  // still being handled or written (stop() once it is 0, or streams are cut).
+  // shutdown_in_flight(): ends them all within one poll interval with
+  // finish_reason "shutdown"; returns how many it asked.
+  void begin_drain();
+  bool draining() const;
+  int64_t in_flight() const;
+  int64_t shutdown_in_flight();
 
   // "" when the chat template parsed (or there is none).
   const std::string& chat_template_error() const;

@@ -210,6 +210,17 @@ Status parse_specdecode(const OrderedJson& body, SpecDecodeControls& specdecode)
   return Status::ok_status();
 }
 
+// The request's deadline. A positive number of seconds: zero or a negative
+// one would expire the request before it ran, which is a client bug to report.
+Result<std::optional<double>> parse_timeout(const OrderedJson& body) {
+  SS_ASSIGN_OR_RETURN(std::optional<double> timeout, get_number(body, "timeout"));
+  if (timeout && !(*timeout > 0 && *timeout <= kMaxTimeoutSeconds)) {
+    return errorf("'timeout' must be a number of seconds in (0, {}], got {}", kMaxTimeoutSeconds,
+                  *timeout);
+  }
+  return timeout;
+}
+
 // max_tokens (chat: max_completion_tokens wins) against the context. The
 // completions default is OpenAI's 16; the chat default is whatever room the
 // context leaves.
@@ -272,6 +283,7 @@ Result<OpenAiRequest> parse_openai_request(ApiEndpoint endpoint, std::string_vie
   options.n = static_cast<int32_t>(n.value_or(1));
   SS_TRY(parse_specprefill(body, options.specprefill));
   SS_TRY(parse_specdecode(body, options.specdecode));
+  SS_ASSIGN_OR_RETURN(request.timeout_seconds, parse_timeout(body));
 
   // The prompt last: tokenizing and rendering are the expensive part.
   if (endpoint == ApiEndpoint::kApiChatCompletions) {

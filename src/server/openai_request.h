@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -33,6 +34,9 @@ struct OpenAiRequest {
   bool stream = false;
   bool include_usage = false;       // stream_options.include_usage
   bool skip_special_tokens = true;  // in the returned text (vLLM's default)
+  // `timeout` (seconds, top level or extra_body): the request's own deadline,
+  // in place of the server's --request-timeout. Unset: the server's.
+  std::optional<double> timeout_seconds;
 };
 
 // Limits on what one request may ask for.
@@ -40,6 +44,7 @@ inline constexpr int64_t kMaxChoices = 16;            // n (the engine forks at 
 inline constexpr int64_t kMaxCompletionLogprobs = 5;  // completions `logprobs`
 inline constexpr int64_t kMaxChatTopLogprobs = 20;    // chat `top_logprobs`
 inline constexpr size_t kMaxStopStrings = 16;         // `stop` (SamplingParams::validate's cap)
+inline constexpr double kMaxTimeoutSeconds = 604800;  // `timeout`: a week, far past any real use
 
 // Errors: kErrorInvalidArgument (400) for malformed JSON, invalid UTF-8, wrong
 // types, out-of-range values and prompt + max_tokens over the context;

@@ -111,6 +111,10 @@ const char* finish_reason_name(FinishReason reason) {
       return "length";
     case FinishReason::kFinishAbort:
       return "abort";
+    case FinishReason::kFinishTimeout:
+      return "timeout";
+    case FinishReason::kFinishShutdown:
+      return "shutdown";
   }
   return "abort";
 }
@@ -125,6 +129,15 @@ OrderedJson usage_json(const UsageCounts& usage) {
   out["prompt_tokens_details"] = std::move(details);
   if (usage.specprefill) out["specprefill"] = specprefill_json(*usage.specprefill);
   if (usage.speculative) out["speculative"] = speculative_json(*usage.speculative);
+  // Rounded to the microsecond: enough for a latency, short on the wire.
+  auto ms = [](const std::optional<double>& value) {
+    return value ? OrderedJson(std::round(*value * 1e3) / 1e3) : OrderedJson(nullptr);
+  };
+  OrderedJson timing = OrderedJson::object();
+  timing["queue_ms"] = ms(usage.timing.queue_ms);
+  timing["ttft_ms"] = ms(usage.timing.ttft_ms);
+  timing["total_ms"] = ms(usage.timing.total_ms);
+  out["timing"] = std::move(timing);
   return out;
 }
 

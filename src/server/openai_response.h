@@ -30,6 +30,14 @@ struct TokenLogprobText {
   std::vector<std::pair<std::string, float>> top;  // best alternatives, descending
 };
 
+// usage.timing, in milliseconds; each null until it happened (a request cut
+// before its first token has no ttft_ms).
+struct RequestTiming {
+  std::optional<double> queue_ms;  // submit -> first step on the target model
+  std::optional<double> ttft_ms;   // submit -> first generated token
+  std::optional<double> total_ms;  // submit -> the request's end, as the server saw it
+};
+
 struct UsageCounts {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
@@ -40,6 +48,7 @@ struct UsageCounts {
   // Set only when the server runs speculative decoding (--spec-decode), for
   // the same reason: usage.speculative is absent otherwise.
   std::optional<SpecDecodeStats> speculative{};
+  RequestTiming timing{};
 };
 
 // What one choice has to say: its whole output (non-streaming) or what is new
@@ -53,15 +62,17 @@ struct ChoiceOutput {
   std::optional<FinishReason> finish;
 };
 
-// "stop", "length"; "abort" only when the engine ended the request itself
-// (e.g. at shutdown) while a client was still waiting.
+// "stop", "length"; "timeout" when the request's deadline cut it, "shutdown"
+// when the server's drain timeout did; "abort" only when the engine ended the
+// request itself (e.g. destroyed) while a client was still waiting.
 const char* finish_reason_name(FinishReason reason);
 
 // {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details:
 // {cached_tokens}} plus, when usage.specprefill is set, specprefill: {applied,
 // prompt_tokens, kept_tokens, scoring_ms, fallback_reason (string or null)},
 // and when usage.speculative is set, speculative: {draft_tokens,
-// accepted_tokens, acceptance_rate} (acceptance_rate 0 when nothing was drafted).
+// accepted_tokens, acceptance_rate} (acceptance_rate 0 when nothing was drafted),
+// and always, last, timing: {queue_ms, ttft_ms, total_ms} (null until known).
 OrderedJson usage_json(const UsageCounts& usage);
 
 // The `logprobs` of one choice: completions {tokens, token_logprobs,

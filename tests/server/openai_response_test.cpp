@@ -21,6 +21,20 @@ ResponseHeader header_for(ApiEndpoint endpoint) {
   return header;
 }
 
+TEST(OpenAiResponse, UsageTimingInMilliseconds) {
+  UsageCounts usage;
+  usage.timing.queue_ms = 1.23456;
+  usage.timing.ttft_ms = 20.5;
+  usage.timing.total_ms = 100;
+  const OrderedJson timing = usage_json(usage)["timing"];
+  EXPECT_EQ(json_text(timing), R"({"queue_ms":1.235,"ttft_ms":20.5,"total_ms":100.0})");
+}
+
+TEST(OpenAiResponse, FinishReasonsOfEarlyEnds) {
+  EXPECT_STREQ(finish_reason_name(FinishReason::kFinishTimeout), "timeout");
+  EXPECT_STREQ(finish_reason_name(FinishReason::kFinishShutdown), "shutdown");
+}
+
 TEST(OpenAiResponse, CompletionBody) {
   ChoiceOutput choice;
   choice.index = 0;
@@ -34,7 +48,8 @@ TEST(OpenAiResponse, CompletionBody) {
       R"({"id":"cmpl-1","object":"text_completion","created":1700000000,"model":"tiny",)"
       R"("choices":[{"index":0,"text":"Once upon","logprobs":null,"finish_reason":"length"}],)"
       R"("usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7,)"
-      R"("prompt_tokens_details":{"cached_tokens":3}}})");
+      R"("prompt_tokens_details":{"cached_tokens":3},)"
+      R"("timing":{"queue_ms":null,"ttft_ms":null,"total_ms":null}}})");
 }
 
 TEST(OpenAiResponse, ChatBodyWithTwoChoices) {

@@ -56,12 +56,12 @@ TEST(SpecDecodeUsageJson, BesideSpecPrefill) {
   const OrderedJson json = usage_json(usage);
   EXPECT_TRUE(json["specprefill"].is_object());
   EXPECT_EQ(json["speculative"]["acceptance_rate"], 0.25);
-  // specprefill first, then speculative, after OpenAI's own fields.
+  // specprefill first, then speculative, after OpenAI's own fields; timing last.
   std::vector<std::string> keys;
   for (const auto& item : json.items()) keys.push_back(item.key());
-  EXPECT_EQ(keys,
-            (std::vector<std::string>{"prompt_tokens", "completion_tokens", "total_tokens",
-                                      "prompt_tokens_details", "specprefill", "speculative"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"prompt_tokens", "completion_tokens", "total_tokens",
+                                            "prompt_tokens_details", "specprefill", "speculative",
+                                            "timing"}));
 }
 
 // The server in front of a FakeEngine whose every request reports the same
