@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Graceful drain of a real `specstack serve` (TinyStories): 32 streams are
+# running when SIGTERM comes; from then on /health and new requests get 503,
+# the 32 streams still end with [DONE] (finish_reason "length"), and the
+# process exits 0 with every KV block free. A second run with a short
+# --shutdown-timeout cuts long streams: finish_reason "shutdown", an error
+# event, [DONE]; exit 0, pool free. And one with --request-timeout cuts a
+# stream with "timeout". Usage: server_drain_test.sh SPECSTACK_BINARY REPO_ROOT
+set -euo pipefail
+bin=$1
+root=$2
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; [ -f "$work/server.log" ] && tail -20 "$work/server.log" >&2; exit 1; }
+pass() { echo "ok: $*"; }
+
+# start_server ARGS...: starts a server, waits for its port; sets $port and $server.
+start_server() {
+  : > "$work/server.log"
+  "$bin" serve --model "$root/models/tinystories-656k" --port 0 --no-access-log "$@" \
+    2>>"$work/server.log" &
+  server=$!
+  pids+=("$server")
+  for _ in $(seq 1 300); do
+    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/server.log" | head -1)
+    [ -n "$port" ] && return 0
+    sleep 0.1
+  done
+  fail "the server did not start"
+}
+
+# start_streams N MAX_TOKENS: N streaming completions in the background, each
+# into $work/stream.I; waits until every one has its first chunk.
+start_streams() {
+  local n=$1 max_tokens=$2
+  stream_pids=()
+  for i in $(seq 1 "$n"); do
+    curl -sN --max-time 60 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+      -d "{\"prompt\": \"Once upon a time\", \"max_tokens\": $max_tokens, \"ignore_eos\": true, \"stream\": true}" \
+      > "$work/stream.$i" &
+    stream_pids+=($!)
+  done
+  for _ in $(seq 1 300); do
+    local started=0
+    for i in $(seq 1 "$n"); do grep -q '^data: {' "$work/stream.$i" 2>/dev/null && started=$((started + 1)); done
+    [ "$started" = "$n" ] && return 0
+    sleep 0.02
+  done
+  fail "only $started of $n streams started"
+}
+
+# expect_pool_free: the server's last line says every KV block is free.
+expect_pool_free() {
+  local line
+  line=$(grep 'specstack: stopped:' "$work/server.log") || fail "$1: no 'stopped' line"
+  echo "$line" | grep -qE 'KV cache ([0-9]+) of \1 blocks free$' || fail "$1: $line"
+  pass "$1: $line"
+}
+
+# ------------------------------------------- drain: 32 streams run to the end
+start_server --max-num-seqs 32 --shutdown-timeout 30
+start_streams 32 240
+t0=$(date +%s%N)
+kill -TERM "$server"
+for _ in $(seq 1 100); do
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health")" = 503 ] && break
+  sleep 0.02
+done
+status=$(curl -s -o "$work/body" -D "$work/headers" -w '%{http_code}' "http://127.0.0.1:$port/v1/completions" \
+  -H 'Content-Type: application/json' -d '{"prompt": "Once", "max_tokens": 4}')
+[ "$status" = 503 ] || fail "a new request while draining: status $status: $(cat "$work/body")"
+grep -q '"type":"server_shutting_down"' "$work/body" || fail "503 body: $(cat "$work/body")"
+grep -qi '^Retry-After: 5' "$work/headers" || fail "503 without Retry-After: $(cat "$work/headers")"
+pass "while draining: /health and new requests get 503 (server_shutting_down, Retry-After)"
+running=$(for p in "${stream_pids[@]}"; do kill -0 "$p" 2>/dev/null && echo x; done | wc -l)
+[ "$running" -gt 0 ] || fail "every stream had ended before the 503 checks: the test proves nothing"
+pass "$running of 32 streams still running after the 503 checks"
+rc=0
+wait "$server" || rc=$?
+t1=$(date +%s%N)
+[ "$rc" = 0 ] || fail "the server exited $rc after the drain"
+for i in $(seq 1 32); do wait "${stream_pids[$((i - 1))]}" || fail "stream $i: curl failed"; done
+for i in $(seq 1 32); do
+  tail -n 2 "$work/stream.$i" | grep -q '^data: \[DONE\]' || fail "stream $i does not end with [DONE]"
+  [ "$(grep -c '"finish_reason":"length"' "$work/stream.$i")" = 1 ] || fail "stream $i did not finish with length"
+  grep -q '"error"' "$work/stream.$i" && fail "stream $i has an error event"
+done
+pass "32 streams ended with finish_reason length and [DONE]; exit 0 after $(( (t1 - t0) / 1000000 )) ms"
+expect_pool_free "drain"
+
+# ------------------------ a short shutdown timeout cancels the long streams
+start_server --max-num-seqs 2 --shutdown-timeout 0.3
+start_streams 2 480
+# Queued behind them: never started when the drain is cut.
+start_streams_queued() {
+  curl -sN --max-time 60 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt": "Once upon a time", "max_tokens": 480, "ignore_eos": true, "stream": true}' \
+    > "$work/queued" &
+  queued_pid=$!
+}
+start_streams_queued
+for _ in $(seq 1 200); do
+  [ "$(curl -s "http://127.0.0.1:$port/metrics" | awk '$1 == "specstack_num_requests_waiting" {print $2}')" = 1 ] && break
+  sleep 0.02
+done
+t0=$(date +%s%N)
+kill -TERM "$server"
+rc=0
+wait "$server" || rc=$?
+t1=$(date +%s%N)
+[ "$rc" = 0 ] || fail "the server exited $rc after cancelling"
+elapsed_ms=$(( (t1 - t0) / 1000000 ))
+[ "$elapsed_ms" -lt 5000 ] || fail "the shutdown took $elapsed_ms ms with --shutdown-timeout 0.3"
+wait "${stream_pids[@]}" "$queued_pid" || true
+n_cut=0
+for f in "$work/stream.1" "$work/stream.2" "$work/queued"; do
+  tail -n 2 "$f" | grep -q '^data: \[DONE\]' || fail "$(basename "$f") does not end with [DONE]: $(tail -c 300 "$f")"
+  if grep -q '"finish_reason":"shutdown"' "$f"; then
+    grep -q '"type":"server_shutting_down"' "$f" || fail "$(basename "$f"): shutdown without an error event"
+    n_cut=$((n_cut + 1))
+  fi
+done
+[ "$n_cut" -ge 2 ] || fail "only $n_cut streams were cut by the shutdown timeout"
+pass "shutdown timeout 0.3 s: $n_cut streams ended with finish_reason shutdown, an error event and [DONE]; exit 0 after $elapsed_ms ms"
+expect_pool_free "shutdown timeout"
+
+# ---------------------------------------------- --request-timeout on a stream
+start_server --max-num-seqs 4 --request-timeout 0.2
+curl -sN --max-time 60 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt": "Once upon a time", "max_tokens": 480, "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}}' \
+  > "$work/timed" || fail "timed stream: curl failed"
+grep -q '"finish_reason":"timeout"' "$work/timed" || fail "no timeout finish: $(tail -c 300 "$work/timed")"
+grep -q '"type":"timeout"' "$work/timed" || fail "no timeout error event"
+grep -q '"timing":{"queue_ms":[0-9.]*,"ttft_ms":[0-9.]*,"total_ms":[0-9.]*}' "$work/timed" ||
+  fail "no usage.timing: $(tail -c 400 "$work/timed")"
+tail -n 2 "$work/timed" | grep -q '^data: \[DONE\]' || fail "timed stream: no [DONE]"
+status=$(curl -s -o "$work/body" -w '%{http_code}' "http://127.0.0.1:$port/v1/completions" \
+  -H 'Content-Type: application/json' -d '{"prompt": "Once upon a time", "max_tokens": 480, "ignore_eos": true, "timeout": 0.05}')
+[ "$status" = 504 ] || fail "non-streamed timeout: status $status: $(cat "$work/body")"
+pass "--request-timeout: a stream ends with timeout, usage.timing and [DONE]; \"timeout\": 0.05 gives 504"
+for _ in $(seq 1 100); do
+  [ "$(curl -s "http://127.0.0.1:$port/metrics" | awk '$1 == "specstack_kv_blocks_free" {print $2}')" = \
+    "$(curl -s "http://127.0.0.1:$port/metrics" | awk '$1 == "specstack_kv_blocks_total" {print $2}')" ] && break
+  sleep 0.05
+done
+kill -INT "$server"
+rc=0
+wait "$server" || rc=$?
+[ "$rc" = 0 ] || fail "SIGINT on an idle server: exit $rc"
+expect_pool_free "request timeouts"
