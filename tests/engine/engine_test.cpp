@@ -127,6 +127,32 @@ TEST(Engine, PrefixCacheHitReportsCachedTokensAndKeepsOutputIdentical) {
   expect_pool_fully_free(engine);
 }
 
+TEST(Engine, ReportsQueueTimeAndTimeToFirstToken) {
+  CpuBackend backend(CpuBackendOptions{2});
+  auto model = load(backend, 4096);
+  EngineOptions options;
+  options.max_num_seqs = 1;  // the second request waits for the first
+  Engine engine(*model, options);
+  auto first = engine.submit(RequestOptions{prompt(1, 32), greedy(24), 1, -1});
+  auto second = engine.submit(RequestOptions{prompt(2, 32), greedy(4), 1, -1});
+  auto never_ran = engine.submit(RequestOptions{prompt(3, 32), greedy(4), 1, -1});
+  ASSERT_TRUE(first.ok() && second.ok() && never_ran.ok());
+  (*never_ran)->cancel();  // behind 28 steps of the others: cancelled while queued
+  collect(**first, 1);
+  collect(**second, 1);
+  collect(**never_ran, 1);
+  const RequestStats a = (*first)->stats();
+  const RequestStats b = (*second)->stats();
+  ASSERT_TRUE(a.queue_ms && a.ttft_ms && b.queue_ms && b.ttft_ms);
+  EXPECT_GE(*a.queue_ms, 0.0);
+  EXPECT_GE(*a.ttft_ms, *a.queue_ms);  // the first token comes out of a step that ran it
+  EXPECT_GE(*b.ttft_ms, *b.queue_ms);
+  EXPECT_GT(*b.queue_ms, *a.ttft_ms);  // admitted only once the first had finished
+  EXPECT_FALSE((*never_ran)->stats().queue_ms);
+  EXPECT_FALSE((*never_ran)->stats().ttft_ms);
+  expect_pool_fully_free(engine);
+}
+
 TEST(Engine, ParallelChoicesShareThePromptAndSampleIndependently) {
   CpuBackend backend(CpuBackendOptions{2});
   auto model = load(backend, 4096);
