@@ -5,7 +5,7 @@
 # process exits 0 with every KV block free. A second run with a short
 # --shutdown-timeout cuts long streams: finish_reason "shutdown", an error
 # event, [DONE]; exit 0, pool free. And one with --request-timeout cuts a
-# stream with "timeout". Usage: server_drain_test.sh SPECSTACK_BINARY REPO_ROOT
+# stream with "timeout" (curl and the openai npm client). Usage: server_drain_test.sh SPECSTACK_BINARY REPO_ROOT
 set -euo pipefail
 bin=$1
 root=$2
@@ -144,6 +144,8 @@ status=$(curl -s -o "$work/body" -w '%{http_code}' "http://127.0.0.1:$port/v1/co
   -H 'Content-Type: application/json' -d '{"prompt": "Once upon a time", "max_tokens": 480, "ignore_eos": true, "timeout": 0.05}')
 [ "$status" = 504 ] || fail "non-streamed timeout: status $status: $(cat "$work/body")"
 pass "--request-timeout: a stream ends with timeout, usage.timing and [DONE]; \"timeout\": 0.05 gives 504"
+SPECSTACK_NPM_DIR="$root/.deps/npm" node "$root/tests/integration/openai_timeout_client.mjs" \
+  "http://127.0.0.1:$port/v1" tinystories-656k || fail "openai client timeout checks"
 for _ in $(seq 1 100); do
   [ "$(curl -s "http://127.0.0.1:$port/metrics" | awk '$1 == "specstack_kv_blocks_free" {print $2}')" = \
     "$(curl -s "http://127.0.0.1:$port/metrics" | awk '$1 == "specstack_kv_blocks_total" {print $2}')" ] && break
