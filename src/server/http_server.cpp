@@ -3,13 +3,13 @@
 #include <httplib.h>
 
 #include <atomic>
-#include <cctype>
 #include <cstdio>
 #include <optional>
 #include <random>
 #include <string_view>
 
 #include "chat/chat_template.h"
+#include "server/api_key.h"
 #include "server/completion_session.h"
 #include "server/errors.h"
 #include "server/in_flight.h"
@@ -32,39 +32,6 @@ void send_error(httplib::Response& res, const ApiError& error) {
     res.set_header("Retry-After", std::to_string(error.retry_after_seconds));
   }
   res.set_content(error_body(error), "application/json");
-}
-
-// Whether `given` is the key, in a time that depends only on given.size()
-// (which the client knows anyway): not on where the first difference is, and
-// not on the expected key's length or content. Every byte of `given` is
-// compared, against the key's byte at the same index or, past the key's end,
-// its first byte (chosen with a mask, not a branch); the length check is
-// folded into the same accumulator. `expected` is not empty.
-bool same_secret(std::string_view given, std::string_view expected) {
-  const size_t n_expected = expected.size();
-  // volatile: the compiler may not turn the loop into an early exit.
-  volatile unsigned diff = static_cast<unsigned>((given.size() ^ n_expected) != 0);
-  for (size_t i = 0; i < given.size(); ++i) {
-    const size_t in_key = size_t{0} - static_cast<size_t>(i < n_expected);  // all ones or 0
-    const auto want = static_cast<unsigned char>(expected[i & in_key]);
-    diff = diff | static_cast<unsigned char>(given[i] ^ want);
-  }
-  return diff == 0;
-}
-
-// The credentials of "Authorization: <scheme> <credentials>" when the scheme
-// is Bearer in any letter case (RFC 7235: schemes are case-insensitive) and
-// one or more spaces separate them; nullopt otherwise.
-std::optional<std::string_view> bearer_credentials(std::string_view header) {
-  constexpr std::string_view kBearer = "bearer";
-  if (header.size() <= kBearer.size()) return std::nullopt;
-  for (size_t i = 0; i < kBearer.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(header[i])) != kBearer[i]) return std::nullopt;
-  }
-  std::string_view rest = header.substr(kBearer.size());
-  const size_t start = rest.find_first_not_of(' ');
-  if (start == 0 || start == std::string_view::npos) return std::nullopt;
-  return rest.substr(start);
 }
 
 const char* status_text(int status) {
@@ -125,6 +92,7 @@ struct HttpServer::Impl {
   // Before `server`, so it is destroyed after it: responses hold its tickets.
   InFlightRequests in_flight;
   std::atomic<bool> draining{false};
+  std::atomic<bool> stopping{false};  // stop() was called
   httplib::Server server;
   HttpCounters counters;
   ThroughputMeter throughput;
@@ -154,22 +122,8 @@ OrderedJson HttpServer::Impl::model_card() const {
 
 bool HttpServer::Impl::authorized(const httplib::Request& req, httplib::Response& res) const {
   if (options.api_key.empty()) return true;
-  const std::string header = req.get_header_value("Authorization");
-  if (header.empty()) {
-    send_error(res, make_api_error(401, "Missing API key: send 'Authorization: Bearer <key>'",
-                                   "invalid_api_key"));
-    return false;
-  }
-  const std::optional<std::string_view> key = bearer_credentials(header);
-  if (!key) {
-    send_error(res, make_api_error(401,
-                                   "The Authorization header must use the Bearer scheme: "
-                                   "'Authorization: Bearer <key>'",
-                                   "invalid_api_key"));
-    return false;
-  }
-  if (!same_secret(*key, options.api_key)) {
-    send_error(res, make_api_error(401, "Incorrect API key provided", "invalid_api_key"));
+  if (auto error = check_api_key(req.get_header_value("Authorization"), options.api_key)) {
+    send_error(res, *error);
     return false;
   }
   return true;
@@ -249,7 +203,11 @@ void HttpServer::Impl::handle_completion(ApiEndpoint endpoint, const httplib::Re
 void HttpServer::Impl::respond_when_done(CompletionSession& session, httplib::Response& res) {
   // No heartbeat can go out before the status line, so a client that goes
   // away is not noticed here; the deadline bounds what it can cost.
-  while (!session.finished()) session.poll(options.poll_interval);
+  while (!session.finished()) {
+    // stop() cuts streams at once; this one would otherwise run to its deadline.
+    if (stopping) session.request_shutdown();
+    session.poll(options.poll_interval);
+  }
   if (session.ended_early()) return send_error(res, session.end_error());
   send_json(res, 200, session.response());
 }
@@ -436,6 +394,7 @@ Status HttpServer::serve() {
 }
 
 void HttpServer::stop() {
+  impl_->stopping = true;
   std::lock_guard<std::mutex> lock(impl_->stop_mutex);
   impl_->stop_requested = true;
   // A stop racing with serve()'s start finds it not running yet; callers

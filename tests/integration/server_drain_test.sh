@@ -5,7 +5,8 @@
 # process exits 0 with every KV block free. A second run with a short
 # --shutdown-timeout cuts long streams: finish_reason "shutdown", an error
 # event, [DONE]; exit 0, pool free. And one with --request-timeout cuts a
-# stream with "timeout" (curl and the openai npm client). Usage: server_drain_test.sh SPECSTACK_BINARY REPO_ROOT
+# stream with "timeout" (curl and the openai npm client); a second signal
+# cancels a long drain at once. Usage: server_drain_test.sh SPECSTACK_BINARY REPO_ROOT
 set -euo pipefail
 bin=$1
 root=$2
@@ -35,17 +36,34 @@ start_server() {
   fail "the server did not start"
 }
 
+# launch_stream I MAX_TOKENS: one streaming completion in the background into
+# $work/stream.I, its curl's pid appended to stream_pids.
+launch_stream() {
+  curl -sN --max-time 60 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+    -d "{\"prompt\": \"Once upon a time\", \"max_tokens\": $2, \"ignore_eos\": true, \"stream\": true}" \
+    > "$work/stream.$1" &
+  stream_pids+=($!)
+}
+
+# queue_streams FROM TO: streams FROM..TO of 480 tokens, waiting in the
+# engine's queue (the server runs one sequence at a time); waits until the
+# engine counts them all as waiting.
+queue_streams() {
+  for i in $(seq "$1" "$2"); do launch_stream "$i" 480; done
+  local want=$(($2 - $1 + 1))
+  for _ in $(seq 1 200); do
+    [ "$(curl -s "http://127.0.0.1:$port/metrics" | awk '$1 == "specstack_num_requests_waiting" {print $2}')" = "$want" ] && return 0
+    sleep 0.02
+  done
+  fail "the $want queued streams never all waited in the engine"
+}
+
 # start_streams N MAX_TOKENS: N streaming completions in the background, each
 # into $work/stream.I; waits until every one has its first chunk.
 start_streams() {
   local n=$1 max_tokens=$2
   stream_pids=()
-  for i in $(seq 1 "$n"); do
-    curl -sN --max-time 60 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
-      -d "{\"prompt\": \"Once upon a time\", \"max_tokens\": $max_tokens, \"ignore_eos\": true, \"stream\": true}" \
-      > "$work/stream.$i" &
-    stream_pids+=($!)
-  done
+  for i in $(seq 1 "$n"); do launch_stream "$i" "$max_tokens"; done
   for _ in $(seq 1 300); do
     local started=0
     for i in $(seq 1 "$n"); do grep -q '^data: {' "$work/stream.$i" 2>/dev/null && started=$((started + 1)); done
@@ -95,20 +113,10 @@ pass "32 streams ended with finish_reason length and [DONE]; exit 0 after $(( (t
 expect_pool_free "drain"
 
 # ------------------------ a short shutdown timeout cancels the long streams
-start_server --max-num-seqs 2 --shutdown-timeout 0.3
-start_streams 2 480
-# Queued behind them: never started when the drain is cut.
-start_streams_queued() {
-  curl -sN --max-time 60 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
-    -d '{"prompt": "Once upon a time", "max_tokens": 480, "ignore_eos": true, "stream": true}' \
-    > "$work/queued" &
-  queued_pid=$!
-}
-start_streams_queued
-for _ in $(seq 1 200); do
-  [ "$(curl -s "http://127.0.0.1:$port/metrics" | awk '$1 == "specstack_num_requests_waiting" {print $2}')" = 1 ] && break
-  sleep 0.02
-done
+# One sequence at a time, six streams of 480 tokens: far more than 0.3 s of work.
+start_server --max-num-seqs 1 --shutdown-timeout 0.3
+start_streams 1 480
+queue_streams 2 6
 t0=$(date +%s%N)
 kill -TERM "$server"
 rc=0
@@ -117,18 +125,46 @@ t1=$(date +%s%N)
 [ "$rc" = 0 ] || fail "the server exited $rc after cancelling"
 elapsed_ms=$(( (t1 - t0) / 1000000 ))
 [ "$elapsed_ms" -lt 5000 ] || fail "the shutdown took $elapsed_ms ms with --shutdown-timeout 0.3"
-wait "${stream_pids[@]}" "$queued_pid" || true
+wait "${stream_pids[@]}" || true
 n_cut=0
-for f in "$work/stream.1" "$work/stream.2" "$work/queued"; do
-  tail -n 2 "$f" | grep -q '^data: \[DONE\]' || fail "$(basename "$f") does not end with [DONE]: $(tail -c 300 "$f")"
+for i in $(seq 1 6); do
+  f="$work/stream.$i"
+  tail -n 2 "$f" | grep -q '^data: \[DONE\]' || fail "stream $i does not end with [DONE]: $(tail -c 300 "$f")"
   if grep -q '"finish_reason":"shutdown"' "$f"; then
-    grep -q '"type":"server_shutting_down"' "$f" || fail "$(basename "$f"): shutdown without an error event"
+    grep -q '"type":"server_shutting_down"' "$f" || fail "stream $i: shutdown without an error event"
     n_cut=$((n_cut + 1))
+  else
+    grep -q '"finish_reason":"length"' "$f" || fail "stream $i ended with neither length nor shutdown"
   fi
 done
-[ "$n_cut" -ge 2 ] || fail "only $n_cut streams were cut by the shutdown timeout"
-pass "shutdown timeout 0.3 s: $n_cut streams ended with finish_reason shutdown, an error event and [DONE]; exit 0 after $elapsed_ms ms"
+[ "$n_cut" -ge 3 ] || fail "only $n_cut of 6 streams were cut by the shutdown timeout"
+pass "shutdown timeout 0.3 s: $n_cut of 6 streams ended with finish_reason shutdown, an error event and [DONE], the rest with length; exit 0 after $elapsed_ms ms"
 expect_pool_free "shutdown timeout"
+
+# ----------------------- a second signal cancels at once (long drain timeout)
+start_server --max-num-seqs 1 --shutdown-timeout 60
+start_streams 1 480
+queue_streams 2 4  # the drain would take far longer than the test
+t0=$(date +%s%N)
+kill -TERM "$server"
+sleep 0.1
+kill -INT "$server"
+rc=0
+wait "$server" || rc=$?
+t1=$(date +%s%N)
+[ "$rc" = 0 ] || fail "the server exited $rc after a second signal"
+elapsed_ms=$(( (t1 - t0) / 1000000 ))
+[ "$elapsed_ms" -lt 5000 ] || fail "the second signal did not cut the drain short ($elapsed_ms ms)"
+wait "${stream_pids[@]}" || true
+n_cut=0
+for i in 1 2 3 4; do
+  tail -n 2 "$work/stream.$i" | grep -q '^data: \[DONE\]' || fail "stream $i does not end with [DONE]"
+  grep -q '"finish_reason":"shutdown"' "$work/stream.$i" && n_cut=$((n_cut + 1))
+done
+[ "$n_cut" -ge 3 ] || fail "only $n_cut of 4 streams were cut by the second signal"
+grep -q 'second signal (SIGINT): cancelling' "$work/server.log" || fail "no second-signal log line"
+pass "second signal: $n_cut of 4 streams cut with shutdown and [DONE]; exit 0 after $elapsed_ms ms"
+expect_pool_free "second signal"
 
 # ---------------------------------------------- --request-timeout on a stream
 start_server --max-num-seqs 4 --request-timeout 0.2

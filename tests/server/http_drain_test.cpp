@@ -157,5 +157,22 @@ TEST_F(HttpDrainTest, ShutdownOfANonStreamedRequestWhoseHeadersWentOut) {
   EXPECT_TRUE(engine_.stream(0)->cancelled());
 }
 
+TEST_F(HttpDrainTest, StopEndsANonStreamedRequestWaitingForItsDeadline) {
+  engine_.script = nullptr;  // never ends on its own
+  start_server({});
+  testing::RawResponse res;
+  std::thread client([&] {
+    res = testing::post_any(port_, "/v1/completions", R"({"prompt": "x", "timeout": 600})");
+  });
+  ASSERT_NE(wait_stream(0), nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  server_->stop();
+  thread_.join();  // serve() returned: the request did not hold it for 600 s
+  client.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_EQ(res.status, 503) << res.body;
+  EXPECT_TRUE(engine_.stream(0)->cancelled());
+}
+
 }  // namespace
 }  // namespace specstack
