@@ -237,8 +237,9 @@ std::string CompletionSession::poll_stream(std::chrono::milliseconds timeout) {
   if (all_choices_finished()) {
     note_end();
     if (options_.include_usage) out += sse_event(usage_chunk(options_.header, usage()));
-    // An SSE error event, as vLLM sends one: the openai clients raise it as
-    // an APIError instead of returning a silently short stream.
+    // An SSE error event (vLLM reports errors mid-stream the same way): the
+    // openai clients raise it as an APIError instead of returning a silently
+    // short stream.
     if (cut) out += "data: " + error_body(end_error()) + "\n\n";
     out += kSseDone;
     stream_closed_ = true;
