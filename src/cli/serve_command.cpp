@@ -16,6 +16,7 @@
 #include "kv/kv_cache.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
+#include "server/openai_request.h"  // kMaxTimeoutSeconds
 #include "server/shutdown_signals.h"
 #include "tokenizer/tokenizer.h"
 
@@ -407,12 +408,12 @@ std::function<int()> add_serve_command(CLI::App& app) {
                    "seconds a completion request may take, queueing included, before it is "
                    "cancelled (504, or finish_reason \"timeout\" in a stream); requests may set "
                    "their own \"timeout\" (default 0: none)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, kMaxTimeoutSeconds));
   command
       ->add_option("--shutdown-timeout", flags->shutdown_timeout_s,
                    "after SIGTERM / SIGINT, seconds requests in flight may run on before they "
                    "are cancelled (default 30; 0: cancel at once)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, kMaxTimeoutSeconds));
   command->add_flag("--no-access-log", flags->no_access_log, "no stderr line per HTTP response");
   command
       ->add_option("--stats-interval", flags->stats_interval_s,
