@@ -80,8 +80,12 @@ Result<std::vector<int32_t>> build_prompt(const GenerateFlags& flags, const Toke
       {"add_generation_prompt", true},
       {"bos_token", tokenizer->bos_token()},
       {"eos_token", tokenizer->eos_token()}};
-  SS_ASSIGN_OR_RETURN(std::string rendered, chat_template.render(context));
-  return tokenizer->encode(rendered, /*add_special_tokens=*/false);
+  // As the server does by default: the prompt is a message, so its text is
+  // tokenized as plain text (no special tokens) inside the template's markup.
+  SS_ASSIGN_OR_RETURN(ChatRender rendered, chat_template.render_marked(context));
+  EncodeOptions encode;  // the template writes BOS itself
+  encode.plain_text = rendered.user_text;
+  return tokenizer->encode(rendered.text, encode);
 }
 
 Result<RunResult> run_generator(ModelInstance& model, const GenerateFlags& flags,

@@ -13,6 +13,7 @@
 
 #include "base/status.h"
 #include "engine/engine_api.h"
+#include "server/openai_request.h"
 #include "tokenizer/tokenizer.h"
 
 namespace specstack {
@@ -39,6 +40,8 @@ struct HttpServerOptions {
   bool specprefill_usage = false;
   // The engine runs speculative decoding (--spec-decode): usage gains `speculative`.
   bool specdecode_usage = false;
+  // Whether chat request text may produce special tokens (openai_request.h).
+  ChatContentTokens chat_content = ChatContentTokens::kPlainText;
 };
 
 class HttpServer {

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/check.h"
 #include "tokenizer/json_fields.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/utf8.h"
@@ -73,6 +74,21 @@ Result<std::unique_ptr<TokenizerImpl>> parse_tokenizer_json(std::string_view tex
   return impl;
 }
 
+// HF takes a Rust &str, so invalid UTF-8 is replaced (U+FFFD) first. Each
+// plain range is converted on its own so that the ranges follow the text.
+void make_valid_utf8(std::string_view text, std::span<const TextRange> plain, std::string& valid,
+                     TextRanges& valid_plain) {
+  size_t done = 0;
+  for (const TextRange& r : plain) {
+    valid += tok::utf8_lossy(text.substr(done, r.begin - done));
+    const size_t begin = valid.size();
+    valid += tok::utf8_lossy(text.substr(r.begin, r.end - r.begin));
+    append_range(valid_plain, begin, valid.size());
+    done = r.end;
+  }
+  valid += tok::utf8_lossy(text.substr(done));
+}
+
 }  // namespace
 
 Result<Tokenizer> Tokenizer::from_json(std::string_view tokenizer_json,
@@ -110,22 +126,43 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  EncodeOptions options;
+  options.add_special_tokens = add_special_tokens;
+  return encode(text, options);
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOptions& options) const {
+  SS_CHECK_MSG(ranges_valid(options.plain_text, text.size()),
+               "EncodeOptions::plain_text must be sorted, disjoint ranges inside the text");
   // Everything downstream relies on valid UTF-8 (HF takes a Rust &str).
+  std::span<const TextRange> plain = options.plain_text;
   std::string valid;
+  TextRanges valid_plain;
   if (!tok::is_valid_utf8(text)) {
-    valid = tok::utf8_lossy(text);
+    make_valid_utf8(text, plain, valid, valid_plain);
     text = valid;
+    plain = valid_plain;
   }
   const TokenizerImpl& t = *impl_;
   std::vector<int32_t> ids;
   std::vector<tok::Segment> pieces;
   std::vector<tok::PreToken> words;
-  for (tok::Segment& raw : t.added.split_raw(text)) {
+  for (tok::Segment& raw : t.added.split_raw(text, plain)) {
     if (raw.token_id >= 0) {
       ids.push_back(raw.token_id);
       continue;
     }
-    if (t.normalizer) t.normalizer->normalize(raw.text);
+    if (t.normalizer) {
+      t.normalizer->normalize(raw.text);
+      // Normalizing moves bytes and we keep no offset map, so a piece with
+      // any plain text becomes plain as a whole for the normalized tokens:
+      // the safe direction. (Llama-3 and Qwen3 have no normalized special
+      // tokens, so their templates' markup is never affected.)
+      if (!raw.plain.empty()) {
+        raw.plain.clear();
+        append_range(raw.plain, 0, raw.text.size());
+      }
+    }
     pieces.clear();
     t.added.split_normalized(std::move(raw), pieces);
     for (tok::Segment& piece : pieces) {
@@ -139,7 +176,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
       for (const tok::PreToken& word : words) t.model.encode_word(word.text, ids);
     }
   }
-  if (add_special_tokens && t.post_processor) t.post_processor->process(ids);
+  if (options.add_special_tokens && t.post_processor) t.post_processor->process(ids);
   return ids;
 }
 
