@@ -351,7 +351,8 @@ std::function<int()> add_serve_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   command->add_flag("--no-access-log", flags->no_access_log, "no stderr line per HTTP response");
   command->add_flag("--chat-content-special-tokens", flags->chat_content_special_tokens,
-                    "let the text of chat requests (messages, tools) produce special/control "
+                    "let the text of chat requests (messages, tools, chat_template_kwargs) produce "
+                    "special/control "
                     "tokens such as <|im_start|> or <|eot_id|>, as before; by default it is "
                     "tokenized as plain text so a request cannot forge the template's turns");
   command
