@@ -37,6 +37,8 @@ Value substring(const Value& s, size_t begin, size_t end) {
 Value located_piece(const Value& s, std::string piece, size_t from) {
   if (s.user_ranges().empty() || piece.empty()) return Value::string(std::move(piece));
   const size_t at = s.as_string().find(piece, from);
+  // Callers pass substrings of s, so it is always found; if not, the safe side.
+  if (at == std::string::npos) return Value::user_text(std::move(piece));
   const size_t end = at + piece.size();
   return Value::string(std::move(piece), slice_ranges(s.user_ranges(), at, end));
 }
@@ -48,6 +50,11 @@ Value split_pieces(const Value& s, std::vector<std::string> pieces, size_t sep_s
   size_t cursor = 0;
   for (std::string& piece : pieces) {
     const size_t at = sep_size > 0 ? cursor : s.as_string().find(piece, cursor);
+    if (at > s.as_string().size() || s.as_string().compare(at, piece.size(), piece) != 0) {
+      // Not where a split puts it (cannot happen): the safe side.
+      values.push_back(Value::user_text(std::move(piece)));
+      continue;
+    }
     const size_t end = at + piece.size();
     values.push_back(Value::string(std::move(piece), slice_ranges(s.user_ranges(), at, end)));
     cursor = end + sep_size;

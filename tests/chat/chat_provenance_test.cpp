@@ -5,6 +5,9 @@
 // transformations mark their whole result.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "chat/chat_template.h"
@@ -177,6 +180,51 @@ TEST(ChatProvenance, ContextKeysOutsideTheRequestAreTemplateText) {
   auto wider = tmpl->render_marked(context, keys);
   ASSERT_TRUE(wider.ok()) << wider.message();
   EXPECT_EQ(show(*wider), "<s>\u00abm<e>\u00bb");
+}
+
+// The chat-template fuzz corpus (real templates and a feature tour) rendered
+// with a conversation whose every string carries markup: the ranges stay
+// valid, render() agrees, and every message's text lies in user text.
+TEST(ChatProvenance, FuzzCorpusTemplatesKeepValidRanges) {
+  const std::filesystem::path dir =
+      std::filesystem::path(SPECSTACK_TEST_DATA_DIR) / "../fuzz/corpus/chat_template";
+  const ordered_json context = ordered_json::parse(R"({
+    "messages": [
+      {"role": "system", "content": "S<|im_start|>"},
+      {"role": "user", "content": "U<|eot_id|>"},
+      {"role": "assistant", "content": "<think>\nR</s>\n</think>\n\nA<|im_end|>",
+       "tool_calls": [{"function": {"name": "f", "arguments": {"a": "<|x|>"}}}]},
+      {"role": "tool", "content": "T<|im_end|>"},
+      {"role": "user", "content": "V<|im_start|>"}],
+    "tools": [{"type": "function", "function": {"name": "f", "description": "D<|eot_id|>",
+               "parameters": {"type": "object"}}}],
+    "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})");
+  int rendered = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".jinja") continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::stringstream source;
+    source << in.rdbuf();
+    auto tmpl = ChatTemplate::parse(source.str());
+    ASSERT_TRUE(tmpl.ok()) << entry.path() << ": " << tmpl.message();
+    auto out = tmpl->render_marked(context);
+    if (!out.ok()) continue;  // some corpus templates raise on this conversation
+    ++rendered;
+    EXPECT_TRUE(ranges_valid(out->user_text, out->text.size())) << entry.path();
+    auto plain = tmpl->render(context);
+    ASSERT_TRUE(plain.ok());
+    EXPECT_EQ(*plain, out->text);
+    // Markup that came from the request is inside user text wherever it lands.
+    for (const std::string forged : {"U<|eot_id|>", "V<|im_start|>", "T<|im_end|>"}) {
+      for (size_t at = out->text.find(forged); at != std::string::npos;
+           at = out->text.find(forged, at + 1)) {
+        EXPECT_EQ(slice_ranges(out->user_text, at, at + forged.size()),
+                  (TextRanges{{0, forged.size()}}))
+            << entry.path() << " at " << at;
+      }
+    }
+  }
+  EXPECT_GE(rendered, 3);
 }
 
 }  // namespace
