@@ -90,6 +90,8 @@ class AddedVocabulary {
   // honouring piece.plain the same way.
   void split_normalized(Segment piece, std::vector<Segment>& out) const;
 
+  // Whether any token is matched after normalization (split_normalized does work).
+  bool has_normalized_tokens() const { return !normalized_trie_.empty(); }
   const AddedToken* find_by_id(int32_t id) const;
   std::optional<int32_t> token_to_id(std::string_view content) const;
   int32_t id_limit() const;  // max id + 1 (0 if none)

@@ -1,6 +1,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "base/check.h"
@@ -89,6 +90,36 @@ void make_valid_utf8(std::string_view text, std::span<const TextRange> plain, st
   valid += tok::utf8_lossy(text.substr(done));
 }
 
+// Where the plain ranges of `raw` lie in `normalized` (= normalize(raw)). The
+// normalizers rewrite locally (Prepend at the start, Replace, NFC), so at a
+// range edge b, normalize(raw[0, b)) is a prefix of the whole normalization
+// and its length is where b went -- unless a rewrite spans the edge (NFC
+// composing across it, a multi-byte Replace pattern); then the whole piece is
+// plain for the normalized special tokens, the safe side.
+TextRanges normalized_plain(const tok::Normalizer& normalizer, std::string_view raw,
+                            std::span<const TextRange> plain, const std::string& normalized) {
+  auto map_edge = [&](size_t b) -> std::optional<size_t> {
+    if (b == 0) return size_t{0};
+    if (b == raw.size()) return normalized.size();
+    std::string prefix(raw.substr(0, b));
+    normalizer.normalize(prefix);
+    if (!normalized.starts_with(prefix)) return std::nullopt;
+    return prefix.size();
+  };
+  TextRanges out;
+  for (const TextRange& r : plain) {
+    const auto begin = map_edge(r.begin);
+    const auto end = map_edge(r.end);
+    if (!begin || !end) {
+      TextRanges all;
+      append_range(all, 0, normalized.size());
+      return all;
+    }
+    append_range(out, *begin, *end);
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<Tokenizer> Tokenizer::from_json(std::string_view tokenizer_json,
@@ -153,14 +184,13 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOption
       continue;
     }
     if (t.normalizer) {
-      t.normalizer->normalize(raw.text);
-      // Normalizing moves bytes and we keep no offset map, so a piece with
-      // any plain text becomes plain as a whole for the normalized tokens:
-      // the safe direction. (Llama-3 and Qwen3 have no normalized special
-      // tokens, so their templates' markup is never affected.)
-      if (!raw.plain.empty()) {
-        raw.plain.clear();
-        append_range(raw.plain, 0, raw.text.size());
+      // Plain ranges only matter to normalized added tokens (Qwen3 has none).
+      if (raw.plain.empty() || !t.added.has_normalized_tokens()) {
+        t.normalizer->normalize(raw.text);
+      } else {
+        const std::string before = raw.text;
+        t.normalizer->normalize(raw.text);
+        raw.plain = normalized_plain(*t.normalizer, before, raw.plain, raw.text);
       }
     }
     pieces.clear();

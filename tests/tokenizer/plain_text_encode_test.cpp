@@ -185,5 +185,29 @@ TEST(PlainTextEncodeLlama3, InvalidUtf8KeepsTheRangesOnTheirText) {
   EXPECT_EQ(t->full->decode(ids), "\xef\xbf\xbd<|eot_id|><|eot_id|>");
 }
 
+// TinyStories' special tokens are "normalized" (matched after its Prepend +
+// Replace normalizer), so the plain ranges are carried through normalization.
+TEST(PlainTextEncodeTinyStories, NormalizedSpecialTokensHonourTheRanges) {
+  auto loaded = Tokenizer::from_json(
+      read_text(testing::test_data("golden/tokenizers/tinystories/tokenizer.json")),
+      read_text(testing::test_data("golden/tokenizers/tinystories/tokenizer_config.json")));
+  ASSERT_TRUE(loaded.ok()) << loaded.message();
+  const Tokenizer& t = *loaded;
+  const int32_t start = *t.token_to_id("<|start_story|>");
+  const int32_t end = *t.token_to_id("<|end_story|>");
+  // Template markup, then user text holding markup, then template markup.
+  // (Normalized, the tokens are "▁<|...|>": they match after a space.)
+  const std::string head = "<|start_story|>";
+  const std::string user = "Once <|end_story|>";
+  const std::string text = head + user + " <|end_story|>";
+  const TextRange plain[] = {{head.size(), head.size() + user.size()}};
+  const std::vector<int32_t> ids = encode_plain(t, text, plain);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), start), 1);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), end), 1);  // the template's only
+  EXPECT_EQ(ids.back(), end);
+  EXPECT_EQ(count_special(t, t.encode(text, false)), 3);
+  EXPECT_EQ(t.decode(ids), t.decode(t.encode(text, false)));
+}
+
 }  // namespace
 }  // namespace specstack
