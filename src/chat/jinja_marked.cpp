@@ -26,14 +26,6 @@ Value to_marked_str(const Value& value) {
                                  : Value::string(std::move(text));
 }
 
-Value substring(const Value& s, size_t begin, size_t end) {
-  const std::string& text = s.as_string();
-  if (begin == 0 && end == text.size()) return s;
-  std::string piece = text.substr(begin, end - begin);
-  if (s.user_ranges().empty()) return Value::string(std::move(piece));
-  return Value::string(std::move(piece), slice_ranges(s.user_ranges(), begin, end));
-}
-
 Value located_piece(const Value& s, std::string piece, size_t from) {
   if (s.user_ranges().empty() || piece.empty()) return Value::string(std::move(piece));
   const size_t at = s.as_string().find(piece, from);

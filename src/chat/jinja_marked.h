@@ -36,8 +36,6 @@ struct MarkedText {
 // text prints as user text as a whole (its repr quotes and escapes the strings,
 // so exact ranges would be fragile and gain nothing); scalars are template text.
 Value to_marked_str(const Value& value);
-// Bytes [begin, end) of string `s`, keeping the ranges inside them.
-Value substring(const Value& s, size_t begin, size_t end);
 // A substring `piece` of string `s` found by searching from byte `from`: for
 // results of strip, whose stripped prefix cannot start the piece.
 Value located_piece(const Value& s, std::string piece, size_t from = 0);
