@@ -7,17 +7,33 @@
 // -> tree-walking interpreter over Python-like values.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <string_view>
 
 #include "base/status.h"
+#include "base/text_ranges.h"
 #include "chat/render_limits.h"
 
 namespace specstack {
 
 class ChatTemplateProgram;
+
+// A rendering and which of its bytes are user text: bytes that came from the
+// request's strings rather than from the template (its literals, bos_token,
+// eos_token). The server tokenizes user text without special tokens, so a
+// message cannot forge the template's markup (<|im_start|>system ...).
+struct ChatRender {
+  std::string text;
+  TextRanges user_text;  // sorted, merged byte ranges of `text`
+};
+
+// The context keys whose every string (values and object keys, at any depth)
+// comes from the request.
+inline constexpr std::array<std::string_view, 2> kChatRequestKeys = {"messages", "tools"};
 
 class ChatTemplate {
  public:
@@ -34,6 +50,14 @@ class ChatTemplate {
   // already sorted, so parse request bodies as ordered_json to match HF exactly.
   Result<std::string> render(const nlohmann::ordered_json& context,
                              const ChatRenderLimits& limits = {}) const;
+  // render() that also tracks provenance: the strings under user_text_keys of
+  // the context are user text, and the template's string operations carry
+  // that through (exact for substrings and concatenation, the whole result
+  // for other transformations; chat/jinja_marked.h).
+  Result<ChatRender> render_marked(
+      const nlohmann::ordered_json& context,
+      std::span<const std::string_view> user_text_keys = kChatRequestKeys,
+      const ChatRenderLimits& limits = {}) const;
 
  private:
   explicit ChatTemplate(std::unique_ptr<ChatTemplateProgram> program);

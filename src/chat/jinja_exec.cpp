@@ -34,15 +34,25 @@ Status Interpreter::charge(uint64_t units, size_t offset) {
   return {};
 }
 
-Status Interpreter::append(std::string& out, std::string_view text, size_t offset) {
-  if (out.size() + text.size() > limits_.max_output_bytes) {
+Status Interpreter::append(MarkedText& out, std::string_view text, size_t offset) {
+  if (out.text.size() + text.size() > limits_.max_output_bytes) {
     return at(offset, fmt::format("rendered output exceeds {} bytes", limits_.max_output_bytes));
   }
   out.append(text);
   return {};
 }
 
-Result<Interpreter::Flow> Interpreter::exec_body(const Body& body, Scope& scope, std::string& out) {
+Status Interpreter::append(MarkedText& out, const Value& value, size_t offset) {
+  // Strings append in place (with their ranges); anything else prints first.
+  const Value printed = to_marked_str(value);
+  if (out.text.size() + printed.as_string().size() > limits_.max_output_bytes) {
+    return at(offset, fmt::format("rendered output exceeds {} bytes", limits_.max_output_bytes));
+  }
+  out.append(printed.as_string(), printed.user_ranges());
+  return {};
+}
+
+Result<Interpreter::Flow> Interpreter::exec_body(const Body& body, Scope& scope, MarkedText& out) {
   for (const StmtPtr& stmt : body) {
     SS_ASSIGN_OR_RETURN(Flow flow, exec(*stmt, scope, out));
     if (flow != Flow::kNormal) return flow;
@@ -50,7 +60,7 @@ Result<Interpreter::Flow> Interpreter::exec_body(const Body& body, Scope& scope,
   return Flow::kNormal;
 }
 
-Result<Interpreter::Flow> Interpreter::exec(const Stmt& stmt, Scope& scope, std::string& out) {
+Result<Interpreter::Flow> Interpreter::exec(const Stmt& stmt, Scope& scope, MarkedText& out) {
   SS_TRY(charge(1, stmt.offset));
   switch (stmt.kind) {
     case StmtKind::kText:
@@ -58,12 +68,7 @@ Result<Interpreter::Flow> Interpreter::exec(const Stmt& stmt, Scope& scope, std:
       return Flow::kNormal;
     case StmtKind::kOutput: {
       SS_ASSIGN_OR_RETURN(Value v, eval(*static_cast<const OutputStmt&>(stmt).expr, scope));
-      // Strings append in place; the ternary would copy them.
-      if (v.is_string()) {
-        SS_TRY(append(out, v.as_string(), stmt.offset));
-      } else {
-        SS_TRY(append(out, to_str(v), stmt.offset));
-      }
+      SS_TRY(append(out, v, stmt.offset));
       return Flow::kNormal;
     }
     case StmtKind::kIf:
@@ -95,7 +100,7 @@ Result<Interpreter::Flow> Interpreter::exec(const Stmt& stmt, Scope& scope, std:
   return Flow::kNormal;
 }
 
-Result<Interpreter::Flow> Interpreter::exec_if(const IfStmt& stmt, Scope& scope, std::string& out) {
+Result<Interpreter::Flow> Interpreter::exec_if(const IfStmt& stmt, Scope& scope, MarkedText& out) {
   for (const auto& [condition, body] : stmt.branches) {
     SS_ASSIGN_OR_RETURN(Value v, eval(*condition, scope));
     if (v.truthy()) return exec_body(body, scope, out);
@@ -129,7 +134,7 @@ Value Interpreter::loop_object(const std::vector<Value>& items, size_t index) {
 }
 
 Result<Interpreter::Flow> Interpreter::exec_for(const ForStmt& stmt, Scope& scope,
-                                                std::string& out) {
+                                                MarkedText& out) {
   SS_ASSIGN_OR_RETURN(Value iterable, eval(*stmt.iterable, scope));
   auto listed = iterate(iterable);
   if (!listed.ok()) return at(stmt.iterable->offset, listed.message());
@@ -192,10 +197,10 @@ Status Interpreter::assign(const Target& target, Value value, Scope& scope, size
 }
 
 Result<Interpreter::Flow> Interpreter::exec_set_block(const SetBlockStmt& stmt, Scope& scope) {
-  std::string text;
+  MarkedText text;
   Scope inner(&scope);
   SS_ASSIGN_OR_RETURN(Flow flow, exec_body(stmt.body, inner, text));
-  Value v = Value::string(std::move(text));
+  Value v = text.take();
   for (const auto& filter : stmt.filters) {
     SS_ASSIGN_OR_RETURN(v, apply_filter(*filter, v, scope));
   }
@@ -204,20 +209,20 @@ Result<Interpreter::Flow> Interpreter::exec_set_block(const SetBlockStmt& stmt, 
 }
 
 Result<Interpreter::Flow> Interpreter::exec_filter_block(const FilterBlockStmt& stmt, Scope& scope,
-                                                         std::string& out) {
-  std::string text;
+                                                         MarkedText& out) {
+  MarkedText text;
   Scope inner(&scope);
   SS_ASSIGN_OR_RETURN(Flow flow, exec_body(stmt.body, inner, text));
-  Value v = Value::string(std::move(text));
+  Value v = text.take();
   for (const auto& filter : stmt.filters) {
     SS_ASSIGN_OR_RETURN(v, apply_filter(*filter, v, scope));
   }
-  SS_TRY(append(out, to_str(v), stmt.offset));
+  SS_TRY(append(out, v, stmt.offset));
   return flow;
 }
 
 Result<Interpreter::Flow> Interpreter::exec_scope(const ScopeStmt& stmt, Scope& scope,
-                                                  std::string& out) {
+                                                  MarkedText& out) {
   Scope inner(&scope);
   for (const auto& [name, expr] : stmt.assignments) {
     SS_ASSIGN_OR_RETURN(Value v, eval(*expr, scope));
@@ -267,15 +272,15 @@ Result<Value> Interpreter::call_macro(const MacroStmt& stmt, const CallArgs& arg
     }
   }
   ++call_depth_;
-  std::string out;
+  MarkedText out;
   auto flow = exec_body(stmt.body, scope, out);
   --call_depth_;
   if (!flow.ok()) return flow.error();
-  return Value::string(std::move(out));
+  return out.take();
 }
 
-Result<std::string> render_template(const Template& tmpl, const DictData& context,
-                                    const RenderLimits& limits) {
+Result<MarkedText> render_template(const Template& tmpl, const DictData& context,
+                                   const RenderLimits& limits) {
   Scope globals(nullptr);
   for (auto& [name, fn] : global_functions()) globals.set(name, std::move(fn));
   for (const auto& [key, value] : context.entries) {
@@ -283,7 +288,7 @@ Result<std::string> render_template(const Template& tmpl, const DictData& contex
   }
   Scope top(&globals);
   Interpreter interpreter(limits, &top);
-  std::string out;
+  MarkedText out;
   SS_TRY(interpreter.exec_body(tmpl.body, top, out));
   return out;
 }

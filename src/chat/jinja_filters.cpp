@@ -8,6 +8,7 @@
 
 #include "chat/jinja_builtins.h"
 #include "chat/jinja_json.h"
+#include "chat/jinja_marked.h"
 #include "chat/jinja_util.h"
 #include "chat/py_string.h"
 
@@ -17,7 +18,7 @@ namespace {
 template <std::string (*Fn)(std::string_view)>
 Result<Value> string_filter(const Value& in, const CallArgs& args) {
   SS_TRY(bind_args(args, {}, "filter"));
-  return Value::string(Fn(to_str(in)));
+  return derived_string(Fn(to_str(in)), {&in});
 }
 
 Result<Value> f_abs(const Value& in, const CallArgs& args) {
@@ -45,18 +46,21 @@ Result<Value> f_length(const Value& in, const CallArgs& args) {
 Result<Value> f_replace(const Value& in, const CallArgs& args) {
   SS_ASSIGN_OR_RETURN(auto a, bind_args(args, {"old", "new", "count"}, "replace"));
   SS_ASSIGN_OR_RETURN(int64_t count, int_or(a[2], -1, "replace count"));
-  return checked_replace(to_str(in), to_str(a[0]), to_str(a[1]), count);
+  SS_ASSIGN_OR_RETURN(std::string text,
+                      checked_replace(to_str(in), to_str(a[0]), to_str(a[1]), count));
+  return derived_string(std::move(text), {&in, &a[0], &a[1]});
 }
 
 Result<Value> f_trim(const Value& in, const CallArgs& args) {
   SS_ASSIGN_OR_RETURN(auto a, bind_args(args, {"chars"}, "trim"));
   SS_ASSIGN_OR_RETURN(auto chars, optional_string(a[0], "trim chars"));
-  return Value::string(py_strip(to_str(in), chars, true, true));
+  const Value text = to_marked_str(in);
+  return located_piece(text, py_strip(text.as_string(), chars, true, true));
 }
 
 Result<Value> f_string(const Value& in, const CallArgs& args) {
   SS_TRY(bind_args(args, {}, "string"));
-  return in.is_string() ? in : Value::string(to_str(in));
+  return to_marked_str(in);
 }
 
 // jinja2's title filter capitalizes after "-", whitespace and opening brackets.
@@ -130,7 +134,7 @@ Result<Value> f_tojson(const Value& in, const CallArgs& args) {
   }
   options.sort_keys = a[3].truthy();
   SS_ASSIGN_OR_RETURN(std::string text, dump_json(in, options));
-  return Value::string(std::move(text));
+  return derived_string(std::move(text), {&in, &a[1], &a[2]});
 }
 
 // Python float(str): surrounding whitespace, underscores between digits, inf/nan.
@@ -210,7 +214,7 @@ Result<Value> f_indent(const Value& in, const CallArgs& args) {
     if (out.size() > kMaxBuiltinBytes)
       return errorf("indent result exceeds {} bytes", kMaxBuiltinBytes);
   }
-  return Value::string(std::move(out));
+  return derived_string(std::move(out), {&in, &a[0]});
 }
 
 Result<Value> f_safe(const Value& in, const CallArgs& args) {

@@ -3,6 +3,7 @@
 #include <ctime>
 
 #include "chat/jinja_builtins.h"
+#include "chat/jinja_marked.h"
 #include "chat/jinja_util.h"
 
 namespace specstack::jinja {
@@ -86,7 +87,7 @@ Result<Value> strftime_now_fn(const CallArgs& args) {
   std::string buffer(1024, '\0');
   const size_t n = std::strftime(buffer.data(), buffer.size(), a[0].as_string().c_str(), &local);
   buffer.resize(n);
-  return Value::string(std::move(buffer));
+  return derived_string(std::move(buffer), {&a[0]});
 }
 
 }  // namespace

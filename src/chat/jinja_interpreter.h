@@ -14,6 +14,7 @@
 
 #include "base/status.h"
 #include "chat/jinja_ast.h"
+#include "chat/jinja_marked.h"
 #include "chat/jinja_value.h"
 #include "chat/render_limits.h"
 
@@ -35,9 +36,9 @@ class Scope {
 };
 
 // Renders `tmpl` with the context variables (already converted from JSON)
-// layered over the builtin globals.
-Result<std::string> render_template(const Template& tmpl, const DictData& context,
-                                    const RenderLimits& limits);
+// layered over the builtin globals: the text and which bytes are user text.
+Result<MarkedText> render_template(const Template& tmpl, const DictData& context,
+                                   const RenderLimits& limits);
 
 // Implementation detail shared by jinja_exec.cpp and jinja_eval.cpp.
 class Interpreter {
@@ -45,22 +46,24 @@ class Interpreter {
   Interpreter(const RenderLimits& limits, Scope* top) : limits_(limits), top_(top) {}
 
   enum class Flow { kNormal, kBreak, kContinue };
-  Result<Flow> exec_body(const Body& body, Scope& scope, std::string& out);
+  Result<Flow> exec_body(const Body& body, Scope& scope, MarkedText& out);
   Result<Value> eval(const Expr& expr, Scope& scope);
 
  private:
-  Result<Flow> exec(const Stmt& stmt, Scope& scope, std::string& out);
-  Result<Flow> exec_if(const IfStmt& stmt, Scope& scope, std::string& out);
-  Result<Flow> exec_for(const ForStmt& stmt, Scope& scope, std::string& out);
+  Result<Flow> exec(const Stmt& stmt, Scope& scope, MarkedText& out);
+  Result<Flow> exec_if(const IfStmt& stmt, Scope& scope, MarkedText& out);
+  Result<Flow> exec_for(const ForStmt& stmt, Scope& scope, MarkedText& out);
   // Blocks pass a break/continue from their body on to the enclosing loop.
   Result<Flow> exec_set_block(const SetBlockStmt& stmt, Scope& scope);
-  Result<Flow> exec_filter_block(const FilterBlockStmt& stmt, Scope& scope, std::string& out);
-  Result<Flow> exec_scope(const ScopeStmt& stmt, Scope& scope, std::string& out);
+  Result<Flow> exec_filter_block(const FilterBlockStmt& stmt, Scope& scope, MarkedText& out);
+  Result<Flow> exec_scope(const ScopeStmt& stmt, Scope& scope, MarkedText& out);
   Status assign(const Target& target, Value value, Scope& scope, size_t offset);
   Value make_macro(const MacroStmt& stmt);
   Result<Value> call_macro(const MacroStmt& stmt, const CallArgs& args);
   Value loop_object(const std::vector<Value>& items, size_t index);
-  Status append(std::string& out, std::string_view text, size_t offset);
+  // Appends template text, or a string value with its user-text ranges.
+  Status append(MarkedText& out, std::string_view text, size_t offset);
+  Status append(MarkedText& out, const Value& value, size_t offset);
 
   Result<Value> eval_node(const Expr& expr, Scope& scope);
   Result<Value> eval_dict(const DictExpr& expr, Scope& scope);

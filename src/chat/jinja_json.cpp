@@ -11,7 +11,13 @@
 namespace specstack::jinja {
 namespace {
 
-Result<Value> convert(const nlohmann::ordered_json& json, uint32_t depth_left) {
+Value make_string(std::string text, JsonStrings strings) {
+  return strings == JsonStrings::kUserText ? Value::user_text(std::move(text))
+                                           : Value::string(std::move(text));
+}
+
+Result<Value> convert(const nlohmann::ordered_json& json, uint32_t depth_left,
+                      JsonStrings strings) {
   using Type = nlohmann::ordered_json::value_t;
   switch (json.type()) {
     case Type::null:
@@ -30,13 +36,13 @@ Result<Value> convert(const nlohmann::ordered_json& json, uint32_t depth_left) {
     case Type::number_float:
       return Value::floating(json.get<double>());
     case Type::string:
-      return Value::string(json.get<std::string>());
+      return make_string(json.get<std::string>(), strings);
     case Type::array: {
       if (depth_left == 0) return make_error("context JSON is nested too deeply");
       std::vector<Value> items;
       items.reserve(json.size());
       for (const auto& item : json) {
-        SS_ASSIGN_OR_RETURN(Value v, convert(item, depth_left - 1));
+        SS_ASSIGN_OR_RETURN(Value v, convert(item, depth_left - 1, strings));
         items.push_back(std::move(v));
       }
       return Value::list(std::move(items));
@@ -46,8 +52,8 @@ Result<Value> convert(const nlohmann::ordered_json& json, uint32_t depth_left) {
       DictData dict;
       dict.entries.reserve(json.size());
       for (const auto& [key, item] : json.items()) {
-        SS_ASSIGN_OR_RETURN(Value v, convert(item, depth_left - 1));
-        dict.entries.emplace_back(Value::string(key), std::move(v));
+        SS_ASSIGN_OR_RETURN(Value v, convert(item, depth_left - 1, strings));
+        dict.entries.emplace_back(make_string(key, strings), std::move(v));
       }
       return Value::dict(std::move(dict));
     }
@@ -222,8 +228,9 @@ class Dumper {
 
 }  // namespace
 
-Result<Value> value_from_json(const nlohmann::ordered_json& json, uint32_t max_depth) {
-  return convert(json, max_depth);
+Result<Value> value_from_json(const nlohmann::ordered_json& json, uint32_t max_depth,
+                              JsonStrings strings) {
+  return convert(json, max_depth, strings);
 }
 
 Result<std::string> dump_json(const Value& value, const JsonDumpOptions& options) {

@@ -22,9 +22,13 @@ struct JsonDumpOptions {
   bool ensure_ascii = false;
 };
 
+// Whether the strings (values and object keys) of converted JSON are user text.
+enum class JsonStrings { kTemplateText, kUserText };
+
 // Errors on nesting deeper than max_depth (the context is untrusted input).
 // Object keys keep their order, as in the Python dicts transformers renders.
-Result<Value> value_from_json(const nlohmann::ordered_json& json, uint32_t max_depth);
+Result<Value> value_from_json(const nlohmann::ordered_json& json, uint32_t max_depth,
+                              JsonStrings strings = JsonStrings::kTemplateText);
 // json.dumps(value, ...); undefined, namespaces and functions are not serializable.
 Result<std::string> dump_json(const Value& value, const JsonDumpOptions& options);
 

@@ -3,6 +3,7 @@
 #include <array>
 
 #include "chat/jinja_builtins.h"
+#include "chat/jinja_marked.h"
 #include "chat/jinja_util.h"
 #include "chat/py_string.h"
 
@@ -49,9 +50,9 @@ Result<Value> split_impl(const Value& self, const CallArgs& args, bool from_righ
   SS_ASSIGN_OR_RETURN(auto sep, optional_string(a[0], "split() separator"));
   SS_ASSIGN_OR_RETURN(int64_t maxsplit, int_or(a[1], -1, "split() maxsplit"));
   if (sep && sep->empty()) return make_error("split(): empty separator");
-  const auto parts = from_right ? py_rsplit(self.as_string(), sep, maxsplit)
-                                : py_split(self.as_string(), sep, maxsplit);
-  return string_list(parts);
+  auto parts = from_right ? py_rsplit(self.as_string(), sep, maxsplit)
+                          : py_split(self.as_string(), sep, maxsplit);
+  return split_pieces(self, std::move(parts), sep ? sep->size() : 0);
 }
 
 Result<Value> str_split(const Value& self, const CallArgs& args) {
@@ -64,7 +65,7 @@ Result<Value> str_rsplit(const Value& self, const CallArgs& args) {
 Result<Value> strip_impl(const Value& self, const CallArgs& args, bool left, bool right) {
   SS_ASSIGN_OR_RETURN(auto a, bind_args(args, {"chars"}, "strip"));
   SS_ASSIGN_OR_RETURN(auto chars, optional_string(a[0], "strip() chars"));
-  return Value::string(py_strip(self.as_string(), chars, left, right));
+  return located_piece(self, py_strip(self.as_string(), chars, left, right));
 }
 
 Result<Value> str_strip(const Value& self, const CallArgs& args) {
@@ -80,7 +81,7 @@ Result<Value> str_rstrip(const Value& self, const CallArgs& args) {
 template <std::string (*Fn)(std::string_view)>
 Result<Value> str_transform(const Value& self, const CallArgs& args) {
   SS_TRY(bind_args(args, {}, "str method"));
-  return Value::string(Fn(self.as_string()));
+  return derived_string(Fn(self.as_string()), {&self});
 }
 
 template <bool (*Fn)(std::string_view)>
@@ -106,7 +107,9 @@ Result<Value> str_replace(const Value& self, const CallArgs& args) {
   SS_ASSIGN_OR_RETURN(auto a, bind_args(args, {"old", "new", "count"}, "replace"));
   if (!a[0].is_string() || !a[1].is_string()) return make_error("replace() arguments must be str");
   SS_ASSIGN_OR_RETURN(int64_t count, int_or(a[2], -1, "replace() count"));
-  return checked_replace(self.as_string(), a[0].as_string(), a[1].as_string(), count);
+  SS_ASSIGN_OR_RETURN(std::string text,
+                      checked_replace(self.as_string(), a[0].as_string(), a[1].as_string(), count));
+  return derived_string(std::move(text), {&self, &a[0], &a[1]});
 }
 
 Result<Value> str_find(const Value& self, const CallArgs& args) {
@@ -131,22 +134,22 @@ Result<Value> str_count(const Value& self, const CallArgs& args) {
 Result<Value> str_join(const Value& self, const CallArgs& args) {
   SS_ASSIGN_OR_RETURN(auto a, bind_args(args, {"iterable"}, "join"));
   SS_ASSIGN_OR_RETURN(auto items, iterate(a[0]));
-  std::string out;
+  MarkedText out;
   for (size_t i = 0; i < items.size(); ++i) {
     if (!items[i].is_string()) {
       return errorf("sequence item {}: expected str instance, {} found", i, items[i].type_name());
     }
-    if (i > 0) out += self.as_string();
-    out += items[i].as_string();
-    if (out.size() > kMaxBuiltinBytes)
+    if (i > 0) out.append(self);
+    out.append(items[i]);
+    if (out.text.size() > kMaxBuiltinBytes)
       return errorf("join result exceeds {} bytes", kMaxBuiltinBytes);
   }
-  return Value::string(std::move(out));
+  return out.take();
 }
 
 Result<Value> str_splitlines(const Value& self, const CallArgs& args) {
   SS_TRY(bind_args(args, {}, "splitlines"));
-  return string_list(py_splitlines(self.as_string()));
+  return split_pieces(self, py_splitlines(self.as_string()), 0);
 }
 
 Result<Value> dict_get(const Value& self, const CallArgs& args) {
@@ -275,9 +278,7 @@ Result<Value> get_item(const Value& object, const Value& key) {
               fmt::format("{} object has no element {}", object.type_name(), key.as_int()));
         }
         if (is_list) return object.as_list().items[i];
-        std::string one;
-        append_utf8(one, chars[i]);
-        return Value::string(std::move(one));
+        return pick_chars(object, chars, {static_cast<size_t>(i)});
       }
       break;
     default:
@@ -315,15 +316,15 @@ Result<Value> get_slice(const Value& object, const Value& start, const Value& st
   SS_ASSIGN_OR_RETURN(int64_t lo, adjust(start, step_v < 0 ? n - 1 : 0));
   SS_ASSIGN_OR_RETURN(int64_t hi, adjust(stop, step_v < 0 ? -1 : n));
   std::vector<Value> items;
-  std::u32string text;
+  std::vector<size_t> picks;
   for (int64_t i = lo; step_v > 0 ? i < hi : i > hi; i += step_v) {
     if (object.is_list()) {
       items.push_back(object.as_list().items[i]);
     } else {
-      text += chars[i];
+      picks.push_back(static_cast<size_t>(i));
     }
   }
-  if (object.is_string()) return Value::string(encode_utf8(text));
+  if (object.is_string()) return pick_chars(object, chars, picks);
   return Value::list(std::move(items), object.as_list().is_tuple);
 }
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "chat/jinja_marked.h"
 #include "chat/jinja_util.h"
 
 namespace specstack::jinja {
@@ -144,10 +145,10 @@ Result<Value> repeat(const Value& seq, int64_t n, size_t max_bytes, size_t max_i
     const size_t unit = seq.as_string().size();
     if (unit != 0 && count > max_bytes / unit)
       return errorf("string repetition exceeds {} bytes", max_bytes);
-    std::string out;
-    out.reserve(unit * count);
-    for (uint64_t i = 0; i < count; ++i) out += seq.as_string();
-    return Value::string(std::move(out));
+    MarkedText out;  // repetition is concatenation: each copy keeps its ranges
+    out.text.reserve(unit * count);
+    for (uint64_t i = 0; i < count; ++i) out.append(seq.as_string(), seq.user_ranges());
+    return out.take();
   }
   const auto& items = seq.as_list().items;
   if (!items.empty() && count > max_items / items.size()) {
@@ -164,10 +165,15 @@ Result<Value> repeat(const Value& seq, int64_t n, size_t max_bytes, size_t max_i
 Result<Value> binary_op(BinaryOp op, const Value& a, const Value& b, size_t max_bytes,
                         size_t max_items) {
   if (op == BinaryOp::kConcat) {
-    std::string left = to_str(a);
-    const std::string right = to_str(b);
-    if (left.size() + right.size() > max_bytes) return errorf("string exceeds {} bytes", max_bytes);
-    return Value::string(left + right);
+    const Value left = to_marked_str(a);
+    const Value right = to_marked_str(b);
+    if (left.as_string().size() + right.as_string().size() > max_bytes) {
+      return errorf("string exceeds {} bytes", max_bytes);
+    }
+    MarkedText out;
+    out.append(left);
+    out.append(right);
+    return out.take();
   }
   // jinja2's Undefined raises on every arithmetic operator.
   if (a.is_undefined()) return make_error(undefined_message(a));
@@ -180,7 +186,10 @@ Result<Value> binary_op(BinaryOp op, const Value& a, const Value& b, size_t max_
     if (a.as_string().size() + b.as_string().size() > max_bytes) {
       return errorf("string exceeds {} bytes", max_bytes);
     }
-    return Value::string(a.as_string() + b.as_string());
+    MarkedText out;
+    out.append(a);
+    out.append(b);
+    return out.take();
   }
   if (op == BinaryOp::kAdd && a.is_list() && b.is_list() &&
       a.as_list().is_tuple == b.as_list().is_tuple) {

@@ -4,6 +4,7 @@
 #include <array>
 
 #include "chat/jinja_builtins.h"
+#include "chat/jinja_marked.h"
 #include "chat/jinja_util.h"
 #include "chat/py_string.h"
 
@@ -23,9 +24,7 @@ std::optional<Value> end_char(const Value& in, bool last) {
   if (!in.is_string()) return std::nullopt;
   const std::u32string chars = decode_utf8(in.as_string());
   if (chars.empty()) return Value::undefined("No first item, sequence was empty.");
-  std::string one;
-  append_utf8(one, last ? chars.back() : chars.front());
-  return Value::string(std::move(one));
+  return pick_chars(in, chars, {last ? chars.size() - 1 : 0});
 }
 
 Result<Value> f_first(const Value& in, const CallArgs& args) {
@@ -60,19 +59,19 @@ Result<Value> f_items(const Value& in, const CallArgs& args) {
 Result<Value> f_join(const Value& in, const CallArgs& args) {
   SS_ASSIGN_OR_RETURN(auto a, bind_args(args, {"d", "attribute"}, "join"));
   SS_ASSIGN_OR_RETURN(auto items, iterate(in));
-  const std::string sep = a[0].is_undefined() ? "" : to_str(a[0]);
-  std::string out;
+  const Value sep = a[0].is_undefined() ? Value::string("") : to_marked_str(a[0]);
+  MarkedText out;
   for (size_t i = 0; i < items.size(); ++i) {
     Value item = items[i];
     if (!a[1].is_undefined()) {
       SS_ASSIGN_OR_RETURN(item, get_attr_path(item, to_str(a[1])));
     }
-    if (i > 0) out += sep;
-    out += to_str(item);
-    if (out.size() > kMaxBuiltinBytes)
+    if (i > 0) out.append(sep);
+    out.append(item);
+    if (out.text.size() > kMaxBuiltinBytes)
       return errorf("join result exceeds {} bytes", kMaxBuiltinBytes);
   }
-  return Value::string(std::move(out));
+  return out.take();
 }
 
 Result<Value> f_reverse(const Value& in, const CallArgs& args) {
@@ -80,7 +79,7 @@ Result<Value> f_reverse(const Value& in, const CallArgs& args) {
   if (in.is_string()) {
     std::u32string s = decode_utf8(in.as_string());
     std::reverse(s.begin(), s.end());
-    return Value::string(encode_utf8(s));
+    return derived_string(encode_utf8(s), {&in});
   }
   SS_ASSIGN_OR_RETURN(auto items, iterate(in));
   std::reverse(items.begin(), items.end());

@@ -51,8 +51,8 @@ bool contains_namespace(const Value& v) {
   return false;
 }
 
-Result<Value> checked_replace(std::string_view text, std::string_view old, std::string_view with,
-                              int64_t count) {
+Result<std::string> checked_replace(std::string_view text, std::string_view old,
+                                    std::string_view with, int64_t count) {
   // Count the replacements first so the result size is known before building it.
   uint64_t n = 0;
   const uint64_t limit = count < 0 ? UINT64_MAX : static_cast<uint64_t>(count);
@@ -69,7 +69,7 @@ Result<Value> checked_replace(std::string_view text, std::string_view old, std::
           (kMaxBuiltinBytes - std::min(text.size(), kMaxBuiltinBytes)) / n) {
     return errorf("replace result exceeds {} bytes", kMaxBuiltinBytes);
   }
-  return Value::string(py_replace(text, old, with, count));
+  return py_replace(text, old, with, count);
 }
 
 }  // namespace specstack::jinja

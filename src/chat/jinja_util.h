@@ -24,7 +24,7 @@ Value dict_item_list(const DictData& dict);
 // which keeps every value acyclic and its depth bounded).
 bool contains_namespace(const Value& v);
 // str.replace that refuses results longer than kMaxBuiltinBytes.
-Result<Value> checked_replace(std::string_view text, std::string_view old, std::string_view with,
-                              int64_t count);
+Result<std::string> checked_replace(std::string_view text, std::string_view old,
+                                    std::string_view with, int64_t count);
 
 }  // namespace specstack::jinja

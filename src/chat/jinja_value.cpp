@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "chat/jinja_marked.h"
 #include "chat/py_string.h"
 
 namespace specstack::jinja {
@@ -18,6 +19,17 @@ uint32_t max_depth(const DictData& dict) {
   for (const auto& [key, value] : dict.entries)
     depth = std::max({depth, key.depth(), value.depth()});
   return depth;
+}
+
+bool any_user_text(const std::vector<Value>& items) {
+  return std::any_of(items.begin(), items.end(),
+                     [](const Value& item) { return item.holds_user_text(); });
+}
+
+bool any_user_text(const DictData& dict) {
+  return std::any_of(dict.entries.begin(), dict.entries.end(), [](const auto& entry) {
+    return entry.first.holds_user_text() || entry.second.holds_user_text();
+  });
 }
 
 std::string join_repr(const std::vector<Value>& items) {
@@ -77,8 +89,40 @@ Value Value::floating(double f) {
   return Value(Data(f));
 }
 Value Value::string(std::string s) {
-  return Value(
-      Data(std::shared_ptr<const std::string>(std::make_shared<const std::string>(std::move(s)))));
+  return Value(Data(std::shared_ptr<const StringData>(
+      std::make_shared<const StringData>(StringData{std::move(s), {}}))));
+}
+
+Value Value::string(std::string s, TextRanges user) {
+  return Value(Data(std::shared_ptr<const StringData>(
+      std::make_shared<const StringData>(StringData{std::move(s), std::move(user)}))));
+}
+
+Value Value::user_text(std::string s) {
+  TextRanges user;
+  append_range(user, 0, s.size());
+  return string(std::move(s), std::move(user));
+}
+
+const TextRanges& Value::user_ranges() const {
+  static const TextRanges kNone;
+  if (!is_string()) return kNone;
+  return std::get<std::shared_ptr<const StringData>>(data_)->user;
+}
+
+bool Value::holds_user_text() const {
+  switch (kind()) {
+    case Kind::kString:
+      return !user_ranges().empty();
+    case Kind::kList:
+      return as_list().user_text;
+    case Kind::kDict:
+      return as_dict().user_text;
+    case Kind::kNamespace:
+      return any_user_text(as_namespace().attrs);
+    default:
+      return false;
+  }
 }
 
 std::string Value::undefined_hint() const {
@@ -89,6 +133,7 @@ std::string Value::undefined_hint() const {
 Value Value::list(std::vector<Value> items, bool is_tuple) {
   auto data = std::make_shared<ListData>();
   data->depth = 1 + max_depth(items);
+  data->user_text = any_user_text(items);
   data->items = std::move(items);
   data->is_tuple = is_tuple;
   return Value(Data(std::shared_ptr<const ListData>(std::move(data))));
@@ -96,6 +141,7 @@ Value Value::list(std::vector<Value> items, bool is_tuple) {
 
 Value Value::dict(DictData dict) {
   dict.depth = 1 + max_depth(dict);
+  dict.user_text = any_user_text(dict);
   return Value(Data(std::shared_ptr<const DictData>(std::make_shared<DictData>(std::move(dict)))));
 }
 
@@ -301,11 +347,18 @@ Result<std::vector<Value>> iterate(const Value& value) {
       if (value.as_string().size() > kMaxIteratedChars) {
         return errorf("string too long to iterate ({} bytes)", value.as_string().size());
       }
+      // Each character keeps the user-text ranges of its bytes.
       std::vector<Value> chars;
+      size_t offset = 0;
       for (char32_t c : decode_utf8(value.as_string())) {
         std::string one;
-        append_utf8(one, c);
-        chars.push_back(Value::string(std::move(one)));
+        append_utf8(one, c);  // round-trips the original bytes
+        const size_t size = one.size();
+        chars.push_back(value.user_ranges().empty()
+                            ? Value::string(std::move(one))
+                            : Value::string(std::move(one), slice_ranges(value.user_ranges(),
+                                                                         offset, offset + size)));
+        offset += size;
       }
       return chars;
     }

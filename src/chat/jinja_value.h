@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/text_ranges.h"
 
 namespace specstack::jinja {
 
@@ -27,15 +28,27 @@ struct CallArgs {
 
 struct ListData {
   std::vector<Value> items;
-  bool is_tuple = false;  // only changes how it prints: (1, 2) vs [1, 2]
-  uint32_t depth = 1;     // nesting depth, cached to bound recursion cheaply
+  bool is_tuple = false;   // only changes how it prints: (1, 2) vs [1, 2]
+  uint32_t depth = 1;      // nesting depth, cached to bound recursion cheaply
+  bool user_text = false;  // some string inside holds user text (cached like depth)
 };
 
 struct DictData {
   std::vector<std::pair<Value, Value>> entries;  // insertion order, unique keys
   uint32_t depth = 1;
+  bool user_text = false;  // recomputed by Value::dict, like depth
   const Value* find(const Value& key) const;
   const Value* find(std::string_view key) const;
+};
+
+// A string and which of its bytes are user text: bytes that came from the
+// request (messages, tools) rather than from the template. The tokenizer never
+// turns user text into special tokens, so a message cannot forge the
+// template's markup. Substring operations keep the ranges exact, joins shift
+// them, and other transformations mark their whole result (jinja_marked.h).
+struct StringData {
+  std::string text;
+  TextRanges user;  // empty for template text: no allocation
 };
 
 struct NamespaceData {
@@ -74,6 +87,10 @@ class Value {
   static Value integer(int64_t i);
   static Value floating(double f);
   static Value string(std::string s);
+  // user: sorted, merged byte ranges of s that are user text.
+  static Value string(std::string s, TextRanges user);
+  // A string that is user text as a whole.
+  static Value user_text(std::string s);
   static Value list(std::vector<Value> items, bool is_tuple = false);
   static Value dict(DictData data);  // data.depth is recomputed
   static Value make_namespace(DictData attrs);
@@ -97,8 +114,13 @@ class Value {
   int64_t as_int() const;    // bool or int
   double as_double() const;  // any number
   const std::string& as_string() const {
-    return *std::get<std::shared_ptr<const std::string>>(data_);
+    return std::get<std::shared_ptr<const StringData>>(data_)->text;
   }
+  // The user-text ranges of a string (empty for every other kind).
+  const TextRanges& user_ranges() const;
+  // Whether any string in this value (itself, or inside containers) holds
+  // user text. O(1) for strings, lists and dicts (cached); namespaces walk.
+  bool holds_user_text() const;
   const ListData& as_list() const { return *std::get<std::shared_ptr<const ListData>>(data_); }
   const DictData& as_dict() const { return *std::get<std::shared_ptr<const DictData>>(data_); }
   NamespaceData& as_namespace() const { return *std::get<std::shared_ptr<NamespaceData>>(data_); }
@@ -123,7 +145,7 @@ class Value {
   // Strings are shared like the containers: templates copy values freely
   // (lookups, loop items), and a copy must never cost a string's length.
   using Data = std::variant<UndefinedData, std::monostate, bool, int64_t, double,
-                            std::shared_ptr<const std::string>, std::shared_ptr<const ListData>,
+                            std::shared_ptr<const StringData>, std::shared_ptr<const ListData>,
                             std::shared_ptr<const DictData>, std::shared_ptr<NamespaceData>,
                             std::shared_ptr<const FunctionData>>;
   explicit Value(Data data) : data_(std::move(data)) {}

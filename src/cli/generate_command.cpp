@@ -20,6 +20,7 @@
 #include "engine/engine.h"
 #include "engine/generator.h"
 #include "engine/sampler.h"
+#include "server/chat_prompt.h"
 #include "tokenizer/tokenizer.h"
 
 namespace specstack::cli {
@@ -75,13 +76,17 @@ Result<std::vector<int32_t>> build_prompt(const GenerateFlags& flags, const Toke
     return make_error("--chat: the model's tokenizer_config.json has no chat_template");
   }
   SS_ASSIGN_OR_RETURN(ChatTemplate chat_template, ChatTemplate::parse(tokenizer->chat_template()));
-  nlohmann::json context = {
-      {"messages", nlohmann::json::array({{{"role", "user"}, {"content", flags.prompt}}})},
-      {"add_generation_prompt", true},
-      {"bos_token", tokenizer->bos_token()},
-      {"eos_token", tokenizer->eos_token()}};
-  SS_ASSIGN_OR_RETURN(std::string rendered, chat_template.render(context));
-  return tokenizer->encode(rendered, /*add_special_tokens=*/false);
+  // Exactly the server's default chat tokenization (server/chat_prompt.h):
+  // the prompt is a user message, so its text is plain text inside the
+  // template's markup and can never produce special tokens.
+  ServedModel model;
+  model.tokenizer = tokenizer;
+  model.chat_template = &chat_template;
+  OrderedJson body = OrderedJson::object();
+  body["messages"] = OrderedJson::array({{{"role", "user"}, {"content", flags.prompt}}});
+  auto ids = chat_prompt_ids(body, model);
+  if (!ids.ok()) return errorf("--chat: {}", ids.message());
+  return ids;
 }
 
 Result<RunResult> run_generator(ModelInstance& model, const GenerateFlags& flags,

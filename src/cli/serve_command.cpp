@@ -35,6 +35,7 @@ struct ServeFlags {
   int64_t kv_blocks = 0;
   double kv_memory_gb = 2.0;
   bool no_access_log = false;
+  bool chat_content_special_tokens = false;
   int http_threads = 0;  // 0: enough for every running and waiting request
   int stats_interval_s = 10;
   // After SIGTERM / SIGINT, how long requests in flight may run on before
@@ -249,6 +250,8 @@ int run_serve(ServeFlags& flags) {
     flags.http.specdecode_usage = flags.draft.specdecode.enabled;
   }
   flags.http.access_log = !flags.no_access_log;
+  flags.http.chat_content = flags.chat_content_special_tokens ? ChatContentTokens::kSpecial
+                                                              : ChatContentTokens::kPlainText;
   // A request holds its HTTP thread until it ends, and connections beyond the
   // thread count wait unread; so there must be a thread for every running
   // and waiting request, or the engine's queue limit (429) is never reached.
@@ -415,6 +418,11 @@ std::function<int()> add_serve_command(CLI::App& app) {
                    "are cancelled (default 30; 0: cancel at once)")
       ->check(CLI::Range(0.0, kMaxTimeoutSeconds));
   command->add_flag("--no-access-log", flags->no_access_log, "no stderr line per HTTP response");
+  command->add_flag("--chat-content-special-tokens", flags->chat_content_special_tokens,
+                    "let the text of chat requests (messages, tools, chat_template_kwargs) produce "
+                    "special/control "
+                    "tokens such as <|im_start|> or <|eot_id|>, as before; by default it is "
+                    "tokenized as plain text so a request cannot forge the template's turns");
   command
       ->add_option("--stats-interval", flags->stats_interval_s,
                    "seconds between throughput log lines while busy (0: never)")

@@ -1,6 +1,8 @@
 #include "server/chat_prompt.h"
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace specstack {
 namespace {
@@ -34,22 +36,24 @@ Result<OrderedJson> flatten_content(const OrderedJson& content, size_t index) {
 }
 
 // vLLM's continue_final_message: the prompt ends inside the last message, so
-// cut the rendering right after that message's content.
-Result<std::string> cut_after_final_content(const std::string& rendered,
-                                            const OrderedJson& messages) {
+// cut the rendering (and its user-text ranges) right after that message's
+// content.
+Status cut_after_final_content(ChatRender& rendered, const OrderedJson& messages) {
   const OrderedJson& last = messages.back();
   const auto content = last.find("content");
   if (content == last.end() || !content->is_string() || content->get<std::string>().empty()) {
     return make_error("'continue_final_message' needs a final message with non-empty content");
   }
   const std::string& text = content->get_ref<const std::string&>();
-  const size_t at = rendered.rfind(text);
+  const size_t at = rendered.text.rfind(text);
   if (at == std::string::npos) {
     return make_error(
         "'continue_final_message': the chat template does not reproduce the final message's "
         "content verbatim");
   }
-  return rendered.substr(0, at + text.size());
+  rendered.text.resize(at + text.size());
+  rendered.user_text = slice_ranges(rendered.user_text, 0, rendered.text.size());
+  return {};
 }
 
 }  // namespace
@@ -107,22 +111,28 @@ Result<std::vector<int32_t>> chat_prompt_ids(const OrderedJson& body, const Serv
     }
     context["tools"] = *tools;
   }
+  // Every string the request supplies is user text; bos_token, eos_token and
+  // add_generation_prompt come from the server.
+  std::vector<std::string> kwarg_keys;
   if (kwargs != nullptr) {
     // Template switches such as Qwen3's enable_thinking; they may not replace
-    // the conversation itself.
+    // the conversation itself. Their strings are request text too.
     for (const auto& [key, value] : kwargs->items()) {
-      if (key != "messages") context[key] = value;
+      if (key == "messages") continue;
+      context[key] = value;
+      kwarg_keys.push_back(key);
     }
   }
-  auto rendered = model.chat_template->render(context);
+  std::vector<std::string_view> user_text_keys(kChatRequestKeys.begin(), kChatRequestKeys.end());
+  user_text_keys.insert(user_text_keys.end(), kwarg_keys.begin(), kwarg_keys.end());
+  auto rendered = model.chat_template->render_marked(context, user_text_keys);
   if (!rendered.ok()) {
     return errorf("the chat template could not render these messages: {}", rendered.message());
   }
-  std::string text = std::move(rendered).value();
-  if (continue_final_message) {
-    SS_ASSIGN_OR_RETURN(text, cut_after_final_content(text, messages));
-  }
-  return model.tokenizer->encode(text, /*add_special_tokens=*/false);
+  if (continue_final_message) SS_TRY(cut_after_final_content(*rendered, messages));
+  EncodeOptions encode;  // the template writes BOS itself
+  if (model.chat_content == ChatContentTokens::kPlainText) encode.plain_text = rendered->user_text;
+  return model.tokenizer->encode(rendered->text, encode);
 }
 
 }  // namespace specstack

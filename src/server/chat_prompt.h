@@ -2,6 +2,9 @@
 // vLLM extensions add_generation_prompt, continue_final_message and
 // chat_template_kwargs) rendered with the model's chat template, then
 // tokenized without adding special tokens (the template writes BOS itself).
+// The request's own text (messages, tools, chat_template_kwargs) is tokenized
+// as plain text, so it cannot produce control tokens, unless the model is
+// served with ChatContentTokens::kSpecial (--chat-content-special-tokens).
 #pragma once
 
 #include <cstdint>

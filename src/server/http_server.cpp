@@ -58,6 +58,7 @@ struct HttpServer::Impl {
     served.name = options.served_model_name;
     served.max_context = engine.max_context();
     served.vocab_size = options.vocab_size > 0 ? options.vocab_size : tokenizer.vocab_size();
+    served.chat_content = options.chat_content;
     if (tokenizer.chat_template().empty()) {
       served.chat_template_error = "its tokenizer_config.json has no chat_template";
     } else if (auto parsed = ChatTemplate::parse(tokenizer.chat_template()); parsed.ok()) {

@@ -13,6 +13,7 @@
 
 #include "base/status.h"
 #include "engine/engine_api.h"
+#include "server/openai_request.h"
 #include "tokenizer/tokenizer.h"
 
 namespace specstack {
@@ -42,6 +43,8 @@ struct HttpServerOptions {
   // Every completion request's deadline in seconds unless it sets its own
   // (`timeout`); 0: none.
   double request_timeout_seconds = 0;
+  // Whether chat request text may produce special tokens (openai_request.h).
+  ChatContentTokens chat_content = ChatContentTokens::kPlainText;
 };
 
 class HttpServer {

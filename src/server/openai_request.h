@@ -18,6 +18,16 @@ namespace specstack {
 
 enum class ApiEndpoint { kApiCompletions, kApiChatCompletions };
 
+// How the strings of a chat request (messages, tools) are tokenized.
+enum class ChatContentTokens {
+  // Plain text: "<|im_start|>" in a message is BPE'd as text, so a request
+  // cannot forge the template's turns (the template's own markup stays special).
+  kPlainText,
+  // The old behaviour (serve --chat-content-special-tokens): the rendered
+  // prompt is tokenized as a whole, so request text can produce control tokens.
+  kSpecial,
+};
+
 // What parsing needs to know about the model being served.
 struct ServedModel {
   const Tokenizer* tokenizer = nullptr;         // required
@@ -26,6 +36,7 @@ struct ServedModel {
   std::string name;                             // the only accepted `model`
   int64_t max_context = 0;                      // prompt + completion tokens; <= 0: unchecked
   int64_t vocab_size = 0;                       // valid prompt ids are [0, vocab_size)
+  ChatContentTokens chat_content = ChatContentTokens::kPlainText;
 };
 
 struct OpenAiRequest {

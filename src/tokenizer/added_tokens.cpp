@@ -26,20 +26,11 @@ void TokenTrie::insert(std::string_view pattern, int32_t value) {
   nodes_[node].value = value;
 }
 
-std::optional<std::pair<size_t, int32_t>> TokenTrie::longest_match(std::string_view text,
-                                                                   size_t pos) const {
-  std::optional<std::pair<size_t, int32_t>> best;
-  int32_t node = 0;
-  for (size_t i = pos; i < text.size(); ++i) {
-    const auto byte = static_cast<unsigned char>(text[i]);
-    const auto& children = nodes_[node].children;
-    auto it = std::find_if(children.begin(), children.end(),
-                           [&](const auto& child) { return child.first == byte; });
-    if (it == children.end()) break;
-    node = it->second;
-    if (nodes_[node].value >= 0) best = std::pair{i + 1 - pos, nodes_[node].value};
-  }
-  return best;
+int32_t TokenTrie::child(int32_t node, unsigned char byte) const {
+  const auto& children = nodes_[node].children;
+  auto it = std::find_if(children.begin(), children.end(),
+                         [&](const auto& c) { return c.first == byte; });
+  return it == children.end() ? -1 : it->second;
 }
 
 Result<AddedVocabulary> AddedVocabulary::parse(const Json& added_tokens, const std::string& path,
@@ -103,12 +94,14 @@ bool AddedVocabulary::is_word_char_before(std::string_view text, size_t pos) con
   return is_word_char_at(text, start);
 }
 
-void AddedVocabulary::split(std::string_view text, bool at_start, const TokenTrie& trie,
-                            std::vector<Segment>& out) const {
+void AddedVocabulary::split(std::string_view text, bool at_start, std::span<const TextRange> plain,
+                            const TokenTrie& trie, std::vector<Segment>& out) const {
   if (text.empty()) return;
   auto add_text = [&](size_t start, size_t end) {
-    if (end > start)
-      out.push_back({std::string(text.substr(start, end - start)), -1, at_start && start == 0});
+    if (end > start) {
+      out.push_back({std::string(text.substr(start, end - start)), -1, at_start && start == 0,
+                     slice_ranges(plain, start, end)});
+    }
   };
   if (trie.empty()) {
     add_text(0, text.size());
@@ -117,7 +110,12 @@ void AddedVocabulary::split(std::string_view text, bool at_start, const TokenTri
   size_t done = 0;  // text before this offset is already in `out`
   size_t pos = 0;
   while (pos < text.size()) {
-    const auto match = trie.longest_match(text, pos);
+    // Special tokens may not touch plain text: there the vocabulary acts as
+    // if they did not exist, which is what HF's split_special_tokens=True
+    // does. A special token wholly outside still matches next to it.
+    const auto match = trie.longest_match_if(text, pos, [&](size_t length, int32_t index) {
+      return !tokens_[index].special || !overlaps_any(plain, pos, pos + length);
+    });
     if (!match) {
       ++pos;  // patterns are valid UTF-8, so they never match mid-character
       continue;
@@ -153,15 +151,16 @@ void AddedVocabulary::split(std::string_view text, bool at_start, const TokenTri
     }
     add_text(done, start);
     out.push_back(
-        {std::string(text.substr(start, stop - start)), token.id, at_start && start == 0});
+        {std::string(text.substr(start, stop - start)), token.id, at_start && start == 0, {}});
     done = stop;
   }
   add_text(done, text.size());
 }
 
-std::vector<Segment> AddedVocabulary::split_raw(std::string_view text) const {
+std::vector<Segment> AddedVocabulary::split_raw(std::string_view text,
+                                                std::span<const TextRange> plain) const {
   std::vector<Segment> out;
-  split(text, /*at_start=*/true, raw_trie_, out);
+  split(text, /*at_start=*/true, plain, raw_trie_, out);
   return out;
 }
 
@@ -170,7 +169,8 @@ void AddedVocabulary::split_normalized(Segment piece, std::vector<Segment>& out)
     if (!piece.text.empty()) out.push_back(std::move(piece));
     return;
   }
-  split(piece.text, piece.at_start, normalized_trie_, out);
+  const TextRanges plain = std::move(piece.plain);
+  split(piece.text, piece.at_start, plain, normalized_trie_, out);
 }
 
 const AddedToken* AddedVocabulary::find_by_id(int32_t id) const {

@@ -1,8 +1,10 @@
 #include "tokenizer/tokenizer.h"
 
 #include <fstream>
+#include <optional>
 #include <sstream>
 
+#include "base/check.h"
 #include "tokenizer/json_fields.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/utf8.h"
@@ -73,6 +75,51 @@ Result<std::unique_ptr<TokenizerImpl>> parse_tokenizer_json(std::string_view tex
   return impl;
 }
 
+// HF takes a Rust &str, so invalid UTF-8 is replaced (U+FFFD) first. Each
+// plain range is converted on its own so that the ranges follow the text.
+void make_valid_utf8(std::string_view text, std::span<const TextRange> plain, std::string& valid,
+                     TextRanges& valid_plain) {
+  size_t done = 0;
+  for (const TextRange& r : plain) {
+    valid += tok::utf8_lossy(text.substr(done, r.begin - done));
+    const size_t begin = valid.size();
+    valid += tok::utf8_lossy(text.substr(r.begin, r.end - r.begin));
+    append_range(valid_plain, begin, valid.size());
+    done = r.end;
+  }
+  valid += tok::utf8_lossy(text.substr(done));
+}
+
+// Where the plain ranges of `raw` lie in `normalized` (= normalize(raw)). The
+// normalizers rewrite locally (Prepend at the start, Replace, NFC), so at a
+// range edge b, normalize(raw[0, b)) is a prefix of the whole normalization
+// and its length is where b went -- unless a rewrite spans the edge (NFC
+// composing across it, a multi-byte Replace pattern); then the whole piece is
+// plain for the normalized special tokens, the safe side.
+TextRanges normalized_plain(const tok::Normalizer& normalizer, std::string_view raw,
+                            std::span<const TextRange> plain, const std::string& normalized) {
+  auto map_edge = [&](size_t b) -> std::optional<size_t> {
+    if (b == 0) return size_t{0};
+    if (b == raw.size()) return normalized.size();
+    std::string prefix(raw.substr(0, b));
+    normalizer.normalize(prefix);
+    if (!normalized.starts_with(prefix)) return std::nullopt;
+    return prefix.size();
+  };
+  TextRanges out;
+  for (const TextRange& r : plain) {
+    const auto begin = map_edge(r.begin);
+    const auto end = map_edge(r.end);
+    if (!begin || !end) {
+      TextRanges all;
+      append_range(all, 0, normalized.size());
+      return all;
+    }
+    append_range(out, *begin, *end);
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<Tokenizer> Tokenizer::from_json(std::string_view tokenizer_json,
@@ -110,22 +157,42 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  EncodeOptions options;
+  options.add_special_tokens = add_special_tokens;
+  return encode(text, options);
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOptions& options) const {
+  SS_CHECK_MSG(ranges_valid(options.plain_text, text.size()),
+               "EncodeOptions::plain_text must be sorted, disjoint ranges inside the text");
   // Everything downstream relies on valid UTF-8 (HF takes a Rust &str).
+  std::span<const TextRange> plain = options.plain_text;
   std::string valid;
+  TextRanges valid_plain;
   if (!tok::is_valid_utf8(text)) {
-    valid = tok::utf8_lossy(text);
+    make_valid_utf8(text, plain, valid, valid_plain);
     text = valid;
+    plain = valid_plain;
   }
   const TokenizerImpl& t = *impl_;
   std::vector<int32_t> ids;
   std::vector<tok::Segment> pieces;
   std::vector<tok::PreToken> words;
-  for (tok::Segment& raw : t.added.split_raw(text)) {
+  for (tok::Segment& raw : t.added.split_raw(text, plain)) {
     if (raw.token_id >= 0) {
       ids.push_back(raw.token_id);
       continue;
     }
-    if (t.normalizer) t.normalizer->normalize(raw.text);
+    if (t.normalizer) {
+      // Plain ranges only matter to normalized added tokens (Qwen3 has none).
+      if (raw.plain.empty() || !t.added.has_normalized_tokens()) {
+        t.normalizer->normalize(raw.text);
+      } else {
+        const std::string before = raw.text;
+        t.normalizer->normalize(raw.text);
+        raw.plain = normalized_plain(*t.normalizer, before, raw.plain, raw.text);
+      }
+    }
     pieces.clear();
     t.added.split_normalized(std::move(raw), pieces);
     for (tok::Segment& piece : pieces) {
@@ -139,7 +206,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
       for (const tok::PreToken& word : words) t.model.encode_word(word.text, ids);
     }
   }
-  if (add_special_tokens && t.post_processor) t.post_processor->process(ids);
+  if (options.add_special_tokens && t.post_processor) t.post_processor->process(ids);
   return ids;
 }
 

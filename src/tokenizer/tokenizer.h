@@ -15,10 +15,23 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/text_ranges.h"
 
 namespace specstack {
 
 struct TokenizerImpl;
+
+struct EncodeOptions {
+  // Apply the post-processor (e.g. prepend BOS) as HF does.
+  bool add_special_tokens = false;
+  // Byte ranges of the text (sorted, disjoint; base/text_ranges.h) that are
+  // plain text: added tokens marked "special" are not matched inside them or
+  // across their edges, so "<|im_start|>" there tokenizes as "<", "|", "im",
+  // ... exactly as HF's split_special_tokens=True would; added tokens that
+  // are not special (Qwen3's <think>) still match, as they do in HF. For a
+  // chat prompt these are the bytes that came from the request.
+  std::span<const TextRange> plain_text;
+};
 
 class Tokenizer {
  public:
@@ -34,6 +47,7 @@ class Tokenizer {
 
   // add_special_tokens: apply the post-processor (e.g. prepend BOS) as HF does.
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const;
+  std::vector<int32_t> encode(std::string_view text, const EncodeOptions& options) const;
   // HF decode(ids, skip_special_tokens) semantics. Invalid UTF-8 pieces become U+FFFD.
   // Unknown ids are skipped. skip_special_tokens skips by id (HF 0.23 keeps
   // special tokens marked "normalized", e.g. TinyStories' <|start_story|>).

