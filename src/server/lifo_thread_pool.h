@@ -9,7 +9,11 @@
 //
 // This pool starts a thread only when no started one is idle, and gives work
 // to the most recently idle thread (LIFO). The threads that ever run are then
-// as many as the peak concurrency, and the hot ones stay hot.
+// as many as the peak concurrency, and the hot ones stay hot. Threads are
+// started by a spawner thread, never by enqueue(): enqueue() runs on httplib's
+// accept loop, and a burst of connections that outpaces accept() overflows
+// the listen backlog (5 in Debian's httplib), whose dropped SYNs cost the
+// client a 1 s retransmit.
 #pragma once
 
 #include <httplib.h>
@@ -32,8 +36,8 @@ class LifoThreadPool final : public httplib::TaskQueue {
   LifoThreadPool(const LifoThreadPool&) = delete;
   LifoThreadPool& operator=(const LifoThreadPool&) = delete;
 
-  // Runs `fn` on an idle thread, a new one, or (all max_threads busy) the
-  // first thread to come free.
+  // Runs `fn` on the most recently idle thread, else on a thread the spawner
+  // starts for it (up to max_threads), else on the first to come free.
   void enqueue(std::function<void()> fn) override;
   // Runs what is queued, then joins every thread. Idempotent.
   void shutdown() override;
@@ -47,14 +51,19 @@ class LifoThreadPool final : public httplib::TaskQueue {
     std::function<void()> job;  // handed over by enqueue() while idle
     std::thread thread;
   };
-  void run(Worker* self, std::function<void()> first_job);
+  void run(Worker* self);
+  void spawn_loop();
+  bool needs_thread() const;  // under mutex_
 
   const size_t max_threads_;
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<Worker*> idle_;                  // back: the most recently idle
-  std::deque<std::function<void()>> pending_;  // when every thread is busy
+  std::deque<std::function<void()>> pending_;  // waiting for a thread
+  size_t n_starting_ = 0;                      // started, not yet at their first job
   bool stopping_ = false;
+  std::condition_variable spawn_wake_;
+  std::thread spawner_;
 };
 
 }  // namespace specstack

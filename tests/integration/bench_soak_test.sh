@@ -39,7 +39,7 @@ for series in process_resident_memory_bytes specstack_kv_cache_bytes specstack_k
 done
 
 "$bin" bench soak --url "http://127.0.0.1:$port" --num-requests 300 --workers 8 --seed 7 \
-  --report-every 100 --max-seconds 120 --flood-idle 200 --flood-slowloris 20 --flood-seconds 1.5 \
+  --report-every 100 --max-seconds 120 --flood-idle 50 --flood-slowloris 10 --flood-seconds 1 \
   >"$work/report.txt" 2>"$work/soak.log" || {
   cat "$work/soak.log" "$work/report.txt" >&2
   fail "bench soak failed"
@@ -48,5 +48,5 @@ cat "$work/report.txt"
 grep -q "^ok: no 5xx" "$work/report.txt" || fail "no ok line"
 grep -q "cancelled mid-stream [1-9]" "$work/report.txt" || fail "no stream was cancelled"
 grep -q "malformed [1-9]" "$work/report.txt" || fail "no malformed request was sent"
-grep -q "flood: 200 idle + 20 slowloris .*: ok" "$work/soak.log" || fail "flood check missing"
+grep -q "flood: 50 idle + 10 slowloris .*: ok" "$work/soak.log" || fail "flood check missing"
 echo "ok: bench soak"
