@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "backend/cpu/cpu_backend.h"
+#include "cli/bench_soak_command.h"
 #include "cli/bench_spec_command.h"
 #include "cli/bench_ttft_command.h"
 #include "cli/commands.h"
@@ -319,9 +320,11 @@ std::function<int()> add_bench_command(CLI::App& app) {
   serve->add_option("--out", flags->out_prefix, "output prefix for CSV / PNG files");
   std::function<int()> run_ttft = add_bench_ttft_command(*bench);
   std::function<int()> run_spec = add_bench_spec_command(*bench);
-  return [flags, bench, run_ttft, run_spec] {
+  std::function<int()> run_soak = add_bench_soak_command(*bench);
+  return [flags, bench, run_ttft, run_spec, run_soak] {
     if (bench->got_subcommand("ttft")) return run_ttft();
     if (bench->got_subcommand("spec")) return run_spec();
+    if (bench->got_subcommand("soak")) return run_soak();
     return run_bench_serve(*flags);
   };
 }

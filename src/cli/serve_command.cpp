@@ -17,6 +17,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"  // kMaxTimeoutSeconds
+#include "server/process_memory.h"
 #include "server/shutdown_signals.h"
 #include "tokenizer/tokenizer.h"
 
@@ -153,7 +154,22 @@ Result<std::unique_ptr<ModelInstance>> load_draft(const DraftPlan& plan, Backend
   return instance;
 }
 
+// "ready in 0.41 s: weights 0.10 s, KV reserve 0.00 s, ...": the time to
+// listen and where it went, so a slow start names its cause.
+std::string describe_startup(double total_s, double tokenizer_s, const StartupTimes& target,
+                             double draft_s, bool on_gpu) {
+  std::string out = fmt::format("ready in {:.2f} s: weights {:.2f} s, KV reserve {:.2f} s", total_s,
+                                target.weights_s, target.kv_reserve_s);
+  if (on_gpu) out += fmt::format(", CUDA graphs {:.2f} s", target.graph_capture_s);
+  out += fmt::format(", tokenizer {:.2f} s", tokenizer_s);
+  if (draft_s > 0) out += fmt::format(", draft {:.2f} s", draft_s);
+  const double known =
+      target.weights_s + target.kv_reserve_s + target.graph_capture_s + tokenizer_s + draft_s;
+  return out + fmt::format(", other {:.2f} s", std::max(0.0, total_s - known));
+}
+
 int run_serve(ServeFlags& flags) {
+  const auto serve_start = Clock::now();
   ShutdownSignals signals;  // from now on SIGINT / SIGTERM stop the server cleanly
 
   if (Status valid = validate_draft_flags(flags.draft, flags.model, flags.engine.specprefill);
@@ -169,8 +185,11 @@ int run_serve(ServeFlags& flags) {
       flags.tokenizer_dir.empty() ? flags.model.model_dir : flags.tokenizer_dir;
   if (tokenizer_dir.empty())
     return report_error("serve needs a tokenizer: give --model or --tokenizer DIR");
+  const auto tokenizer_start = Clock::now();
   auto tokenizer = Tokenizer::load_dir(tokenizer_dir);
   if (!tokenizer.ok()) return report_error(tokenizer.message());
+  const double tokenizer_seconds =
+      std::chrono::duration<double>(Clock::now() - tokenizer_start).count();
   auto kv = plan_kv(flags, *config);
   if (!kv.ok()) return report_error(kv.message());
   options->kv_blocks = kv->blocks;
@@ -294,7 +313,12 @@ int run_serve(ServeFlags& flags) {
   }
   auto port = server.bind();
   if (!port.ok()) return report_error(port.message());
-  std::fprintf(stderr, "specstack: listening on http://%s:%d\n", flags.http.host.c_str(), *port);
+  const double ready_seconds = std::chrono::duration<double>(Clock::now() - serve_start).count();
+  std::fprintf(stderr, "specstack: listening on http://%s:%d (%s)\n", flags.http.host.c_str(),
+               *port,
+               describe_startup(ready_seconds, tokenizer_seconds, model.startup_times(),
+                                draft_load_seconds, model.device() == Device::kCuda)
+                   .c_str());
 
   // Graceful drain. The callbacks run on the watcher thread only, so this
   // state needs no lock. First signal: stop admitting (503), let requests
@@ -317,6 +341,7 @@ int run_serve(ServeFlags& flags) {
   };
   ThroughputMeter meter;
   auto last_stats = Clock::now();
+  auto last_trim = Clock::now();
   signals.watch(
       [&](int signo) {
         ++n_signals;
@@ -347,6 +372,12 @@ int run_serve(ServeFlags& flags) {
         const auto now = Clock::now();
         const ThroughputRates rates =
             meter.observe(now, m.prompt_tokens_total, m.generation_tokens_total);
+        // Freed memory of finished requests stays in malloc's arenas
+        // otherwise, and RSS creeps up (docs/DESIGN-NOTES.md, "Memory over time").
+        if (now - last_trim >= std::chrono::seconds(10)) {
+          last_trim = now;
+          release_free_heap();
+        }
         if (flags.stats_interval_s > 0 &&
             now - last_stats >= std::chrono::seconds(flags.stats_interval_s)) {
           last_stats = now;

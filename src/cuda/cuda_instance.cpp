@@ -1,6 +1,7 @@
 #include "cuda/cuda_instance.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "cuda/device_dummy_source.h"
 
@@ -48,7 +49,12 @@ Result<CudaInstance> create_cuda_instance(const ModelConfig& config,
           out.model->weight_bytes() / 1073741824.0);
     }
   }
+  const auto kv_start = std::chrono::steady_clock::now();
   out.kv = out.model->make_kv_cache(n_blocks, options.block_size);
+  // The pool is zeroed asynchronously; wait, so the time is the reserve's own.
+  SS_CUDA_CHECK(cudaDeviceSynchronize());
+  out.kv_reserve_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - kv_start).count();
   return out;
 }
 

@@ -27,6 +27,7 @@ struct CudaInstanceOptions {
 struct CudaInstance {
   std::unique_ptr<CudaModel> model;
   std::unique_ptr<CudaKvCache> kv;
+  double kv_reserve_seconds = 0;  // cudaMalloc and zeroing of the pool, synchronised
 };
 
 Result<CudaInstance> create_cuda_instance(const ModelConfig& config,

@@ -68,6 +68,11 @@ class CudaModel final : public ForwardModel {
   Device device() const override { return Device::kCuda; }
   const ModelConfig& config() const override { return config_; }
   size_t weight_bytes() const override { return weight_bytes_; }
+  int64_t device_memory_used_bytes() const override {
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return -1;
+    return static_cast<int64_t>(total_bytes - free_bytes);
+  }
   const Tensor& rope_inv_freq() const override { return inv_freq_host_; }
   void forward(const ForwardBatch& batch, KvCache& kv, Tensor& logits) override;
 

@@ -81,6 +81,14 @@ class EngineCore {
 
   Result<std::shared_ptr<RequestStream>> submit(RequestOptions options);
   EngineMetrics metrics() const;
+  // Any thread: the cache's storage and the model never move after start-up.
+  MemoryMetrics memory_metrics() const {
+    MemoryMetrics m;
+    m.kv_cache_bytes = static_cast<int64_t>(model_.kv().nbytes());
+    m.kv_cache_resident_bytes = static_cast<int64_t>(model_.kv().resident_bytes());
+    m.device_memory_used_bytes = model_.model().device_memory_used_bytes();
+    return m;
+  }
   int64_t max_context() const { return max_context_; }
   std::vector<StepRecord> step_records() const {
     std::lock_guard<std::mutex> lock(metrics_mutex_);
@@ -627,6 +635,9 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(RequestOptions options) {
 }
 EngineMetrics Engine::metrics() const {
   return core_->metrics();
+}
+MemoryMetrics Engine::memory_metrics() const {
+  return core_->memory_metrics();
 }
 int64_t Engine::max_context() const {
   return core_->max_context();

@@ -89,6 +89,7 @@ class Engine final : public InferenceEngine {
 
   Result<std::shared_ptr<RequestStream>> submit(RequestOptions options) override;
   EngineMetrics metrics() const override;
+  MemoryMetrics memory_metrics() const override;
   int64_t max_context() const override;
   // Steps recorded so far (empty unless EngineOptions::record_steps).
   std::vector<StepRecord> step_records() const;

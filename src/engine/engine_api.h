@@ -150,6 +150,16 @@ struct EngineMetrics {
   HistogramSnapshot inter_token_latency;
 };
 
+// Memory of the loaded model, read when asked (a /metrics scrape), not per
+// step: counting the resident pages of a host pool walks its page table.
+struct MemoryMetrics {
+  int64_t kv_cache_bytes = 0;  // the target's KV pool as reserved
+  // Of it, the bytes in RAM now. A host pool is mapped lazily, so this grows
+  // as blocks are first used (up to kv_cache_bytes); a device pool is all in.
+  int64_t kv_cache_resident_bytes = 0;
+  int64_t device_memory_used_bytes = -1;  // on the model's GPU (every process); -1: no GPU
+};
+
 class InferenceEngine {
  public:
   virtual ~InferenceEngine() = default;
@@ -157,6 +167,8 @@ class InferenceEngine {
   // context, with the numbers), kErrorResourceExhausted (waiting queue full).
   virtual Result<std::shared_ptr<RequestStream>> submit(RequestOptions options) = 0;
   virtual EngineMetrics metrics() const = 0;
+  // An engine without a model (a test double) has no memory to report.
+  virtual MemoryMetrics memory_metrics() const { return {}; }
   virtual int64_t max_context() const = 0;  // prompt + generated tokens allowed
 };
 

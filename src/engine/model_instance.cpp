@@ -1,6 +1,7 @@
 #include "engine/model_instance.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 
 #if SPECSTACK_HAVE_CUDA
@@ -8,6 +9,13 @@
 #endif
 
 namespace specstack {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
 
 Result<std::unique_ptr<ModelInstance>> ModelInstance::create(const ModelInstanceOptions& options,
                                                              Backend& backend) {
@@ -31,6 +39,7 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create(const ModelInstance
     return errorf("block size must be positive, got {}", options.block_size);
   if (options.device == Device::kCuda) return create_on_gpu(std::move(config), options);
 
+  const auto weights_start = std::chrono::steady_clock::now();
   ModelWeights weights;
   if (options.dummy_weights) {
     weights = make_dummy_weights(config, options.dummy_seed, options.on_progress);
@@ -41,11 +50,14 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create(const ModelInstance
 
   std::unique_ptr<ModelInstance> instance(new ModelInstance());
   instance->model_ = std::make_unique<Transformer>(std::move(config), std::move(weights), backend);
+  instance->startup_times_.weights_s = seconds_since(weights_start);
+  const auto kv_start = std::chrono::steady_clock::now();
   int64_t n_blocks = options.kv_blocks;
   if (n_blocks <= 0) n_blocks = (options.kv_tokens + options.block_size - 1) / options.block_size;
   instance->kv_ =
       std::make_unique<KvCache>(instance->model_->kv_shape(n_blocks, options.block_size));
   instance->kv_manager_ = std::make_unique<KvManager>(*instance->kv_);
+  instance->startup_times_.kv_reserve_s = seconds_since(kv_start);
   instance->runner_ = std::make_unique<ModelRunner>(*instance->model_, *instance->kv_);
   return instance;
 }
@@ -70,13 +82,18 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create_on_gpu(
   if (gpu.kv_blocks <= 0 && options.kv_tokens > 0) {
     gpu.kv_blocks = (options.kv_tokens + options.block_size - 1) / options.block_size;
   }
+  const auto build_start = std::chrono::steady_clock::now();
   SS_ASSIGN_OR_RETURN(cuda::CudaInstance built, cuda::create_cuda_instance(config, gpu));
   std::unique_ptr<ModelInstance> instance(new ModelInstance());
+  instance->startup_times_.kv_reserve_s = built.kv_reserve_seconds;
+  instance->startup_times_.weights_s = seconds_since(build_start) - built.kv_reserve_seconds;
   cuda::CudaModel* model = built.model.get();
   cuda::CudaKvCache* kv = built.kv.get();
   const int64_t capacity = kv->shape().n_blocks * kv->shape().block_size;
   const int64_t graph_context = std::min<int64_t>(options.graph_max_context, capacity);
+  const auto capture_start = std::chrono::steady_clock::now();
   model->capture_decode_graphs(*kv, static_cast<int32_t>(graph_context));
+  instance->startup_times_.graph_capture_s = seconds_since(capture_start);
   instance->model_ = std::move(built.model);
   instance->kv_ = std::move(built.kv);
   instance->device_scorer_ = [model, kv](const AttentionCapture& capture,

@@ -46,6 +46,13 @@ using DeviceScorer = std::function<Result<std::vector<float>>(
     const AttentionCapture& capture, std::span<const int32_t> block_table, int64_t slot_begin,
     int64_t slot_end, int64_t pool_kernel)>;
 
+// Where ModelInstance::create spent its time, for the start-up line.
+struct StartupTimes {
+  double weights_s = 0;        // read (or generate) and convert the weights
+  double kv_reserve_s = 0;     // reserve the KV pool (lazily mapped on the host)
+  double graph_capture_s = 0;  // capture the CUDA decode graphs (0 on the CPU)
+};
+
 class ModelInstance {
  public:
   static Result<std::unique_ptr<ModelInstance>> create(const ModelInstanceOptions& options,
@@ -60,6 +67,7 @@ class ModelInstance {
   KvManager& kv_manager() { return *kv_manager_; }
   const BlockPool& pool() const { return kv_manager_->pool(); }
   ModelRunner& runner() { return *runner_; }
+  const StartupTimes& startup_times() const { return startup_times_; }
 
  private:
   ModelInstance() = default;
@@ -70,6 +78,7 @@ class ModelInstance {
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<KvManager> kv_manager_;  // owns the block pool of kv_
   std::unique_ptr<ModelRunner> runner_;
+  StartupTimes startup_times_;
 };
 
 }  // namespace specstack

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "tensor/host_memory.h"
 
 namespace specstack {
 
@@ -49,6 +50,16 @@ void KvCache::copy_block(int32_t src, int32_t dst) {
   int32_t* positions = positions_.data<int32_t>();
   std::memcpy(positions + dst * shape_.block_size, positions + src * shape_.block_size,
               static_cast<size_t>(shape_.block_size) * sizeof(int32_t));
+}
+
+size_t KvCache::resident_bytes() const {
+  if (device() != Device::kCpu) return nbytes();
+  size_t n = specstack::resident_bytes(positions_.raw(), positions_.nbytes());
+  for (const KvLayerView& layer : layers_) {
+    n += specstack::resident_bytes(layer.k.raw(), layer.k.nbytes());
+    n += specstack::resident_bytes(layer.v.raw(), layer.v.nbytes());
+  }
+  return n;
 }
 
 size_t KvCache::nbytes() const {

@@ -44,6 +44,10 @@ class ForwardModel {
   // [logit_rows.size(), vocab] f32 on the host (resized by the call).
   virtual void forward(const ForwardBatch& batch, KvCache& kv, Tensor& logits) = 0;
 
+  // Device memory in use on the model's GPU (all processes, as the driver
+  // reports it), for /metrics; -1 for a host model.
+  virtual int64_t device_memory_used_bytes() const { return -1; }
+
   KvCacheShape kv_shape(int64_t n_blocks, int64_t block_size) const {
     KvCacheShape shape;
     shape.n_layers = config().n_layers;

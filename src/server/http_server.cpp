@@ -13,8 +13,10 @@
 #include "server/completion_session.h"
 #include "server/errors.h"
 #include "server/in_flight.h"
+#include "server/lifo_thread_pool.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
+#include "server/process_memory.h"
 
 namespace specstack {
 namespace {
@@ -256,8 +258,10 @@ void HttpServer::Impl::start_response(const std::shared_ptr<CompletionSession>& 
 }
 
 void HttpServer::Impl::setup_routes() {
+  // Threads start on demand and the most recently idle one takes the next
+  // connection, so only the peak concurrency's worth of stacks is resident.
   server.new_task_queue = [n = options.n_threads] {
-    return new httplib::ThreadPool(static_cast<size_t>(std::max(1, n)));
+    return new LifoThreadPool(static_cast<size_t>(std::max(1, n)));
   };
   server.set_payload_max_length(options.max_body_bytes);
 
@@ -296,7 +300,13 @@ void HttpServer::Impl::setup_routes() {
     const ThroughputRates rates = throughput.observe(Clock::now(), metrics.prompt_tokens_total,
                                                      metrics.generation_tokens_total);
     res.status = 200;
-    res.set_content(render_prometheus(metrics, counters.snapshot(), rates),
+    MemoryGauges memory;
+    memory.process_resident_bytes = process_resident_bytes();
+    const HeapStats heap = heap_stats();
+    memory.heap_in_use_bytes = heap.in_use_bytes;
+    memory.heap_held_bytes = heap.held_bytes;
+    memory.engine = engine.memory_metrics();
+    res.set_content(render_prometheus(metrics, counters.snapshot(), rates, memory),
                     "text/plain; version=0.0.4; charset=utf-8");
   });
 

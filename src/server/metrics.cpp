@@ -65,8 +65,30 @@ ThroughputRates ThroughputMeter::observe(std::chrono::steady_clock::time_point n
 
 std::string render_prometheus(const EngineMetrics& engine,
                               const std::vector<std::pair<int, int64_t>>& http_responses,
-                              const ThroughputRates& rates) {
+                              const ThroughputRates& rates, const MemoryGauges& memory) {
   std::string out;
+  if (memory.process_resident_bytes >= 0) {
+    sample(out, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
+           memory.process_resident_bytes);
+  }
+  if (memory.heap_in_use_bytes >= 0) {
+    sample(out, "specstack_heap_in_use_bytes", "gauge",
+           "Bytes malloc has handed out and not had back (live allocations).",
+           memory.heap_in_use_bytes);
+    sample(out, "specstack_heap_held_bytes", "gauge",
+           "Bytes malloc holds from the system, in use or free (held - in use: fragmentation).",
+           memory.heap_held_bytes);
+  }
+  sample(out, "specstack_kv_cache_bytes", "gauge", "KV cache pool size in bytes (as reserved).",
+         memory.engine.kv_cache_bytes);
+  sample(out, "specstack_kv_cache_resident_bytes", "gauge",
+         "KV cache pool bytes in memory now (a host pool fills in as blocks are first used).",
+         memory.engine.kv_cache_resident_bytes);
+  if (memory.engine.device_memory_used_bytes >= 0) {
+    sample(out, "specstack_device_memory_used_bytes", "gauge",
+           "Memory in use on the model's GPU (all processes).",
+           memory.engine.device_memory_used_bytes);
+  }
   sample(out, "specstack_num_requests_waiting", "gauge", "Requests waiting to be scheduled.",
          engine.n_waiting);
   sample(out, "specstack_num_requests_running", "gauge", "Requests being computed.",

@@ -58,9 +58,18 @@ class ThroughputMeter {
   std::deque<Sample> samples_;
 };
 
+// Memory gauges, read at scrape time. A negative value is unknown and is
+// left out of the exposition rather than shown as a number.
+struct MemoryGauges {
+  int64_t process_resident_bytes = -1;  // the server's RSS
+  int64_t heap_in_use_bytes = -1;       // malloc: live allocations
+  int64_t heap_held_bytes = -1;         // malloc: taken from the system
+  MemoryMetrics engine;
+};
+
 // The whole exposition text.
 std::string render_prometheus(const EngineMetrics& engine,
                               const std::vector<std::pair<int, int64_t>>& http_responses,
-                              const ThroughputRates& rates);
+                              const ThroughputRates& rates, const MemoryGauges& memory = {});
 
 }  // namespace specstack

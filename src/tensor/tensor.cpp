@@ -1,7 +1,6 @@
 #include "tensor/tensor.h"
 
-#include <cstdlib>
-#include <cstring>
+#include "tensor/host_memory.h"
 
 namespace specstack {
 
@@ -24,14 +23,9 @@ Tensor Tensor::zeros(DType dtype, std::vector<int64_t> shape) {
   Tensor t;
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
-  size_t bytes = t.nbytes();
-  size_t padded = (bytes + 63) / 64 * 64;
-  if (padded == 0) padded = 64;
-  void* mem = std::aligned_alloc(64, padded);
-  SS_CHECK_MSG(mem != nullptr, "out of host memory");
-  std::memset(mem, 0, padded);
-  t.owner_ = std::shared_ptr<const void>(mem, [](const void* p) { std::free(const_cast<void*>(p)); });
-  t.data_ = mem;
+  ZeroedAllocation storage = allocate_zeroed(t.nbytes());
+  t.data_ = storage.memory.get();
+  t.owner_ = std::move(storage.memory);
   return t;
 }
 

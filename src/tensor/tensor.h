@@ -20,7 +20,8 @@ class Tensor {
  public:
   Tensor() = default;
 
-  // Heap storage, 64-byte aligned, zero-filled.
+  // Zero-filled host storage, 64-byte aligned; large tensors are mapped
+  // lazily (tensor/host_memory.h), so their pages cost nothing until touched.
   static Tensor zeros(DType dtype, std::vector<int64_t> shape);
   // A view of memory owned by `owner` (device memory with device = kCuda:
   // only its shape, dtype and pointer are used on the host).

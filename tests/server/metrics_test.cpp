@@ -7,6 +7,9 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <vector>
+
+#include "server/process_memory.h"
 
 namespace specstack {
 namespace {
@@ -129,6 +132,36 @@ TEST(Metrics, EmptyEngineStillExposesEveryFamily) {
   EXPECT_EQ(exp.samples.at("specstack_time_to_first_token_seconds_bucket{le=\"+Inf\"}"), 0);
   EXPECT_EQ(exp.samples.at("specstack_inter_token_latency_seconds_count"), 0);
   EXPECT_TRUE(exp.types.count("specstack_http_requests_total"));
+}
+
+TEST(Metrics, MemoryGaugesAppearWhenKnown) {
+  MemoryGauges memory;
+  memory.process_resident_bytes = 123 << 20;
+  memory.engine.kv_cache_bytes = 64 << 20;
+  memory.engine.kv_cache_resident_bytes = 3 << 20;
+  const Exposition exp = parse_exposition(render_prometheus(EngineMetrics{}, {}, {}, memory));
+  EXPECT_EQ(exp.samples.at("process_resident_memory_bytes"), 123 << 20);
+  EXPECT_EQ(exp.types.at("process_resident_memory_bytes"), "gauge");
+  EXPECT_EQ(exp.samples.at("specstack_kv_cache_bytes"), 64 << 20);
+  EXPECT_EQ(exp.samples.at("specstack_kv_cache_resident_bytes"), 3 << 20);
+  // No GPU: no device gauge rather than a made-up number.
+  EXPECT_FALSE(exp.samples.count("specstack_device_memory_used_bytes"));
+  memory.engine.device_memory_used_bytes = int64_t{5} << 30;
+  const Exposition gpu = parse_exposition(render_prometheus(EngineMetrics{}, {}, {}, memory));
+  EXPECT_EQ(gpu.samples.at("specstack_device_memory_used_bytes"), double(int64_t{5} << 30));
+  // Unknown RSS (not Linux) is left out too.
+  const Exposition bare = parse_exposition(render_prometheus(EngineMetrics{}, {}, {}));
+  EXPECT_FALSE(bare.samples.count("process_resident_memory_bytes"));
+}
+
+TEST(Metrics, ProcessResidentBytesIsThisProcess) {
+  const int64_t before = process_resident_bytes();
+  ASSERT_GT(before, 0);
+  // Touching 64 MiB shows up in the reading.
+  std::vector<char> block(64 << 20);
+  for (size_t i = 0; i < block.size(); i += 4096) block[i] = 1;
+  EXPECT_GE(process_resident_bytes(), before + (48 << 20));
+  EXPECT_EQ(block[4096], 1);  // keeps the writes observable
 }
 
 TEST(Metrics, HttpCountersCountByStatus) {
