@@ -46,16 +46,22 @@ struct Output {
   int64_t max_draft_blocks_used = 0;  // sampled from metrics while it ran
 };
 
-Output run(Engine& engine, RequestOptions options, int32_t cancel_after = -1) {
-  const int32_t n = options.n;
+std::shared_ptr<RequestStream> submit(Engine& engine, RequestOptions options) {
   auto stream = engine.submit(std::move(options));
   SS_CHECK_MSG(stream.ok(), stream.ok() ? "" : stream.message());
+  return *std::move(stream);
+}
+
+// Reads a submitted request's events to the end (cancelling it after
+// cancel_after tokens when that is >= 0).
+Output collect(Engine& engine, const std::shared_ptr<RequestStream>& request, int32_t n,
+               int32_t cancel_after = -1) {
   Output out;
   out.tokens.resize(static_cast<size_t>(n));
   out.logprobs.resize(static_cast<size_t>(n));
   int32_t seen = 0;
-  while (!(*stream)->done()) {
-    auto event = (*stream)->next(5000ms);
+  while (!request->done()) {
+    auto event = request->next(5000ms);
     const EngineMetrics m = engine.metrics();
     out.max_draft_blocks_used =
         std::max(out.max_draft_blocks_used, m.draft_kv_blocks_total - m.draft_kv_blocks_free);
@@ -65,10 +71,15 @@ Output run(Engine& engine, RequestOptions options, int32_t cancel_after = -1) {
     auto& logprobs = out.logprobs[static_cast<size_t>(event->choice)];
     logprobs.insert(logprobs.end(), event->logprobs.begin(), event->logprobs.end());
     seen += static_cast<int32_t>(event->tokens.size());
-    if (cancel_after >= 0 && seen >= cancel_after) (*stream)->cancel();
+    if (cancel_after >= 0 && seen >= cancel_after) request->cancel();
   }
-  out.stats = (*stream)->stats();
+  out.stats = request->stats();
   return out;
+}
+
+Output run(Engine& engine, RequestOptions options, int32_t cancel_after = -1) {
+  const int32_t n = options.n;
+  return collect(engine, submit(engine, std::move(options)), n, cancel_after);
 }
 
 std::vector<int32_t> offline_greedy(ModelInstance& model, const std::vector<int32_t>& prompt,
@@ -270,14 +281,15 @@ TEST(SpecDecodeEngine, PreemptionMidSpeculationKeepsEveryStreamExact) {
     prompts.push_back(std::move(prompt));
   }
   Engine engine(*target, spec_options(draft.get(), 4));
-  std::vector<std::thread> threads;
-  std::vector<Output> outputs(prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    threads.emplace_back([&, i] {
-      outputs[i] = run(engine, RequestOptions{prompts[i], greedy(40), 1, -1});
-    });
+  // All four are submitted before any can finish (one thread each raced: on a
+  // loaded machine a late thread's request could start after the others had
+  // ended, and nothing was preempted).
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const auto& prompt : prompts) {
+    streams.push_back(submit(engine, RequestOptions{prompt, greedy(40), 1, -1}));
   }
-  for (auto& thread : threads) thread.join();
+  std::vector<Output> outputs;
+  for (const auto& stream : streams) outputs.push_back(collect(engine, stream, 1));
   int32_t preemptions = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     EXPECT_EQ(outputs[i].tokens[0], expected[i]) << i;
