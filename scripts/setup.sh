@@ -8,7 +8,7 @@ build_dir=${1:-build}
 apt_packages=(build-essential cmake ninja-build pkg-config git
   nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev libpcre2-dev libxxhash-dev
   libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
-  clang libclang-rt-14-dev gnuplot-nox curl)
+  clang libclang-rt-14-dev gnuplot-nox curl iproute2)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -1,9 +1,12 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <random>
 #include <string_view>
@@ -72,6 +75,13 @@ struct HttpServer::Impl {
     created = static_cast<int64_t>(std::time(nullptr));
     id_rng.seed(std::random_device{}());
     setup_routes();
+    // httplib (Debian's build) listens with a backlog of 5: a burst of
+    // connects overflows it and each dropped SYN costs its client a 1 s
+    // retransmit. Remember the listening socket so bind() can raise it.
+    server.set_socket_options([this](socket_t sock) {
+      httplib::default_socket_options(sock);
+      listen_socket = sock;
+    });
   }
 
   void setup_routes();
@@ -106,6 +116,9 @@ struct HttpServer::Impl {
   std::mutex stop_mutex;
   bool stop_requested = false;
   bool stop_sent = false;
+  // The listening socket, seen in httplib's socket-options hook (bind() runs
+  // it on the caller's thread before serve() starts).
+  socket_t listen_socket = -1;
 };
 
 std::string HttpServer::Impl::next_id(const char* prefix) {
@@ -391,6 +404,13 @@ Result<int> HttpServer::bind() {
     if (port < 0) return errorf("cannot bind to {} (any port)", host);
   } else if (!impl_->server.bind_to_port(host, port)) {
     return errorf("cannot bind to {}:{} (in use, or not a local address?)", host, port);
+  }
+  // listen() again on a listening socket only changes its backlog (Linux);
+  // the kernel caps it at net.core.somaxconn.
+  if (impl_->listen_socket >= 0 &&
+      ::listen(impl_->listen_socket, impl_->options.listen_backlog) != 0) {
+    return errorf("cannot set the listen backlog to {}: {}", impl_->options.listen_backlog,
+                  std::strerror(errno));
   }
   return port;
 }

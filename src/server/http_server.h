@@ -27,6 +27,9 @@ struct HttpServerOptions {
   // Every in-flight request holds one thread for its whole duration (httplib
   // is thread-per-connection), so this bounds concurrent requests.
   int n_threads = 64;
+  // Pending connections the kernel queues before accept(); a burst past it
+  // loses SYNs, which clients retry only after a second.
+  int listen_backlog = 1024;
   int64_t vocab_size = 0;  // prompt token ids must be below it; 0: the tokenizer's
   // How long a response writer waits for engine events before checking the
   // connection again.

@@ -5,7 +5,7 @@
 # idle + slowloris connection flood. The soak exits non-zero on any 5xx, any
 # wrong response, a probe slowed by the flood, or a KV block still held at the
 # end; this script also checks that its report and the server's memory gauges
-# are there. Usage: bench_soak_test.sh SPECSTACK_BINARY REPO_ROOT
+# are there, and the listen backlog. Usage: bench_soak_test.sh SPECSTACK_BINARY REPO_ROOT
 set -euo pipefail
 bin=$1
 root=$2
@@ -32,6 +32,14 @@ done
 [ -n "$port" ] || fail "server did not start"
 grep -q "ready in .* s: weights .* s, KV reserve .* s" "$work/server.log" ||
   fail "the listening line lacks the start-up breakdown"
+
+# The listen backlog (ss prints it as a listening socket's Send-Q): Debian's
+# httplib listens with 5, and a burst of connects past it waits a second per
+# dropped SYN; serve raises it to 1024 (the kernel caps it at somaxconn).
+backlog=$(ss -Hltn "sport = :$port" | awk '{print $3}')
+somaxconn=$(cat /proc/sys/net/core/somaxconn)
+want=$((somaxconn < 1024 ? somaxconn : 1024))
+[ "$backlog" = "$want" ] || fail "listen backlog is '$backlog', expected $want"
 
 metrics=$(curl -s "http://127.0.0.1:$port/metrics")
 for series in process_resident_memory_bytes specstack_kv_cache_bytes specstack_kv_cache_resident_bytes; do
