@@ -63,16 +63,17 @@ double time_us(int copies, Call call, cudaStream_t stream) {
 
 int main() {
   const std::vector<Shape> shapes = {
-      {"7b qkv", 4608, 3584, false},     {"7b o", 3584, 3584, false},
-      {"7b gate_up", 18944, 3584, true}, {"7b down", 3584, 18944, false},
-      {"0.5b qkv", 1152, 896, false},    {"0.5b o", 896, 896, false},
-      {"0.5b gate_up", 4864, 896, true}, {"0.5b down", 896, 4864, false},
+      {"7b qkv", 4608, 3584, false},       {"7b o", 3584, 3584, false},
+      {"7b gate_up", 18944, 3584, true},   {"7b down", 3584, 18944, false},
+      {"0.5b qkv", 1152, 896, false},      {"0.5b o", 896, 896, false},
+      {"0.5b gate_up", 4864, 896, true},   {"0.5b down", 896, 4864, false},
+      {"7b lm_head", 152064, 3584, false}, {"0.5b lm_head", 152064, 896, false},
   };
   const std::vector<GemvMmaShape> variants = {{4, 4}, {8, 2}, {8, 4}, {16, 1}, {16, 2}, {16, 4}};
   cudaStream_t stream = nullptr;
   SS_CUDA_CHECK(cudaStreamCreate(&stream));
   std::mt19937 rng(1);
-  DeviceBuffer<__nv_bfloat16> x(size_t(8) * 18944), y(size_t(8) * 2 * 18944);
+  DeviceBuffer<__nv_bfloat16> x(size_t(8) * 18944), y(size_t(8) * 152064);
   fill_random(x, rng);
   std::printf("| shape | rows | kernel | us | weight GB/s |\n|---|---|---|---|---|\n");
   for (const Shape& s : shapes) {

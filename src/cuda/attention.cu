@@ -28,6 +28,7 @@
 #include "base/check.h"
 #include "cuda/attention.h"
 #include "cuda/cuda_check.h"
+#include "cuda/pdl.h"
 
 namespace specstack::cuda {
 namespace {
@@ -99,6 +100,7 @@ __device__ __forceinline__ float warp_sum(float x) {
 template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads)
     paged_attention_kernel(const PagedAttentionArgs a, const int32_t n_parts) {
+  pdl_begin();
   // QK: kQkLanes lanes per key row, 8 dims each.
   constexpr int kQkLanes = kHeadDim / 8;
   constexpr int kQkKeysPerWarp = 32 / kQkLanes;
@@ -315,6 +317,7 @@ __global__ void __launch_bounds__(kThreads)
     combine_kernel(const float* workspace, const int32_t* token_slot, int32_t n_heads,
                    int32_t head_dim, int32_t n_parts, int32_t partition_size, bf16* out,
                    int64_t out_stride) {
+  pdl_begin();
   const int32_t t = blockIdx.x;
   const int32_t head = blockIdx.y;
   const int32_t own_slot = token_slot[t];
@@ -350,8 +353,7 @@ template <int kHeadDim>
 void launch_paged_attention(const PagedAttentionArgs& a, int32_t n_parts, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_kv_heads),
                   static_cast<unsigned>(n_parts));
-  paged_attention_kernel<kHeadDim><<<grid, kThreads, 0, stream>>>(a, n_parts);
-  SS_CUDA_CHECK_LAUNCH();
+  launch_pdl(paged_attention_kernel<kHeadDim>, grid, kThreads, 0, stream, a.pdl, a, n_parts);
 }
 
 bool aligned16(const void* p) {
@@ -409,9 +411,8 @@ void paged_attention(const PagedAttentionArgs& a, cudaStream_t stream) {
   }
   if (n_parts > 1) {
     const dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_heads));
-    combine_kernel<<<grid, kThreads, 0, stream>>>(a.workspace, a.token_slot, a.n_heads, a.head_dim,
-                                                  n_parts, a.partition_size, a.out, a.out_stride);
-    SS_CUDA_CHECK_LAUNCH();
+    launch_pdl(combine_kernel, grid, kThreads, 0, stream, true, a.workspace, a.token_slot,
+               a.n_heads, a.head_dim, n_parts, a.partition_size, a.out, a.out_stride);
   }
 }
 

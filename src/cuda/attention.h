@@ -53,6 +53,9 @@ struct PagedAttentionArgs {
   bf16* out = nullptr;  // head h of token t at out[t * out_stride + h * head_dim]
   int64_t out_stride = 0;
   float* workspace = nullptr;  // paged_attention_workspace_floats(...) floats
+  // Programmatic dependent launch (cuda/pdl.h): off when the stream's last
+  // operation before this call is a copy rather than a kernel.
+  bool pdl = true;
 };
 
 // Floats of workspace paged_attention needs for these sizes.

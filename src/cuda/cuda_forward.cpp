@@ -341,13 +341,16 @@ void CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool
     a.out_stride = q_width;
     flash_attention(a, stream_);
   }
+  // Query capture copies sit between the KV write and attention: the next
+  // kernel cannot launch programmatically after a copy (cuda/pdl.h).
+  const bool after_copy = meta.capture_device != nullptr || !meta.capture_rows.empty();
   if (meta.n_paged > 0) {
     const bool compact = meta.paged_begin < 0;
     SS_CHECK(!(compact && graph_safe));
     PagedAttentionArgs a;
     if (compact) {
       gather_rows(qkv, qkv_width, meta.paged_rows, meta.n_paged, static_cast<int32_t>(q_width),
-                  compact_q_.data(), stream_);
+                  compact_q_.data(), stream_, /*pdl=*/!after_copy);
       a.q = compact_q_.data();
       a.q_stride = q_width;
       a.out = compact_out_.data();
@@ -375,6 +378,7 @@ void CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool
     a.max_context = meta.paged_max_context;
     a.partition_size = meta.paged_partition;
     a.workspace = meta.attn_workspace;
+    a.pdl = compact || !after_copy;
     paged_attention(a, stream_);
     if (compact) {
       scatter_rows(compact_out_.data(), meta.paged_rows, meta.n_paged,

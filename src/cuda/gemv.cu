@@ -3,6 +3,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/gemv.h"
 #include "cuda/gemv_mma.h"
+#include "cuda/pdl.h"
 
 namespace specstack::cuda {
 
@@ -82,6 +83,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                 int64_t out, int64_t in, __nv_bfloat16* __restrict__ y, float* __restrict__ y_f32,
                 const float* __restrict__ bias) {
+  pdl_begin();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t row = int64_t(blockIdx.x) * (kWarpsPerBlock / kSplit) + warp / kSplit;
   const bool valid = row < out;  // no early return: the block reduction syncs
@@ -106,6 +108,7 @@ template <int kSplit>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_silu_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                      int64_t width, int64_t in, __nv_bfloat16* __restrict__ y) {
+  pdl_begin();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t row = int64_t(blockIdx.x) * (kWarpsPerBlock / kSplit) + warp / kSplit;
   const bool valid = row < width;
@@ -130,19 +133,21 @@ void launch(const __nv_bfloat16* x, const __nv_bfloat16* w, int64_t out, int64_t
   constexpr int kRowsPerBlock = kWarpsPerBlock / kSplit;
   const auto blocks = static_cast<unsigned>((out + kRowsPerBlock - 1) / kRowsPerBlock);
   if (silu) {
-    gemv_silu_kernel<kSplit><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, w, out, in, y);
+    launch_pdl(gemv_silu_kernel<kSplit>, blocks, kWarpsPerBlock * 32, 0, stream, true, x, w, out,
+               in, y);
   } else {
-    gemv_kernel<kSplit><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, w, out, in, y, y_f32, bias);
+    launch_pdl(gemv_kernel<kSplit>, blocks, kWarpsPerBlock * 32, 0, stream, true, x, w, out, in, y,
+               y_f32, bias);
   }
-  SS_CUDA_CHECK_LAUNCH();
 }
 
 // Warps per output row for one input row (bench/gemv_bench on the H100, see
-// docs/benchmarks.md): long rows 4 (0.5B down 10.0 -> 6.3 us), small
-// matrices 2 (their few blocks leave SMs idle), else 1.
-int default_split(int64_t out, int64_t in) {
-  if (in >= 4096) return 4;
-  return out <= 2048 ? 2 : 1;
+// docs/benchmarks.md): the layer projections 4 (0.5B down 8.7 -> 5.3 us,
+// 7B qkv 15.6 -> 13.0 us), a small gate/up 2, the wide gate/up and the LM
+// head 1 (enough rows to fill the GPU one warp each).
+int default_split(int64_t out, bool silu) {
+  if (out > 8192) return 1;
+  return silu ? 2 : 4;
 }
 
 void launch_one_row(const __nv_bfloat16* x, const __nv_bfloat16* w, int64_t out, int64_t in,
@@ -165,7 +170,7 @@ void dispatch(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64
               int64_t in, __nv_bfloat16* y, float* y_f32, int64_t ldy, const float* bias, bool silu,
               cudaStream_t stream) {
   if (n == 1)
-    return launch_one_row(x, w, out, in, y, y_f32, bias, silu, default_split(out, in), stream);
+    return launch_one_row(x, w, out, in, y, y_f32, bias, silu, default_split(out, silu), stream);
   // 2..8 rows: a warp-per-row kernel's cost grows with the rows (every row
   // converted and multiplied on the CUDA cores per weight element); the
   // tensor-core one reads the weights once at about one row's cost.

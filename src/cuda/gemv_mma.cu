@@ -2,6 +2,7 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/gemv_mma.h"
+#include "cuda/pdl.h"
 
 namespace specstack::cuda {
 
@@ -62,6 +63,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                     const __nv_bfloat16* __restrict__ w, int64_t out, int64_t in,
                     __nv_bfloat16* __restrict__ y, float* __restrict__ y_f32, int64_t ldy,
                     const float* __restrict__ bias) {
+  pdl_begin();
   constexpr int kTiles = kSilu ? 2 : 1;  // gate and up
   __shared__ float partial[kTiles][kWarps][32][4];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -114,13 +116,13 @@ void launch(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int n, 
             cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((out + kTileRows - 1) / kTileRows);
   if (silu) {
-    gemv_mma_kernel<true, kWarps, kUnroll>
-        <<<blocks, kWarps * 32, 0, stream>>>(x, ldx, n, w, out, in, y, nullptr, ldy, nullptr);
+    launch_pdl(gemv_mma_kernel<true, kWarps, kUnroll>, blocks, kWarps * 32, 0, stream, true, x, ldx,
+               n, w, out, in, y, static_cast<float*>(nullptr), ldy,
+               static_cast<const float*>(nullptr));
   } else {
-    gemv_mma_kernel<false, kWarps, kUnroll>
-        <<<blocks, kWarps * 32, 0, stream>>>(x, ldx, n, w, out, in, y, y_f32, ldy, bias);
+    launch_pdl(gemv_mma_kernel<false, kWarps, kUnroll>, blocks, kWarps * 32, 0, stream, true, x,
+               ldx, n, w, out, in, y, y_f32, ldy, bias);
   }
-  SS_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -130,7 +132,11 @@ void gemv_mma(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64
               cudaStream_t stream, GemvMmaShape shape) {
   if (n < 2 || n > 8) fail_cuda("gemv_mma", "n out of range", __FILE__, __LINE__);
   const int rows = static_cast<int>(n);
-  if (shape.warps == 0) shape = silu ? GemvMmaShape{8, 2} : GemvMmaShape{16, 4};
+  if (shape.warps == 0) {
+    // Few 16-row blocks (o, down: out <= 4096) need 16 warps each to keep
+    // enough loads in flight; wider matrices fill the GPU with 8.
+    shape = silu || out > 4096 ? GemvMmaShape{8, 2} : GemvMmaShape{16, 2};
+  }
   const int key = shape.warps * 100 + shape.unroll;
   switch (key) {
 #define SS_GEMV_MMA_CASE(W, U) \

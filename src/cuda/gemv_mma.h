@@ -23,8 +23,8 @@ namespace specstack::cuda {
 
 // Launch shape: warps per block (they split the reduction) and 32-element
 // chunks each warp has in flight; zero picks the shape bench/gemv_bench
-// measured best on the H100 (16 warps x 4 for plain projections, whose few
-// 16-row blocks need the warps; 8 x 2 for the wide gate/up one). The sweep
+// measured best on the H100 (16 warps x 2 for matrices of <= 4096 rows,
+// whose few 16-row blocks need the warps; 8 x 2 for wider ones). The sweep
 // uses warps 4 or 8 with unroll 2, 4 or 8, and warps 16 with 1, 2 or 4.
 struct GemvMmaShape {
   int warps = 0;
