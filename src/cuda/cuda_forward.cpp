@@ -42,8 +42,9 @@ void grow_pinned(void** ptr, size_t* capacity, size_t bytes) {
 }
 
 MetaOffsets plan_step(const ForwardBatch& batch, int64_t block_size, bool flash_ok,
-                      int32_t graph_batch, int32_t graph_max_blocks, int32_t graph_max_context,
-                      CudaModel::StepMeta& meta, std::vector<int32_t>& staged) {
+                      int32_t run_group, int32_t graph_batch, int32_t graph_max_blocks,
+                      int32_t graph_max_context, CudaModel::StepMeta& meta,
+                      std::vector<int32_t>& staged) {
   const auto& att = batch.attention;
   const auto n = static_cast<int32_t>(batch.token_ids.size());
   const auto n_seqs = static_cast<int32_t>(att.block_tables.size());
@@ -132,6 +133,16 @@ MetaOffsets plan_step(const ForwardBatch& batch, int64_t block_size, bool flash_
     }
   }
   meta.paged_max_context = graph ? graph_max_context : max_context;
+  if (!graph && run_group > 0 && !paged.empty()) {
+    std::vector<int32_t> run(paged.size());
+    const int32_t longest =
+        paged_attention_runs(staged.data() + o.paged_seq, staged.data() + o.paged_slot,
+                             static_cast<int32_t>(paged.size()), run_group, run.data());
+    if (longest > 1) {
+      o.paged_run = s.add(paged.size());
+      std::copy(run.begin(), run.end(), staged.begin() + o.paged_run);
+    }
+  }
   meta.capture_rows.assign(batch.capture_rows.begin(), batch.capture_rows.end());
   return o;
 }
@@ -147,6 +158,7 @@ void set_device_pointers(const MetaOffsets& o, int32_t* base, CudaModel::StepMet
   meta.paged_seq = base + o.paged_seq;
   meta.paged_slot = base + o.paged_slot;
   meta.paged_pos = base + o.paged_pos;
+  meta.paged_run = o.paged_run > 0 ? base + o.paged_run : nullptr;
 }
 
 void CudaModel::forward(const ForwardBatch& batch, KvCache& kv_base, Tensor& logits) {
@@ -165,9 +177,10 @@ void CudaModel::forward(const ForwardBatch& batch, KvCache& kv_base, Tensor& log
   ensure_scratch(n);
   StepMeta& meta = *meta_;
   std::vector<int32_t> staged;
-  const MetaOffsets offsets =
-      plan_step(batch, kv->shape().block_size, flash_attention_supported(config_.head_dim), 0, 0, 0,
-                meta, staged);
+  const MetaOffsets offsets = plan_step(
+      batch, kv->shape().block_size, flash_attention_supported(config_.head_dim),
+      options_.run_attention ? static_cast<int32_t>(config_.n_heads / config_.n_kv_heads) : 0, 0, 0,
+      0, meta, staged);
   grow_pinned(reinterpret_cast<void**>(&meta_host_), &meta_host_capacity_,
               staged.size() * sizeof(int32_t));
   std::memcpy(meta_host_, staged.data(), staged.size() * sizeof(int32_t));
@@ -368,6 +381,7 @@ void CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool
     a.token_seq = meta.paged_seq;
     a.token_slot = meta.paged_slot;
     a.token_pos = meta.paged_pos;
+    a.token_run = meta.paged_run;
     a.n_tokens = meta.n_paged;
     a.n_heads = n_heads;
     a.n_kv_heads = n_kv_heads;
