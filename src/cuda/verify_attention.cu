@@ -2,9 +2,11 @@
 // partition), 128 threads, dynamic shared memory (~105 KB at head_dim 128):
 //  1. the run's Q (rows x group heads = up to 64 query vectors, zero-padded
 //     to whole 16-row MMA tiles) is staged in shared memory once;
-//  2. the partition is walked in sub-tiles of kSub keys: slots resolved
-//     (window-hidden keys for the run's FIRST row are hidden for all its rows
-//     and are not loaded), K and V rows loaded once into shared memory;
+//  2. the partition's slots are resolved once (keys the window hides from
+//     the run's FIRST row are hidden from all its rows and are not loaded),
+//     then it is walked in sub-tiles of kSub keys, K and V rows loaded once
+//     into shared memory through registers (the next sub-tile's loads are in
+//     flight during this one's math);
 //  3. S = Q K^T on the tensor cores, scaled in fp32 and masked per (row, key)
 //     (causal by the row's own slot, window by the row's position);
 //  4. online softmax per query vector (running max / sum, fp32), P rounded
@@ -45,9 +47,9 @@ struct Smem {
   static constexpr size_t kV = kK + size_t{kSub} * kKvStride * 2;
   static constexpr size_t kS = kV + size_t{kSub} * kKvStride * 2;
   static constexpr size_t kO = kS + size_t{kMaxQ} * kSStride * 4;
-  static constexpr size_t kFlat = kO + size_t{kMaxQ} * kOStride * 4;  // int32 [kSub]
-  static constexpr size_t kKpos = kFlat + kSub * 4;                   // int32 [kSub]
-  static constexpr size_t kMax = kKpos + kSub * 4;                    // f32 [kMaxQ]
+  static constexpr size_t kFlat = kO + size_t{kMaxQ} * kOStride * 4;  // int32 [kPartitionSize]
+  static constexpr size_t kKpos = kFlat + kPartitionSize * 4;         // int32 [kPartitionSize]
+  static constexpr size_t kMax = kKpos + kPartitionSize * 4;          // f32 [kMaxQ]
   static constexpr size_t kSum = kMax + kMaxQ * 4;                    // f32 [kMaxQ]
   static constexpr size_t kScale = kSum + kMaxQ * 4;                  // f32 [kMaxQ]
   static constexpr size_t kRowSlot = kScale + kMaxQ * 4;              // int32 [kMaxQ]
@@ -183,46 +185,54 @@ __global__ void __launch_bounds__(kThreads)
   const bf16* v_head = a.v_cache + static_cast<int64_t>(kvh) * kHeadDim;
   const float q_scale = a.scale * kLog2e;
 
+  // 2. The partition's slots, once (rounded up to whole sub-tiles; -1 =
+  // not loaded: past the keys or hidden from every row).
+  const int32_t n_padded = (n_keys + kSub - 1) / kSub * kSub;
+  for (int i = tid; i < n_padded; i += kThreads) {
+    int32_t flat = -1;
+    int32_t kpos = 0;
+    if (i < n_keys) {
+      const int32_t j = start + i;
+      const int32_t f = table[j / a.block_size] * a.block_size + j % a.block_size;
+      kpos = a.slot_positions[f];
+      if (a.sliding_window <= 0 || kpos > hidden_for_all) flat = f;
+    }
+    s_flat[i] = flat;
+    s_kpos[i] = kpos;
+  }
+  __syncthreads();
+
+  // K and V rows of a sub-tile go through registers: the next sub-tile's
+  // loads are issued before this one's math, so their latency overlaps it.
+  constexpr int kLoads = kSub * kChunks / kThreads;  // per thread, per matrix
+  static_assert(kSub * kChunks % kThreads == 0, "whole loads");
+  uint4 kr[kLoads], vr[kLoads];
+  auto load_sub = [&](int32_t sub) {
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const int i = tid + u * kThreads;
+      const int32_t flat = s_flat[sub + i / kChunks];
+      const int c = (i % kChunks) * 8;
+      kr[u] = flat >= 0 ? __ldg(reinterpret_cast<const uint4*>(k_head + flat * kv_row + c))
+                        : uint4{0, 0, 0, 0};
+      vr[u] = flat >= 0 ? __ldg(reinterpret_cast<const uint4*>(v_head + flat * kv_row + c))
+                        : uint4{0, 0, 0, 0};
+    }
+  };
+  load_sub(0);
+
   for (int32_t sub = 0; sub < n_keys; sub += kSub) {
     const int32_t n_sub = min(kSub, n_keys - sub);
     __syncthreads();  // the previous sub-tile's readers are done
-    // 2. Slots, then K and V rows (zeros where not loaded).
-    for (int i = tid; i < kSub; i += kThreads) {
-      int32_t flat = -1;
-      int32_t kpos = 0;
-      if (i < n_sub) {
-        const int32_t j = start + sub + i;
-        const int32_t f = table[j / a.block_size] * a.block_size + j % a.block_size;
-        kpos = a.slot_positions[f];
-        if (a.sliding_window <= 0 || kpos > hidden_for_all) flat = f;
-      }
-      s_flat[i] = flat;
-      s_kpos[i] = kpos;
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const int i = tid + u * kThreads;
+      const int off = (i / kChunks) * kKv + (i % kChunks) * 8;
+      *reinterpret_cast<uint4*>(s_k + off) = kr[u];
+      *reinterpret_cast<uint4*>(s_v + off) = vr[u];
     }
     __syncthreads();
-    constexpr int kLoads = kSub * kChunks / kThreads;  // per thread, per matrix
-    static_assert(kSub * kChunks % kThreads == 0, "whole loads");
-    {
-      uint4 kr[kLoads], vr[kLoads];
-#pragma unroll
-      for (int u = 0; u < kLoads; ++u) {
-        const int i = tid + u * kThreads;
-        const int32_t flat = s_flat[i / kChunks];
-        const int c = (i % kChunks) * 8;
-        kr[u] = flat >= 0 ? __ldg(reinterpret_cast<const uint4*>(k_head + flat * kv_row + c))
-                          : uint4{0, 0, 0, 0};
-        vr[u] = flat >= 0 ? __ldg(reinterpret_cast<const uint4*>(v_head + flat * kv_row + c))
-                          : uint4{0, 0, 0, 0};
-      }
-#pragma unroll
-      for (int u = 0; u < kLoads; ++u) {
-        const int i = tid + u * kThreads;
-        const int off = (i / kChunks) * kKv + (i % kChunks) * 8;
-        *reinterpret_cast<uint4*>(s_k + off) = kr[u];
-        *reinterpret_cast<uint4*>(s_v + off) = vr[u];
-      }
-    }
-    __syncthreads();
+    if (sub + kSub < n_keys) load_sub(sub + kSub);
 
     // 3. S = Q K^T, masked.
     for (int tile = warp; tile < m_tiles * (kSub / 8); tile += kWarps) {
@@ -243,9 +253,10 @@ __global__ void __launch_bounds__(kThreads)
         float s = 0.0f;  // padding query vectors: finite, never written out
         if (m < n_q) {
           const int r = m / g;
-          const bool visible = key < n_sub && s_flat[key] >= 0 && start + sub + key <= s_rslot[r] &&
-                               (a.sliding_window <= 0 ||
-                                s_kpos[key] > static_cast<int64_t>(s_rpos[r]) - a.sliding_window);
+          const bool visible =
+              key < n_sub && s_flat[sub + key] >= 0 && start + sub + key <= s_rslot[r] &&
+              (a.sliding_window <= 0 ||
+               s_kpos[sub + key] > static_cast<int64_t>(s_rpos[r]) - a.sliding_window);
           s = visible ? c[e] * q_scale : -INFINITY;
         }
         s_s[m * kS + key] = s;
