@@ -11,6 +11,7 @@
 //     (causal by the row's own slot, window by the row's position);
 //  4. online softmax per query vector (running max / sum, fp32), P rounded
 //     to bf16 for the PV product as flash attention does;
+//  (MMA operands come from shared memory through ldmatrix, V transposed.)
 //  5. O = O * rescale + P V on the tensor cores, O kept in fp32 shared memory.
 // The result is written like paged_attention_kernel's: bf16 out with one
 // partition, else (acc, max, sum) partials that combine_kernel merges.
@@ -63,20 +64,30 @@ __device__ __forceinline__ int64_t workspace_entry(int32_t t, int32_t head, int3
   return ((static_cast<int64_t>(t) * n_heads + head) * n_parts + part) * (head_dim + 2);
 }
 
-__device__ __forceinline__ uint32_t ld32(const bf16* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
+// Four 8x8 bf16 matrices (the A fragment of one 16x16 tile).
+__device__ __forceinline__ void ldmatrix_x4(const bf16* p, uint32_t& r0, uint32_t& r1, uint32_t& r2,
+                                            uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(smem_addr(p)));
 }
 
-__device__ __forceinline__ uint32_t pack_bf16(bf16 lo, bf16 hi) {
-  __nv_bfloat162 v;
-  v.x = lo;
-  v.y = hi;
-  return *reinterpret_cast<const uint32_t*>(&v);
+// Two 8x8 matrices (a B fragment whose rows are the n index).
+__device__ __forceinline__ void ldmatrix_x2(const bf16* p, uint32_t& r0, uint32_t& r1) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];"
+               : "=r"(r0), "=r"(r1)
+               : "r"(smem_addr(p)));
+}
+
+// Two 8x8 matrices transposed (a B fragment from rows of the k index).
+__device__ __forceinline__ void ldmatrix_x2_trans(const bf16* p, uint32_t& r0, uint32_t& r1) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];"
+               : "=r"(r0), "=r"(r1)
+               : "r"(smem_addr(p)));
 }
 
 // c += A (16x16, row) * B (16x8, col), bf16 in, f32 accumulate.
@@ -239,12 +250,16 @@ __global__ void __launch_bounds__(kThreads)
       const int mi = tile / (kSub / 8);
       const int ni = tile % (kSub / 8);
       float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      const bf16* qa = s_q + (mi * 16 + gr) * kKv + tq * 2;
-      const bf16* kb = s_k + (ni * 8 + gr) * kKv + tq * 2;
+      // ldmatrix row addresses: A rows mi * 16 + lane % 16, column half
+      // lane / 16; B (K rows = keys) rows ni * 8 + lane % 8, half (lane / 8) % 2.
+      const bf16* qa = s_q + (mi * 16 + lane % 16) * kKv + (lane / 16) * 8;
+      const bf16* kb = s_k + (ni * 8 + lane % 8) * kKv + ((lane / 8) % 2) * 8;
 #pragma unroll
       for (int k0 = 0; k0 < kHeadDim; k0 += 16) {
-        mma_bf16(c, ld32(qa + k0), ld32(qa + 8 * kKv + k0), ld32(qa + k0 + 8),
-                 ld32(qa + 8 * kKv + k0 + 8), ld32(kb + k0), ld32(kb + k0 + 8));
+        uint32_t a0, a1, a2, a3, b0, b1;
+        ldmatrix_x4(qa + k0, a0, a1, a2, a3);
+        ldmatrix_x2(kb + k0, b0, b1);
+        mma_bf16(c, a0, a1, a2, a3, b0, b1);
       }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -264,21 +279,22 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
 
-    // 4. Online softmax, one warp per query vector.
+    // 4. Online softmax, one warp per query vector. P is written as bf16
+    // over the start of the row's own scores (every lane has read its
+    // scores before the shuffles, and writes only after them).
+    static_assert(kSub == 64, "two scores per lane");
     for (int m = warp; m < n_q; m += kWarps) {
-      float* row = s_s + m * kS;
-      float mx = -INFINITY;
-      for (int i = lane; i < kSub; i += 32) mx = fmaxf(mx, row[i]);
-      mx = warp_max(mx);
+      const float s0 = s_s[m * kS + lane];
+      const float s1 = s_s[m * kS + lane + 32];
+      const float mx = warp_max(fmaxf(s0, s1));
       const float m_old = s_max[m];
       const float m_new = fmaxf(m_old, mx);
-      float l = 0.0f;
-      for (int i = lane; i < kSub; i += 32) {
-        const float p = m_new == -INFINITY ? 0.0f : exp2f(row[i] - m_new);
-        row[i] = p;
-        l += p;
-      }
-      l = warp_sum(l);
+      const float p0 = m_new == -INFINITY ? 0.0f : exp2f(s0 - m_new);
+      const float p1 = m_new == -INFINITY ? 0.0f : exp2f(s1 - m_new);
+      const float l = warp_sum(p0 + p1);
+      bf16* p_row = reinterpret_cast<bf16*>(s_s + m * kS);
+      p_row[lane] = __float2bfloat16(p0);
+      p_row[lane + 32] = __float2bfloat16(p1);
       if (lane == 0) {
         const float rescale = m_old == -INFINITY ? 0.0f : exp2f(m_old - m_new);
         s_rescale[m] = rescale;
@@ -300,15 +316,17 @@ __global__ void __launch_bounds__(kThreads)
       const float f_lo = m_lo < n_q ? s_rescale[m_lo] : 0.0f;
       const float f_hi = m_hi < n_q ? s_rescale[m_hi] : 0.0f;
       float c[4] = {o_lo[0] * f_lo, o_lo[1] * f_lo, o_hi[0] * f_hi, o_hi[1] * f_hi};
-      const float* p_lo = s_s + m_lo * kS + tq * 2;
-      const float* p_hi = s_s + m_hi * kS + tq * 2;
-      const bf16* vb = s_v + (tq * 2) * kKv + ni * 8 + gr;
+      // P (bf16, row stride 2 * kS) as A; V rows (keys) k0 + lane % 16 at
+      // dims ni * 8, transposed by ldmatrix into the col-major B fragment.
+      const bf16* pa =
+          reinterpret_cast<const bf16*>(s_s) + (mi * 16 + lane % 16) * (2 * kS) + (lane / 16) * 8;
+      const bf16* vb = s_v + (lane % 16) * kKv + ni * 8;
 #pragma unroll
       for (int k0 = 0; k0 < kSub; k0 += 16) {
-        mma_bf16(c, pack_bf16(p_lo[k0], p_lo[k0 + 1]), pack_bf16(p_hi[k0], p_hi[k0 + 1]),
-                 pack_bf16(p_lo[k0 + 8], p_lo[k0 + 9]), pack_bf16(p_hi[k0 + 8], p_hi[k0 + 9]),
-                 pack_bf16(vb[k0 * kKv], vb[(k0 + 1) * kKv]),
-                 pack_bf16(vb[(k0 + 8) * kKv], vb[(k0 + 9) * kKv]));
+        uint32_t a0, a1, a2, a3, b0, b1;
+        ldmatrix_x4(pa + k0, a0, a1, a2, a3);
+        ldmatrix_x2_trans(vb + k0 * kKv, b0, b1);
+        mma_bf16(c, a0, a1, a2, a3, b0, b1);
       }
       o_lo[0] = c[0];
       o_lo[1] = c[1];
