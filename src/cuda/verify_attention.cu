@@ -1,5 +1,6 @@
 // The run kernel of verify_attention.h. One CTA per (run, kv head,
-// partition), 128 threads, dynamic shared memory (~105 KB at head_dim 128):
+// partition), 256 threads (8 warps: 2 CTAs fit an SM, so more warps per CTA hide more latency),
+// dynamic shared memory (~105 KB at head_dim 128):
 //  1. the run's Q (rows x group heads = up to 64 query vectors, zero-padded
 //     to whole 16-row MMA tiles) is staged in shared memory once;
 //  2. the partition's slots are resolved once (keys the window hides from
@@ -27,7 +28,7 @@
 namespace specstack::cuda {
 namespace {
 
-constexpr int kThreads = 128;
+constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kSub = 64;  // keys per sub-tile
 constexpr int kMaxQ = kRunMaxQueries;
