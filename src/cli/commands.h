@@ -23,6 +23,7 @@ struct ModelFlags {
   std::string device = "cpu";
   double gpu_memory_fraction = 0.9;
   bool no_cuda_graphs = false;
+  bool no_run_attention = false;
 
   void add_to(CLI::App& command);
   // Validates the combination and fills ModelInstanceOptions.

@@ -25,6 +25,9 @@ void ModelFlags::add_to(CLI::App& command) {
       ->check(CLI::Range(0.05, 1.0));
   command.add_flag("--no-cuda-graphs", no_cuda_graphs,
                    "with --device cuda: run decode steps eagerly");
+  command.add_flag("--no-run-attention", no_run_attention,
+                   "with --device cuda: verify rows use the per-token paged attention kernel "
+                   "instead of the run kernel (for comparison)");
 }
 
 Result<ModelInstanceOptions> ModelFlags::instance_options(int64_t kv_tokens) const {
@@ -41,6 +44,7 @@ Result<ModelInstanceOptions> ModelFlags::instance_options(int64_t kv_tokens) con
   options.device = device == "cuda" ? Device::kCuda : Device::kCpu;
   options.gpu_memory_fraction = gpu_memory_fraction;
   options.cuda_graphs = !no_cuda_graphs;
+  options.run_attention = !no_run_attention;
   return options;
 }
 

@@ -28,6 +28,8 @@
 #include "base/check.h"
 #include "cuda/attention.h"
 #include "cuda/cuda_check.h"
+#include "cuda/pdl.h"
+#include "cuda/verify_attention.h"
 
 namespace specstack::cuda {
 namespace {
@@ -99,6 +101,7 @@ __device__ __forceinline__ float warp_sum(float x) {
 template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads)
     paged_attention_kernel(const PagedAttentionArgs a, const int32_t n_parts) {
+  pdl_begin();
   // QK: kQkLanes lanes per key row, 8 dims each.
   constexpr int kQkLanes = kHeadDim / 8;
   constexpr int kQkKeysPerWarp = 32 / kQkLanes;
@@ -315,6 +318,7 @@ __global__ void __launch_bounds__(kThreads)
     combine_kernel(const float* workspace, const int32_t* token_slot, int32_t n_heads,
                    int32_t head_dim, int32_t n_parts, int32_t partition_size, bf16* out,
                    int64_t out_stride) {
+  pdl_begin();
   const int32_t t = blockIdx.x;
   const int32_t head = blockIdx.y;
   const int32_t own_slot = token_slot[t];
@@ -350,12 +354,33 @@ template <int kHeadDim>
 void launch_paged_attention(const PagedAttentionArgs& a, int32_t n_parts, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_kv_heads),
                   static_cast<unsigned>(n_parts));
-  paged_attention_kernel<kHeadDim><<<grid, kThreads, 0, stream>>>(a, n_parts);
-  SS_CUDA_CHECK_LAUNCH();
+  launch_pdl(paged_attention_kernel<kHeadDim>, grid, kThreads, 0, stream, a.pdl, a, n_parts);
 }
 
 bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+void launch_per_token(const PagedAttentionArgs& a, int32_t n_parts, cudaStream_t stream) {
+  switch (a.head_dim) {
+    case 16:
+      launch_paged_attention<16>(a, n_parts, stream);
+      break;
+    case 32:
+      launch_paged_attention<32>(a, n_parts, stream);
+      break;
+    case 64:
+      launch_paged_attention<64>(a, n_parts, stream);
+      break;
+    case 128:
+      launch_paged_attention<128>(a, n_parts, stream);
+      break;
+    case 256:
+      launch_paged_attention<256>(a, n_parts, stream);
+      break;
+    default:
+      SS_CHECK_MSG(false, "paged_attention: head_dim must be 16, 32, 64, 128 or 256");
+  }
 }
 
 }  // namespace
@@ -388,31 +413,37 @@ void paged_attention(const PagedAttentionArgs& a, cudaStream_t stream) {
   const int32_t n_parts = num_partitions(a.max_context, a.partition_size);
   SS_CHECK_LE(n_parts, 65535);  // gridDim.z
   if (n_parts > 1) SS_CHECK(a.workspace != nullptr);
-  switch (a.head_dim) {
-    case 16:
-      launch_paged_attention<16>(a, n_parts, stream);
-      break;
-    case 32:
-      launch_paged_attention<32>(a, n_parts, stream);
-      break;
-    case 64:
-      launch_paged_attention<64>(a, n_parts, stream);
-      break;
-    case 128:
-      launch_paged_attention<128>(a, n_parts, stream);
-      break;
-    case 256:
-      launch_paged_attention<256>(a, n_parts, stream);
-      break;
-    default:
-      SS_CHECK_MSG(false, "paged_attention: head_dim must be 16, 32, 64, 128 or 256");
+  if (a.token_run != nullptr && run_attention_supported(a.head_dim) && a.partition_size % 64 == 0) {
+    launch_run_attention(a, n_parts, stream);
+  } else {
+    launch_per_token(a, n_parts, stream);
   }
   if (n_parts > 1) {
     const dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_heads));
-    combine_kernel<<<grid, kThreads, 0, stream>>>(a.workspace, a.token_slot, a.n_heads, a.head_dim,
-                                                  n_parts, a.partition_size, a.out, a.out_stride);
-    SS_CUDA_CHECK_LAUNCH();
+    launch_pdl(combine_kernel, grid, kThreads, 0, stream, true, a.workspace, a.token_slot,
+               a.n_heads, a.head_dim, n_parts, a.partition_size, a.out, a.out_stride);
   }
+}
+
+int32_t paged_attention_runs(const int32_t* token_seq, const int32_t* token_slot, int32_t n_tokens,
+                             int32_t group, int32_t* token_run) {
+  SS_CHECK(group >= 1 && group <= kRunMaxQueries);
+  const int32_t max_rows = kRunMaxQueries / group;
+  int32_t longest = 0;
+  int32_t head = 0;
+  for (int32_t t = 0; t < n_tokens; ++t) {
+    const bool extends = t > 0 && token_run[head] < max_rows && token_seq[t] == token_seq[t - 1] &&
+                         token_slot[t] == token_slot[t - 1] + 1;
+    if (extends) {
+      ++token_run[head];
+      token_run[t] = 0;
+    } else {
+      head = t;
+      token_run[t] = 1;
+    }
+    longest = std::max(longest, token_run[head]);
+  }
+  return longest;
 }
 
 }  // namespace specstack::cuda

@@ -38,6 +38,10 @@ struct PagedAttentionArgs {
   const int32_t* token_slot = nullptr;  // [n_tokens] the query's own slot; keys [0, slot] visible
   const int32_t* token_pos = nullptr;   // [n_tokens] the query's RoPE position
   int32_t n_tokens = 0;
+  // Optional [n_tokens] runs (paged_attention_runs): with it, and a head dim
+  // run_attention_supported() accepts, the run kernel of verify_attention.h
+  // reads each KV tile once per run instead of once per token.
+  const int32_t* token_run = nullptr;
   int32_t n_heads = 0;
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;  // 16, 32, 64, 128 or 256
@@ -53,6 +57,9 @@ struct PagedAttentionArgs {
   bf16* out = nullptr;  // head h of token t at out[t * out_stride + h * head_dim]
   int64_t out_stride = 0;
   float* workspace = nullptr;  // paged_attention_workspace_floats(...) floats
+  // Programmatic dependent launch (cuda/pdl.h): off when the stream's last
+  // operation before this call is a copy rather than a kernel.
+  bool pdl = true;
 };
 
 // Floats of workspace paged_attention needs for these sizes.
@@ -65,5 +72,12 @@ size_t paged_attention_workspace_floats(int32_t n_tokens, int32_t n_heads, int32
 int32_t paged_attention_partition_size(int32_t n_tokens, int32_t n_kv_heads);
 
 void paged_attention(const PagedAttentionArgs& args, cudaStream_t stream);
+
+// Splits n_tokens queries into runs for the run kernel: consecutive tokens of
+// one sequence at consecutive slots, at most kRunMaxQueries / group rows
+// each. token_run[t] = the rows of the run starting at t, 0 for a token
+// inside a run. Returns the longest run (1: no token shares a run).
+int32_t paged_attention_runs(const int32_t* token_seq, const int32_t* token_slot, int32_t n_tokens,
+                             int32_t group, int32_t* token_run);
 
 }  // namespace specstack::cuda

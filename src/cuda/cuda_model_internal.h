@@ -41,6 +41,9 @@ struct CudaModel::StepMeta {
   int32_t* paged_seq = nullptr;   // [n_paged]
   int32_t* paged_slot = nullptr;  // [n_paged]
   int32_t* paged_pos = nullptr;   // [n_paged]
+  // [n_paged] runs for the run kernel (paged_attention_runs); null when no
+  // paged row shares a run, so decode steps keep the per-token kernel.
+  int32_t* paged_run = nullptr;
   // Flash jobs; their q_slot / q_pos are the step's token arrays at row0.
   int32_t* token_slot = nullptr;  // [n_tokens]
   std::vector<FlashJob> flash;
@@ -68,14 +71,18 @@ struct CudaModel::Graph {
 struct MetaOffsets {
   size_t ids, pos, slot_mapping, token_slot, block_tables, logit_rows;
   size_t paged_rows, paged_seq, paged_slot, paged_pos;
+  size_t paged_run = 0;  // 0: no runs staged
 };
 
 // Fills `meta` (host fields) and `staged` for a batch. With graph_batch > 0
 // the layout is padded to that many tokens/sequences and graph_max_blocks
-// table columns, every row paged, so it matches the captured graph.
+// table columns, every row paged, so it matches the captured graph. With
+// run_group > 0 (query heads per kv head) an eager step whose paged rows
+// form runs of 2+ (speculative verify rows) also stages paged_run.
 MetaOffsets plan_step(const ForwardBatch& batch, int64_t block_size, bool flash_ok,
-                      int32_t graph_batch, int32_t graph_max_blocks, int32_t graph_max_context,
-                      CudaModel::StepMeta& meta, std::vector<int32_t>& staged);
+                      int32_t run_group, int32_t graph_batch, int32_t graph_max_blocks,
+                      int32_t graph_max_context, CudaModel::StepMeta& meta,
+                      std::vector<int32_t>& staged);
 void set_device_pointers(const MetaOffsets& o, int32_t* base, CudaModel::StepMeta& meta);
 // Grows a pinned host buffer to at least `bytes` (contents lost).
 void grow_pinned(void** ptr, size_t* capacity, size_t bytes);

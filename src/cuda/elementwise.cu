@@ -15,6 +15,7 @@
 #include "base/check.h"
 #include "cuda/cuda_check.h"
 #include "cuda/elementwise.h"
+#include "cuda/pdl.h"
 
 namespace specstack::cuda {
 namespace {
@@ -180,6 +181,7 @@ int row_threads(int32_t dim, int w) {
 template <int W>
 __global__ void rmsnorm_kernel(const float* x, const int32_t* row_ids, const float* w, float eps,
                                int32_t dim, bf16* y) {
+  pdl_begin();
   __shared__ float partials[kWarp];
   const int64_t i = blockIdx.x;
   const int64_t r = row_ids != nullptr ? row_ids[i] : i;
@@ -211,6 +213,7 @@ __global__ void rmsnorm_kernel(const float* x, const int32_t* row_ids, const flo
 template <int W>
 __global__ void add_rmsnorm_kernel(float* x, const bf16* delta, const float* w, float eps,
                                    int32_t dim, bf16* y) {
+  pdl_begin();
   __shared__ float partials[kWarp];
   const int64_t r = blockIdx.x;
   float* xr = x + r * dim;           // [dim]
@@ -247,6 +250,7 @@ constexpr int kHeadWarps = 8;  // heads per CTA, one warp each
 template <int W>
 __global__ void head_rmsnorm_kernel(bf16* x, int32_t n_tokens, int64_t ld, int32_t n_heads,
                                     int32_t head_dim, const float* w, float eps) {
+  pdl_begin();
   const int lane = threadIdx.x % kWarp;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kHeadWarps + threadIdx.x / kWarp;
   // Warp-uniform exit: the shuffles below always see 32 active lanes.
@@ -384,6 +388,7 @@ __global__ void write_kv_kernel(const bf16* k, const bf16* v, int64_t ld, int32_
 template <int W>
 __global__ void gather_rows_kernel(const bf16* src, int64_t ld_src, const int32_t* rows, int32_t n,
                                    int32_t cols, bf16* dst) {
+  pdl_begin();
   const int64_t per_row = cols / W;
   const int64_t total = static_cast<int64_t>(n) * per_row;
   for (int64_t v = flat_index(); v < total; v += flat_stride()) {
@@ -463,9 +468,11 @@ void rmsnorm(const float* x, const int32_t* row_ids, const float* w, float eps, 
              int32_t dim, bf16* y, cudaStream_t stream) {
   if (rows <= 0 || dim <= 0) return;
   if (dim % 4 == 0 && aligned(x, 16) && aligned(w, 16) && aligned(y, 8)) {
-    rmsnorm_kernel<4><<<rows, row_threads(dim, 4), 0, stream>>>(x, row_ids, w, eps, dim, y);
+    launch_pdl(rmsnorm_kernel<4>, rows, row_threads(dim, 4), 0, stream, true, x, row_ids, w, eps,
+               dim, y);
   } else {
-    rmsnorm_kernel<1><<<rows, row_threads(dim, 1), 0, stream>>>(x, row_ids, w, eps, dim, y);
+    launch_pdl(rmsnorm_kernel<1>, rows, row_threads(dim, 1), 0, stream, true, x, row_ids, w, eps,
+               dim, y);
   }
   SS_CUDA_CHECK_LAUNCH();
 }
@@ -474,9 +481,11 @@ void add_rmsnorm(float* x, const bf16* delta, const float* w, float eps, int32_t
                  bf16* y, cudaStream_t stream) {
   if (rows <= 0 || dim <= 0) return;
   if (dim % 4 == 0 && aligned(x, 16) && aligned(delta, 8) && aligned(w, 16) && aligned(y, 8)) {
-    add_rmsnorm_kernel<4><<<rows, row_threads(dim, 4), 0, stream>>>(x, delta, w, eps, dim, y);
+    launch_pdl(add_rmsnorm_kernel<4>, rows, row_threads(dim, 4), 0, stream, true, x, delta, w, eps,
+               dim, y);
   } else {
-    add_rmsnorm_kernel<1><<<rows, row_threads(dim, 1), 0, stream>>>(x, delta, w, eps, dim, y);
+    launch_pdl(add_rmsnorm_kernel<1>, rows, row_threads(dim, 1), 0, stream, true, x, delta, w, eps,
+               dim, y);
   }
   SS_CUDA_CHECK_LAUNCH();
 }
@@ -488,11 +497,11 @@ void head_rmsnorm(bf16* x, int32_t n_tokens, int64_t ld, int32_t n_heads, int32_
   const int64_t blocks = (rows + kHeadWarps - 1) / kHeadWarps;
   SS_CHECK_LE(blocks, int64_t{INT32_MAX});
   if (head_dim % 8 == 0 && ld % 8 == 0 && aligned(x, 16) && aligned(w, 16)) {
-    head_rmsnorm_kernel<8><<<static_cast<int>(blocks), kHeadWarps * kWarp, 0, stream>>>(
-        x, n_tokens, ld, n_heads, head_dim, w, eps);
+    launch_pdl(head_rmsnorm_kernel<8>, static_cast<unsigned>(blocks), kHeadWarps * kWarp, 0, stream,
+               true, x, n_tokens, ld, n_heads, head_dim, w, eps);
   } else {
-    head_rmsnorm_kernel<1><<<static_cast<int>(blocks), kHeadWarps * kWarp, 0, stream>>>(
-        x, n_tokens, ld, n_heads, head_dim, w, eps);
+    launch_pdl(head_rmsnorm_kernel<1>, static_cast<unsigned>(blocks), kHeadWarps * kWarp, 0, stream,
+               true, x, n_tokens, ld, n_heads, head_dim, w, eps);
   }
   SS_CUDA_CHECK_LAUNCH();
 }
@@ -554,15 +563,15 @@ void write_kv(const bf16* k, const bf16* v, int64_t ld, int32_t n_tokens, int32_
 }
 
 void gather_rows(const bf16* src, int64_t ld_src, const int32_t* rows, int32_t n, int32_t cols,
-                 bf16* dst, cudaStream_t stream) {
+                 bf16* dst, cudaStream_t stream, bool pdl) {
   if (n <= 0 || cols <= 0) return;
   const int64_t work = static_cast<int64_t>(n) * cols;
   if (cols % 8 == 0 && ld_src % 8 == 0 && aligned(src, 16) && aligned(dst, 16)) {
-    gather_rows_kernel<8>
-        <<<flat_blocks(work / 8), kFlatThreads, 0, stream>>>(src, ld_src, rows, n, cols, dst);
+    launch_pdl(gather_rows_kernel<8>, flat_blocks(work / 8), kFlatThreads, 0, stream, pdl, src,
+               ld_src, rows, n, cols, dst);
   } else {
-    gather_rows_kernel<1>
-        <<<flat_blocks(work), kFlatThreads, 0, stream>>>(src, ld_src, rows, n, cols, dst);
+    launch_pdl(gather_rows_kernel<1>, flat_blocks(work), kFlatThreads, 0, stream, pdl, src, ld_src,
+               rows, n, cols, dst);
   }
   SS_CUDA_CHECK_LAUNCH();
 }

@@ -55,12 +55,13 @@ void silu_mul(const bf16* gate_up, int32_t rows, int32_t width, bf16* out, cudaS
 // bf16; slot_positions [n_blocks * block_size] i32. slot_mapping < 0 skips the
 // token (padding rows of a captured graph).
 void write_kv(const bf16* k, const bf16* v, int64_t ld, int32_t n_tokens, int32_t kv_width,
-              const int32_t* slot_mapping, const int32_t* positions, bf16* k_cache,
-              bf16* v_cache, int32_t* slot_positions, cudaStream_t stream);
+              const int32_t* slot_mapping, const int32_t* positions, bf16* k_cache, bf16* v_cache,
+              int32_t* slot_positions, cudaStream_t stream);
 
 // dst[i, :] = src[rows[i], :].   src rows of `cols` with stride ld_src, dst [n, cols]
+// pdl: programmatic dependent launch (cuda/pdl.h), off right after a copy.
 void gather_rows(const bf16* src, int64_t ld_src, const int32_t* rows, int32_t n, int32_t cols,
-                 bf16* dst, cudaStream_t stream);
+                 bf16* dst, cudaStream_t stream, bool pdl = true);
 
 // out[rows[i], :] += weights[i] * f32(src[i, :]) (rows distinct within one call).
 // src [n, cols] bf16, out [*, cols] f32

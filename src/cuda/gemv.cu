@@ -2,6 +2,8 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/gemv.h"
+#include "cuda/gemv_mma.h"
+#include "cuda/pdl.h"
 
 namespace specstack::cuda {
 
@@ -25,129 +27,155 @@ __device__ inline void accumulate(const uint4& w, const uint4& x, float& sum) {
   }
 }
 
-// One warp per output row r: lanes stride over the row in 8-element (16-byte)
-// vectors, N input rows accumulate side by side, then a warp reduction.
-// sum[i] = x[i] · w_row for the N input rows, reduced across the warp (every
-// lane ends with the totals).
-template <int N>
-__device__ inline void row_dot(const __nv_bfloat16* __restrict__ x, int64_t ldx,
-                               const uint4* __restrict__ w_row, int64_t vectors, int lane,
-                               float (&sum)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) sum[i] = 0.0f;
-
-  int64_t v = lane;
+// One row of x against kSplit warps' share of weight row w_row: lanes stride
+// over the row in 8-element (16-byte) vectors, kUnroll loads in flight, then
+// a warp reduction (every lane ends with the warp's total). Warp `part` of
+// the kSplit takes vectors part * 32 + lane, stepping 32 * kSplit: with
+// kSplit > 1 a long row's loads are spread over more warps, so fewer
+// round trips to memory run one after another (the small draft's long rows).
+template <int kSplit>
+__device__ inline float row_dot(const __nv_bfloat16* __restrict__ x,
+                                const uint4* __restrict__ w_row, int64_t vectors, int part,
+                                int lane) {
+  constexpr int64_t kStride = 32 * kSplit;
+  const auto* xv = reinterpret_cast<const uint4*>(x);
+  float sum = 0.0f;
+  int64_t v = int64_t(part) * 32 + lane;
   // Main loop: kUnroll independent weight loads before their first use.
-  for (; v + 32 * (kUnroll - 1) < vectors; v += 32 * kUnroll) {
+  for (; v + kStride * (kUnroll - 1) < vectors; v += kStride * kUnroll) {
     uint4 wv[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) wv[u] = __ldcs(w_row + v + 32 * u);  // streamed once
+    for (int u = 0; u < kUnroll; ++u) wv[u] = __ldcs(w_row + v + kStride * u);  // streamed once
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-      for (int i = 0; i < N; ++i) {
-        const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x + i * ldx) + v + 32 * u);
-        accumulate(wv[u], xv, sum[i]);
-      }
-    }
+    for (int u = 0; u < kUnroll; ++u) accumulate(wv[u], __ldg(xv + v + kStride * u), sum);
   }
-  for (; v < vectors; v += 32) {
-    const uint4 wv = __ldcs(w_row + v);
+  for (; v < vectors; v += kStride) accumulate(__ldcs(w_row + v), __ldg(xv + v), sum);
 #pragma unroll
-    for (int i = 0; i < N; ++i) {
-      accumulate(wv, __ldg(reinterpret_cast<const uint4*>(x + i * ldx) + v), sum[i]);
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  return sum;
+}
+
+// The kSplit partial sums of each output row of the block, added in a fixed
+// order (deterministic); valid in every thread of the row's first warp.
+template <int kSplit, int kValues>
+__device__ inline void reduce_parts(float (&value)[kValues], int warp, int lane) {
+  if constexpr (kSplit > 1) {
+    __shared__ float parts[kWarpsPerBlock][kValues];
+    if (lane == 0) {
+#pragma unroll
+      for (int i = 0; i < kValues; ++i) parts[warp][i] = value[i];
     }
-  }
+    __syncthreads();
+    const int first = warp - warp % kSplit;
 #pragma unroll
-  for (int i = 0; i < N; ++i) {
+    for (int i = 0; i < kValues; ++i) {
+      value[i] = 0.0f;
 #pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) {
-      sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], offset);
+      for (int p = 0; p < kSplit; ++p) value[i] += parts[first + p][i];
     }
   }
 }
 
-template <int N>
+// One input row: kSplit warps per output row, kWarpsPerBlock / kSplit rows
+// per block.
+template <int kSplit>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    gemv_kernel(const __nv_bfloat16* __restrict__ x, int64_t ldx,
-                const __nv_bfloat16* __restrict__ w, int64_t out, int64_t in,
-                __nv_bfloat16* __restrict__ y, float* __restrict__ y_f32, int64_t ldy,
+    gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
+                int64_t out, int64_t in, __nv_bfloat16* __restrict__ y, float* __restrict__ y_f32,
                 const float* __restrict__ bias) {
-  const int lane = threadIdx.x % 32;
-  const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if (row >= out) return;
-  float sum[N];
-  row_dot<N>(x, ldx, reinterpret_cast<const uint4*>(w + row * in), in / 8, lane, sum);
-  if (lane == 0) {
-    const float b = bias != nullptr ? bias[row] : 0.0f;
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      if (y_f32 != nullptr) {
-        y_f32[i * ldy + row] = sum[i] + b;
-      } else {
-        y[i * ldy + row] = __float2bfloat16(sum[i] + b);
-      }
+  pdl_begin();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t row = int64_t(blockIdx.x) * (kWarpsPerBlock / kSplit) + warp / kSplit;
+  const bool valid = row < out;  // no early return: the block reduction syncs
+  float sum[1] = {0.0f};
+  if (valid) {
+    sum[0] = row_dot<kSplit>(x, reinterpret_cast<const uint4*>(w + row * in), in / 8, warp % kSplit,
+                             lane);
+  }
+  reduce_parts<kSplit>(sum, warp, lane);
+  if (valid && lane == 0 && warp % kSplit == 0) {
+    const float value = sum[0] + (bias != nullptr ? bias[row] : 0.0f);
+    if (y_f32 != nullptr) {
+      y_f32[row] = value;
+    } else {
+      y[row] = __float2bfloat16(value);
     }
   }
 }
 
-// Rows r and width + r of the fused gate/up weight in one warp.
-template <int N>
+// Rows r and width + r of the fused gate/up weight in the same warps.
+template <int kSplit>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    gemv_silu_kernel(const __nv_bfloat16* __restrict__ x, int64_t ldx,
-                     const __nv_bfloat16* __restrict__ w, int64_t width, int64_t in,
-                     __nv_bfloat16* __restrict__ y) {
-  const int lane = threadIdx.x % 32;
-  const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if (row >= width) return;
-  float gate[N], up[N];
-  row_dot<N>(x, ldx, reinterpret_cast<const uint4*>(w + row * in), in / 8, lane, gate);
-  row_dot<N>(x, ldx, reinterpret_cast<const uint4*>(w + (width + row) * in), in / 8, lane, up);
-  if (lane == 0) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      const float g = gate[i];
-      y[i * width + row] = __float2bfloat16(g / (1.0f + expf(-g)) * up[i]);
-    }
+    gemv_silu_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
+                     int64_t width, int64_t in, __nv_bfloat16* __restrict__ y) {
+  pdl_begin();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t row = int64_t(blockIdx.x) * (kWarpsPerBlock / kSplit) + warp / kSplit;
+  const bool valid = row < width;
+  float gate_up[2] = {0.0f, 0.0f};
+  if (valid) {
+    const int part = warp % kSplit;
+    gate_up[0] =
+        row_dot<kSplit>(x, reinterpret_cast<const uint4*>(w + row * in), in / 8, part, lane);
+    gate_up[1] = row_dot<kSplit>(x, reinterpret_cast<const uint4*>(w + (width + row) * in), in / 8,
+                                 part, lane);
+  }
+  reduce_parts<kSplit>(gate_up, warp, lane);
+  if (valid && lane == 0 && warp % kSplit == 0) {
+    const float g = gate_up[0];
+    y[row] = __float2bfloat16(g / (1.0f + expf(-g)) * gate_up[1]);
   }
 }
 
-template <int N>
-void launch(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t out, int64_t in,
-            __nv_bfloat16* y, float* y_f32, int64_t ldy, const float* bias, bool silu,
-            cudaStream_t stream) {
-  const auto blocks = static_cast<unsigned>((out + kWarpsPerBlock - 1) / kWarpsPerBlock);
+template <int kSplit>
+void launch(const __nv_bfloat16* x, const __nv_bfloat16* w, int64_t out, int64_t in,
+            __nv_bfloat16* y, float* y_f32, const float* bias, bool silu, cudaStream_t stream) {
+  constexpr int kRowsPerBlock = kWarpsPerBlock / kSplit;
+  const auto blocks = static_cast<unsigned>((out + kRowsPerBlock - 1) / kRowsPerBlock);
   if (silu) {
-    gemv_silu_kernel<N><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, ldx, w, out, in, y);
+    launch_pdl(gemv_silu_kernel<kSplit>, blocks, kWarpsPerBlock * 32, 0, stream, true, x, w, out,
+               in, y);
   } else {
-    gemv_kernel<N>
-        <<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, ldx, w, out, in, y, y_f32, ldy, bias);
+    launch_pdl(gemv_kernel<kSplit>, blocks, kWarpsPerBlock * 32, 0, stream, true, x, w, out, in, y,
+               y_f32, bias);
   }
-  SS_CUDA_CHECK_LAUNCH();
+}
+
+// Warps per output row for one input row (bench/gemv_bench on the H100, see
+// docs/benchmarks.md): the layer projections 4 (0.5B down 8.7 -> 5.3 us,
+// 7B qkv 15.6 -> 13.0 us), a small gate/up 2, the wide gate/up and the LM
+// head 1 (enough rows to fill the GPU one warp each).
+int default_split(int64_t out, bool silu) {
+  if (out > 8192) return 1;
+  return silu ? 2 : 4;
+}
+
+void launch_one_row(const __nv_bfloat16* x, const __nv_bfloat16* w, int64_t out, int64_t in,
+                    __nv_bfloat16* y, float* y_f32, const float* bias, bool silu, int split,
+                    cudaStream_t stream) {
+  switch (split) {
+    case 1:
+      return launch<1>(x, w, out, in, y, y_f32, bias, silu, stream);
+    case 2:
+      return launch<2>(x, w, out, in, y, y_f32, bias, silu, stream);
+    case 4:
+      return launch<4>(x, w, out, in, y, y_f32, bias, silu, stream);
+    default:
+      break;
+  }
+  fail_cuda("gemv", "split must be 1, 2 or 4", __FILE__, __LINE__);
 }
 
 void dispatch(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n, int64_t out,
               int64_t in, __nv_bfloat16* y, float* y_f32, int64_t ldy, const float* bias, bool silu,
               cudaStream_t stream) {
-  switch (n) {
-    case 1:
-      return launch<1>(x, ldx, w, out, in, y, y_f32, ldy, bias, silu, stream);
-    case 2:
-      return launch<2>(x, ldx, w, out, in, y, y_f32, ldy, bias, silu, stream);
-    case 3:
-      return launch<3>(x, ldx, w, out, in, y, y_f32, ldy, bias, silu, stream);
-    case 4:
-      return launch<4>(x, ldx, w, out, in, y, y_f32, ldy, bias, silu, stream);
-    case 5:
-      return launch<5>(x, ldx, w, out, in, y, y_f32, ldy, bias, silu, stream);
-    case 6:
-      return launch<6>(x, ldx, w, out, in, y, y_f32, ldy, bias, silu, stream);
-    case 7:
-      return launch<7>(x, ldx, w, out, in, y, y_f32, ldy, bias, silu, stream);
-    case 8:
-      return launch<8>(x, ldx, w, out, in, y, y_f32, ldy, bias, silu, stream);
-    default:
-      break;
+  if (n == 1)
+    return launch_one_row(x, w, out, in, y, y_f32, bias, silu, default_split(out, silu), stream);
+  // 2..8 rows: a warp-per-row kernel's cost grows with the rows (every row
+  // converted and multiplied on the CUDA cores per weight element); the
+  // tensor-core one reads the weights once at about one row's cost.
+  if (n >= 2 && n <= kGemvMaxRows) {
+    return gemv_mma(x, ldx, w, n, out, in, y, y_f32, ldy, bias, silu, stream);
   }
   fail_cuda("gemv", "n out of range", __FILE__, __LINE__);
 }
@@ -168,6 +196,16 @@ void gemv(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n
 void gemv_silu_mul(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w_gate_up, int64_t n,
                    int64_t width, int64_t in, __nv_bfloat16* y, cudaStream_t stream) {
   dispatch(x, ldx, w_gate_up, n, width, in, y, nullptr, width, nullptr, true, stream);
+}
+
+}  // namespace specstack::cuda
+
+namespace specstack::cuda {
+
+void gemv_one_row(const __nv_bfloat16* x, const __nv_bfloat16* w, int64_t out, int64_t in,
+                  __nv_bfloat16* y, float* y_f32, const float* bias, bool silu, int split,
+                  cudaStream_t stream) {
+  launch_one_row(x, w, out, in, y, y_f32, bias, silu, split, stream);
 }
 
 }  // namespace specstack::cuda

@@ -1,10 +1,11 @@
 // Skinny GEMMs for decode: y[n, out] = x[n, in] · w[out, in]ᵀ with n <= 8.
 // At batch 1 a decode step is a stream of weight matrices read once, so this
-// is a bandwidth kernel, not a matrix-unit one: one warp per output row,
-// 16-byte weight loads several in flight, fp32 accumulation, and the few
-// input rows read through the cache. cuBLAS's general kernels leave a large
-// share of the copy bandwidth unused at these shapes (see docs/benchmarks.md).
-// CPU twin: a double-precision reference in tests/cuda/gemv_test.cpp.
+// is a bandwidth kernel: for one row, one warp per output row, 16-byte
+// weight loads several in flight, fp32 accumulation; for 2..8 rows (batched
+// decode, speculative verify steps) the tensor-core variant of
+// cuda/gemv_mma.h, which reads the weights once whatever the row count. cuBLAS's general kernels
+// leave a large share of the copy bandwidth unused at these shapes (see docs/benchmarks.md). CPU
+// twin: a double-precision reference in tests/cuda/gemv_test.cpp.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -33,5 +34,12 @@ void gemv(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n
 // linear + silu_mul up to the bf16 rounding of g and u those add).
 void gemv_silu_mul(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w_gate_up, int64_t n,
                    int64_t width, int64_t in, __nv_bfloat16* y, cudaStream_t stream);
+
+// One input row with `split` (1, 2 or 4) warps per output row (gemv picks
+// by the row length; bench/gemv_bench sweeps it). With silu, w is the fused
+// gate/up matrix [2 * out, in] and y = bf16(silu(gate) * up) as above.
+void gemv_one_row(const __nv_bfloat16* x, const __nv_bfloat16* w, int64_t out, int64_t in,
+                  __nv_bfloat16* y, float* y_f32, const float* bias, bool silu, int split,
+                  cudaStream_t stream);
 
 }  // namespace specstack::cuda

@@ -1,5 +1,6 @@
 #include "base/check.h"
 #include "cuda/cuda_check.h"
+#include "cuda/pdl.h"
 #include "cuda/rope_kv.h"
 
 namespace specstack::cuda {
@@ -17,6 +18,7 @@ __global__ void __launch_bounds__(kThreads)
                          int32_t head_dim, const int32_t* positions, const float* inv_freq,
                          const int32_t* slot_mapping, bf16* k_cache, bf16* v_cache,
                          int32_t* slot_positions) {
+  pdl_begin();
   extern __shared__ float cos_sin[];  // [2 * half]: cos | sin
   const int half = head_dim / 2;
   const int64_t t = blockIdx.x;
@@ -68,10 +70,9 @@ void rope_write_kv(bf16* qkv, int32_t n_tokens, int64_t ld, int32_t n_heads, int
   SS_CHECK(head_dim > 0 && head_dim % 2 == 0);
   SS_CHECK_GE(ld, static_cast<int64_t>(n_heads + 2 * n_kv_heads) * head_dim);
   const size_t smem = static_cast<size_t>(head_dim) * sizeof(float);
-  rope_write_kv_kernel<<<n_tokens, kThreads, smem, stream>>>(qkv, ld, n_heads, n_kv_heads, head_dim,
-                                                             positions, inv_freq, slot_mapping,
-                                                             k_cache, v_cache, slot_positions);
-  SS_CUDA_CHECK_LAUNCH();
+  launch_pdl(rope_write_kv_kernel, n_tokens, kThreads, smem, stream, true, qkv, ld, n_heads,
+             n_kv_heads, head_dim, positions, inv_freq, slot_mapping, k_cache, v_cache,
+             slot_positions);
 }
 
 }  // namespace specstack::cuda

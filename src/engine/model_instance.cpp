@@ -78,6 +78,7 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create_on_gpu(
   gpu.on_progress = options.on_progress;
   gpu.model.max_tokens_per_step = options.max_tokens_per_step;
   if (!options.cuda_graphs) gpu.model.graph_batch_sizes.clear();
+  gpu.model.run_attention = options.run_attention;
   gpu.kv_blocks = options.kv_blocks;
   if (gpu.kv_blocks <= 0 && options.kv_tokens > 0) {
     gpu.kv_blocks = (options.kv_tokens + options.block_size - 1) / options.block_size;

@@ -9,12 +9,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <vector>
 
 #include "backend/attention_batch.h"
 #include "backend/cpu/cpu_backend.h"
+#include "cuda/verify_attention.h"
 #include "cuda_test_util.h"
 
 namespace specstack::cuda {
@@ -85,7 +87,33 @@ struct AttnCase {
   std::vector<int32_t> seq_len;
   int32_t extra_context;  // max_context beyond the batch's need (graph capacity)
   int32_t partition_size = kPartitionSize;
+  // > 0: the verify-path layout instead: per sequence a run of this many rows
+  // ending at its last slot, a decode row of another sequence, and a
+  // 20-row prefill chunk, with token_run from paged_attention_runs.
+  int32_t verify_rows = 0;
 };
+
+// Verify runs, decode rows and prefill chunks interleaved as a step lays
+// them out (each sequence's rows consecutive).
+void add_run_tokens(std::mt19937& rng, const PagedKv& kv, int32_t verify_rows,
+                    const std::function<void(int32_t, int32_t)>& add) {
+  const auto n_seqs = static_cast<int32_t>(kv.seq_len.size());
+  for (int32_t s = 0; s < n_seqs; ++s) {
+    const int32_t len = kv.seq_len[s];
+    switch (s % 3) {
+      case 0:  // verify run
+        for (int32_t r = verify_rows; r > 0; --r) add(s, len - r);
+        break;
+      case 1:  // plain decode
+        add(s, len - 1);
+        break;
+      default: {  // a prefill chunk somewhere inside the sequence
+        const int32_t first = static_cast<int32_t>(rng() % len);
+        for (int32_t j = first; j < std::min(len, first + 20); ++j) add(s, j);
+      }
+    }
+  }
+}
 
 void run_paged_case(const AttnCase& c, uint32_t seed) {
   SCOPED_TRACE(::testing::Message()
@@ -105,7 +133,8 @@ void run_paged_case(const AttnCase& c, uint32_t seed) {
     token_slot.push_back(slot);
     token_pos.push_back(kv.pos(s, slot));
   };
-  for (int32_t s = 0; s < static_cast<int32_t>(kv.seq_len.size()); ++s) {
+  if (c.verify_rows > 0) add_run_tokens(rng, kv, c.verify_rows, add);
+  for (int32_t s = 0; c.verify_rows == 0 && s < static_cast<int32_t>(kv.seq_len.size()); ++s) {
     const int32_t len = kv.seq_len[s];
     add(s, len - 1);
     add(s, 0);
@@ -194,6 +223,15 @@ void run_paged_case(const AttnCase& c, uint32_t seed) {
   args.out = d_out.data();
   args.out_stride = out_stride;
   args.workspace = d_ws.data();
+  std::vector<int32_t> token_run(token_seq.size());
+  DeviceBuffer<int32_t> d_run;
+  if (c.verify_rows > 0) {
+    const int32_t longest = paged_attention_runs(token_seq.data(), token_slot.data(), n_tokens,
+                                                 c.group, token_run.data());
+    EXPECT_GE(longest, std::min(c.verify_rows, kRunMaxQueries / c.group));
+    d_run = upload(token_run);
+    args.token_run = d_run.data();
+  }
   paged_attention(args, nullptr);
   SS_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<float> gpu_full = to_f32(d_out.download());
@@ -263,6 +301,45 @@ TEST(CudaAttention, PagedSmallPartitions) {
   }
   EXPECT_EQ(paged_attention_partition_size(1, 4), 64);
   EXPECT_EQ(paged_attention_partition_size(256, 4), kPartitionSize);
+}
+
+// The run kernel (verify path): several rows of one sequence per CTA, causal
+// among themselves, windows per row, mixed with decode rows and prefill
+// chunks, single and split-K partitions.
+TEST(CudaAttention, RunsMatchCpu) {
+  SS_REQUIRE_GPU();
+  uint32_t seed = 500;
+  for (int32_t hd : {64, 128}) {
+    for (int32_t group : {1, 7, 16}) {
+      for (int32_t window : {0, 3, 100}) {
+        for (int32_t rows : {2, 5, 17}) {
+          const int32_t n_kv = 1 + static_cast<int32_t>(seed % 2);
+          run_paged_case(
+              {hd, group, n_kv, 16, window, {1000, 9, 300, 257, 64, 520}, 0, kPartitionSize, rows},
+              seed++);
+        }
+      }
+    }
+  }
+  // Small partitions, one partition, spare graph capacity, odd block sizes.
+  run_paged_case({128, 7, 4, 16, 0, {1000, 40, 300, 2000}, 0, 64, 5}, seed++);
+  run_paged_case({128, 7, 4, 16, 50, {1000, 40, 300}, 0, 128, 9}, seed++);
+  run_paged_case({64, 4, 2, 5, 0, {200, 30, 17, 100}, 0, kPartitionSize, 5}, seed++);
+  run_paged_case({128, 2, 2, 16, 0, {200, 30, 17}, 700, kPartitionSize, 5}, seed++);
+}
+
+// The host-side run split (no GPU needed).
+TEST(CudaAttention, RunSplit) {
+  // seq: 0 0 0 1 1 2 2 2 2 2 0; slot: 5 6 7 3 9 0 1 2 3 4 8
+  const std::vector<int32_t> seq = {0, 0, 0, 1, 1, 2, 2, 2, 2, 2, 0};
+  const std::vector<int32_t> slot = {5, 6, 7, 3, 9, 0, 1, 2, 3, 4, 8};
+  std::vector<int32_t> run(seq.size(), -7);
+  // group 16: at most 4 rows per run.
+  EXPECT_EQ(paged_attention_runs(seq.data(), slot.data(), 11, 16, run.data()), 4);
+  EXPECT_EQ(run, (std::vector<int32_t>{3, 0, 0, 1, 1, 4, 0, 0, 0, 1, 1}));
+  EXPECT_EQ(paged_attention_runs(seq.data(), slot.data(), 11, 1, run.data()), 5);
+  EXPECT_EQ(run, (std::vector<int32_t>{3, 0, 0, 1, 1, 5, 0, 0, 0, 0, 1}));
+  EXPECT_EQ(paged_attention_runs(slot.data(), slot.data(), 1, 7, run.data()), 1);
 }
 
 }  // namespace

@@ -130,3 +130,92 @@ TEST(CudaGemv, BiasAndSiluEpiloguesMatchCpuTwin) {
 
 }  // namespace
 }  // namespace specstack::cuda::testing
+
+namespace specstack::cuda::testing {
+namespace {
+
+// The 2..8-row (tensor-core) path: a row's result must not depend on how
+// many other rows share the step (a speculative verify row against the same
+// row in a smaller step), bit for bit; and a long reduction of the 7B's
+// down-projection width matches the double twin.
+TEST(CudaGemv, MultiRowResultsDoNotDependOnTheRowCount) {
+  SS_REQUIRE_GPU();
+  std::mt19937 rng(17);
+  cudaStream_t stream = nullptr;
+  SS_CUDA_CHECK(cudaStreamCreate(&stream));
+  const int64_t in = 18944, out = 80;  // 5 row tiles, 592 32-element chunks
+  auto x = random_values(rng, size_t(kGemvMaxRows * in));
+  auto w = random_values(rng, size_t(out * in));
+  auto d_x = upload(to_bf16(x));
+  auto d_w = upload(to_bf16(w));
+  const auto want = reference(x, in, w, kGemvMaxRows, out, in);
+  DeviceBuffer<float> all(size_t(kGemvMaxRows * out));
+  all.fill_bytes(0xFF);
+  gemv(d_x.data(), in, d_w.data(), kGemvMaxRows, out, in, nullptr, all.data(), out, stream);
+  SS_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const auto all_host = all.download();
+  EXPECT_LE(relative_error(all_host, want), 1e-5);
+  for (int64_t n = 2; n < kGemvMaxRows; ++n) {
+    SCOPED_TRACE(::testing::Message() << "n " << n);
+    DeviceBuffer<float> some(size_t(n * out));
+    some.fill_bytes(0xFF);
+    gemv(d_x.data(), in, d_w.data(), n, out, in, nullptr, some.data(), out, stream);
+    SS_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const auto got = some.download();
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i], all_host[i]) << "element " << i;
+    }
+  }
+  SS_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+}  // namespace
+}  // namespace specstack::cuda::testing
+
+namespace specstack::cuda::testing {
+namespace {
+
+// The one-row kernel with 1, 2 and 4 warps per output row (the split gemv
+// picks for long rows), plain, with bias and f32 output, and gate/up + SiLU;
+// row counts that leave a block partly empty.
+TEST(CudaGemv, OneRowSplitsMatchCpuTwin) {
+  SS_REQUIRE_GPU();
+  std::mt19937 rng(19);
+  cudaStream_t stream = nullptr;
+  SS_CUDA_CHECK(cudaStreamCreate(&stream));
+  for (int64_t in : {24, 1000, 4864}) {
+    for (int64_t out : {1, 3, 130}) {
+      auto x = random_values(rng, size_t(in));
+      auto w = random_values(rng, size_t(2 * out * in));
+      auto bias = random_values(rng, size_t(out));
+      auto d_x = upload(to_bf16(x));
+      auto d_w = upload(to_bf16(w));
+      auto d_bias = upload(bias);
+      const auto dots = reference(x, in, w, 1, 2 * out, in);  // [1, 2 * out]
+      std::vector<float> want_bias(static_cast<size_t>(out)), want_silu(static_cast<size_t>(out));
+      for (int64_t r = 0; r < out; ++r) {
+        want_bias[size_t(r)] = dots[size_t(r)] + bias[size_t(r)];
+        const double g = dots[size_t(r)], u = dots[size_t(out + r)];
+        want_silu[size_t(r)] = float(g / (1.0 + std::exp(-g)) * u);
+      }
+      for (int split : {1, 2, 4}) {
+        SCOPED_TRACE(::testing::Message() << "in " << in << " out " << out << " split " << split);
+        DeviceBuffer<float> y(static_cast<size_t>(out));
+        y.fill_bytes(0xFF);
+        gemv_one_row(d_x.data(), d_w.data(), out, in, nullptr, y.data(), d_bias.data(), false,
+                     split, stream);
+        DeviceBuffer<__nv_bfloat16> act(static_cast<size_t>(out));
+        act.fill_bytes(0xFF);
+        gemv_one_row(d_x.data(), d_w.data(), out, in, act.data(), nullptr, nullptr, true, split,
+                     stream);
+        SS_CUDA_CHECK(cudaStreamSynchronize(stream));
+        EXPECT_LE(relative_error(y.download(), want_bias), 1e-5);
+        EXPECT_LE(relative_error(to_f32(act.download()), want_silu), kBf16Tolerance);
+      }
+    }
+  }
+  SS_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+}  // namespace
+}  // namespace specstack::cuda::testing

@@ -152,6 +152,50 @@ INSTANTIATE_TEST_SUITE_P(Architectures, SpecDecodeCudaTest,
                            return name;
                          });
 
+// Head dim 64 (dummy weights; the golden models' 16/32 never reach it): four
+// requests' 5 verify rows each make a step of 20 paged rows, which the run
+// attention kernel (cuda/verify_attention.h) serves. Greedy output equals
+// plain decoding up to a bf16 near-tie, as with the per-token kernel.
+TEST(SpecDecodeCuda, RunAttentionGreedyEqualsPlainUpToANearTie) {
+  SS_REQUIRE_GPU();
+  CpuBackend backend(CpuBackendOptions{1});
+  ModelInstanceOptions options;
+  options.config_path = testing::test_data("configs/qwen2.5-draft-tiny.json");
+  options.dummy_weights = true;
+  options.kv_tokens = 8192;
+  options.device = Device::kCuda;
+  options.graph_max_context = 1024;
+  auto created = ModelInstance::create(options, backend);
+  ASSERT_TRUE(created.ok()) << created.message();
+  std::unique_ptr<ModelInstance> target = std::move(created).value();
+  ASSERT_EQ(target->config().head_dim, 64);
+  constexpr int32_t kTokens = 40;
+  Engine plain_engine(*target, EngineOptions{});
+  const EngineRun plain = run_all(plain_engine, false, kTokens);
+  EngineOptions spec_options;
+  spec_options.specdecode.draft = target.get();
+  spec_options.specdecode.max_draft_tokens = 4;
+  spec_options.specdecode.adaptive = false;
+  Engine engine(*target, spec_options);
+  const EngineRun spec = run_all(engine, true, kTokens);
+  EXPECT_GT(spec.accepted * 10, spec.drafted * 8);  // self-draft: nearly all accepted
+  size_t identical = 0;
+  for (size_t r = 0; r < plain.tokens.size(); ++r) {
+    ASSERT_EQ(spec.tokens[r].size(), size_t(kTokens));
+    size_t i = 0;
+    while (i < plain.tokens[r].size() && spec.tokens[r][i] == plain.tokens[r][i]) ++i;
+    identical += i;
+    if (i == plain.tokens[r].size()) continue;
+    const TokenLogprob& at = plain.logprobs[r][i];
+    ASSERT_GE(at.top.size(), 2u);
+    EXPECT_LT(at.top[0].second - at.top[1].second, kTieMargin)
+        << "request " << r << " forked at token " << i;
+  }
+  std::printf("[specdecode-cuda] run attention: %zu/%d tokens identical before any fork\n",
+              identical, 4 * kTokens);
+  expect_pools_free(engine);
+}
+
 // Sampling with speculation on the GPU: seeded runs reproduce themselves and
 // the sparse draft window keeps both pools whole.
 TEST(SpecDecodeCuda, SampledAndSparseDraftRunAndFreeEverything) {

@@ -1,0 +1,35 @@
+// Paged attention for runs of query rows (the verify path): a run is up to
+// kRunMaxQueries / group consecutive tokens of one sequence at consecutive
+// slots (a speculative sequence's k + 1 verification rows, or a decode row
+// as a run of one). One CTA per (run, kv head, partition) reads each K/V
+// tile of its partition ONCE for every row of the run and every query head
+// of the kv group, and computes QK and PV on the tensor cores
+// (mma.m16n8k16, bf16 in, fp32 accumulate) over the (rows x group) x keys
+// product. The per-row kernel in attention.cu reads a sequence's KV once per
+// row and does the dot products on CUDA cores with shuffles, which at batch
+// 32 x 5 verify rows made the verify step ~3x a decode step.
+// Same contract, visibility rule, workspace format and merge as
+// paged_attention (attention.h; CPU twin CpuBackend::attention): rows of a
+// run are causal among themselves through their own slots, sliding windows
+// apply per row by position.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/attention.h"
+
+namespace specstack::cuda {
+
+// Query vectors (rows x heads of the group) one CTA handles: 4 MMA row tiles.
+constexpr int32_t kRunMaxQueries = 64;
+
+// Head dims the run kernel supports (others use the per-row kernel).
+bool run_attention_supported(int32_t head_dim);
+
+// Launches the run kernel over args.token_run; partials go to the workspace
+// (n_parts > 1) in paged_attention's format, for its combine step.
+void launch_run_attention(const PagedAttentionArgs& args, int32_t n_parts, cudaStream_t stream);
+
+}  // namespace specstack::cuda
