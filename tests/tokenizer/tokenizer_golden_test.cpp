@@ -19,12 +19,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string read_text(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  std::ostringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
+using testing::read_text;
 
 std::string golden_dir(const std::string& name) {
   return testing::test_data("golden/tokenizers/" + name);

@@ -14,12 +14,7 @@
 namespace specstack {
 namespace {
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
+using testing::read_text;
 
 std::string tokenizer_dir(const std::string& name) {
   return testing::test_data("golden/tokenizers/" + name);
