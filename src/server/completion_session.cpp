@@ -71,19 +71,20 @@ std::vector<ChoiceOutput> CompletionSession::end_early(FinishReason reason) {
   cancel();  // the engine frees the request's KV blocks on its next step
   std::vector<ChoiceOutput> outputs;
   for (size_t i = 0; i < choices_.size(); ++i) {
-    Choice& choice = *choices_[i];
-    if (choice.finish) continue;
-    ChoiceOutput out;
-    out.index = static_cast<int32_t>(i);
-    // Text held back (an incomplete character, a possible stop string's
-    // start) was generated before the end: the client gets it.
-    out.text = choice.stops.push(choice.decoder.flush()) + choice.stops.flush();
-    choice.text += out.text;
-    choice.finish = reason;
-    out.finish = reason;
-    outputs.push_back(std::move(out));
+    if (!choices_[i]->finish) outputs.push_back(finish_unfinished(i, reason));
   }
   return outputs;
+}
+
+ChoiceOutput CompletionSession::finish_unfinished(size_t index, FinishReason reason) {
+  Choice& choice = *choices_[index];
+  ChoiceOutput out;
+  out.index = static_cast<int32_t>(index);
+  out.text = choice.stops.push(choice.decoder.flush()) + choice.stops.flush();
+  choice.text += out.text;
+  choice.finish = reason;
+  out.finish = reason;
+  return out;
 }
 
 ApiError CompletionSession::end_error() const {
@@ -188,16 +189,9 @@ std::vector<ChoiceOutput> CompletionSession::drain(std::chrono::milliseconds tim
     // Every choice must have seen its finish event by now; a choice that did
     // not (an engine that ended early) still ends instead of hanging.
     for (size_t i = 0; i < choices_.size(); ++i) {
-      Choice& choice = *choices_[i];
-      if (choice.finish) continue;
-      ChoiceOutput out;
-      out.index = static_cast<int32_t>(i);
-      out.text = choice.stops.push(choice.decoder.flush()) + choice.stops.flush();
-      choice.text += out.text;
-      choice.finish = FinishReason::kFinishAbort;
-      choice.engine_finished = true;
-      out.finish = choice.finish;
-      outputs.push_back(std::move(out));
+      if (choices_[i]->finish) continue;
+      outputs.push_back(finish_unfinished(i, FinishReason::kFinishAbort));
+      choices_[i]->engine_finished = true;
     }
   }
   return outputs;

@@ -96,6 +96,10 @@ class CompletionSession {
   // Cancels the request and ends every unfinished choice with `reason`;
   // returns those choices' last outputs (their flushed text and finish).
   std::vector<ChoiceOutput> end_early(FinishReason reason);
+  // Ends the unfinished choice `index` with `reason`: its held-back text (an
+  // incomplete character, a possible stop string's start) is flushed into the
+  // returned output, since it was generated before the end.
+  ChoiceOutput finish_unfinished(size_t index, FinishReason reason);
   void note_end();  // every choice has finished: the time usage.timing.total_ms ends at
 
   const Tokenizer* tokenizer_;
