@@ -4,6 +4,7 @@
 // mismatch. Usage: node openai_client.mjs BASE_URL MODEL EXPECTED_GREEDY_TEXT
 import { createRequire } from 'node:module';
 import path from 'node:path';
+import { check, failures } from './checks.mjs';
 
 const require = createRequire(import.meta.url);
 const depsDir = process.env.SPECSTACK_NPM_DIR;
@@ -11,15 +12,6 @@ const { default: OpenAI, APIUserAbortError } = require(path.join(depsDir, 'node_
 
 const [baseURL, model, expected] = process.argv.slice(2);
 const client = new OpenAI({ baseURL, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
-let failures = 0;
-function check(condition, what) {
-  if (!condition) {
-    failures++;
-    console.error(`FAIL: ${what}`);
-  } else {
-    console.log(`ok: ${what}`);
-  }
-}
 
 const prompt = 'Once upon a time';
 // Completions, non-streaming: greedy text equals `specstack generate`.
@@ -95,8 +87,8 @@ await Promise.all(tasks);
 check(completed + cancelled === 64, `64 streams: ${completed} completed, ${cancelled} cancelled`);
 check(completed >= 32 && cancelled > 0, 'every uncancelled stream completed, the cancelled ones ended');
 
-if (failures > 0) {
-  console.error(`${failures} check(s) failed`);
+if (failures() > 0) {
+  console.error(`${failures()} check(s) failed`);
   process.exit(1);
 }
 console.log('openai client: all checks passed');

@@ -8,6 +8,7 @@
 // one JSON-encoded).
 import { createRequire } from 'node:module';
 import path from 'node:path';
+import { check, failures } from './checks.mjs';
 
 const require = createRequire(import.meta.url);
 const { default: OpenAI } = require(path.join(process.env.SPECSTACK_NPM_DIR, 'node_modules', 'openai'));
@@ -15,15 +16,6 @@ const { default: OpenAI } = require(path.join(process.env.SPECSTACK_NPM_DIR, 'no
 const [baseURL, model, expected, expectedChatJson] = process.argv.slice(2);
 const expectedChat = JSON.parse(expectedChatJson);
 const client = new OpenAI({ baseURL, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
-let failures = 0;
-function check(condition, what) {
-  if (!condition) {
-    failures++;
-    console.error(`FAIL: ${what}`);
-  } else {
-    console.log(`ok: ${what}`);
-  }
-}
 function checkSpeculative(usage, what, { drafted }) {
   const s = usage?.speculative;
   check(s && Number.isInteger(s.draft_tokens) && Number.isInteger(s.accepted_tokens), `${what}: usage.speculative present (${JSON.stringify(s)})`);
@@ -94,8 +86,8 @@ await Promise.all(Array.from({ length: 16 }, async (_, i) => {
 }));
 check(finished >= 8, `16 concurrent sampled streams: the ${finished} uncancelled ones finished`);
 
-if (failures > 0) {
-  console.error(`${failures} check(s) failed`);
+if (failures() > 0) {
+  console.error(`${failures()} check(s) failed`);
   process.exit(1);
 }
 console.log('openai specdecode client: all checks passed');
