@@ -261,9 +261,10 @@ UsageCounts CompletionSession::usage() const {
   usage.cached_tokens = stats.cached_tokens;
   usage.timing.queue_ms = stats.queue_ms;
   usage.timing.ttft_ms = stats.ttft_ms;
-  usage.timing.total_ms = std::chrono::duration<double, std::milli>(
-                              ended_at_.value_or(std::chrono::steady_clock::now()) - started_)
-                              .count();
+  usage.timing.total_ms =
+      std::chrono::duration<double, std::milli>(
+          ended_at_.value_or(std::chrono::steady_clock::now()) - options_.submitted_at)
+          .count();
   if (options_.specprefill_usage) usage.specprefill = stats.specprefill;
   if (options_.specdecode_usage) usage.speculative = stats.speculative;
   return usage;

@@ -42,6 +42,10 @@ struct SessionOptions {
   // budget it came from (for the error message). Unset: no deadline.
   std::optional<std::chrono::steady_clock::time_point> deadline;
   double timeout_seconds = 0;
+  // usage.timing.total_ms counts from here. Set before the engine submit, so
+  // the total is never below the engine's queue_ms and ttft_ms, which count
+  // from inside submit.
+  std::chrono::steady_clock::time_point submitted_at = std::chrono::steady_clock::now();
 };
 
 SessionOptions session_options_for(const OpenAiRequest& request, ResponseHeader header);
@@ -110,7 +114,6 @@ class CompletionSession {
   bool stream_closed_ = false;  // [DONE] produced
   std::atomic<bool> shutdown_requested_{false};
   std::optional<FinishReason> ended_early_;
-  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::optional<std::chrono::steady_clock::time_point> ended_at_;  // every choice finished
 };
 

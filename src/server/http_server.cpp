@@ -207,6 +207,7 @@ void HttpServer::Impl::handle_completion(ApiEndpoint endpoint, const httplib::Re
                                                   std::chrono::duration<double>(timeout));
   }
 
+  session_options.submitted_at = Clock::now();
   auto submitted = engine.submit(std::move(request->options));
   if (!submitted.ok()) return send_error(res, api_error_from(submitted.error()));
   auto session = std::make_shared<CompletionSession>(tokenizer, std::move(session_options),
