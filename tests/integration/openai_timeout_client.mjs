@@ -5,21 +5,13 @@
 // Usage: node openai_timeout_client.mjs BASE_URL MODEL
 import { createRequire } from 'node:module';
 import path from 'node:path';
+import { check, failures } from './checks.mjs';
 
 const require = createRequire(import.meta.url);
 const { default: OpenAI, APIError } = require(path.join(process.env.SPECSTACK_NPM_DIR, 'node_modules', 'openai'));
 
 const [baseURL, model] = process.argv.slice(2);
 const client = new OpenAI({ baseURL, apiKey: 'unused', maxRetries: 0, timeout: 60000 });
-let failures = 0;
-function check(condition, what) {
-  if (!condition) {
-    failures++;
-    console.error(`FAIL: ${what}`);
-  } else {
-    console.log(`ok: ${what}`);
-  }
-}
 const prompt = 'Once upon a time';
 const long = { model, prompt, max_tokens: 480, ignore_eos: true };
 
@@ -28,7 +20,7 @@ let text = '';
 let finish = null;
 let raised = null;
 try {
-  const stream = await client.completions.create({ ...long, stream: true, timeout: 0.2 });
+  const stream = await client.completions.create({ ...long, stream: true, timeout: 0.05 });
   for await (const chunk of stream) {
     text += chunk.choices[0]?.text ?? '';
     finish = chunk.choices[0]?.finish_reason ?? finish;
@@ -53,4 +45,4 @@ const done = await client.completions.create({ model, prompt, max_tokens: 8 });
 const timing = done.usage?.timing;
 check(done.choices[0].finish_reason === 'length' && timing && timing.ttft_ms >= timing.queue_ms && timing.total_ms >= timing.ttft_ms,
       `usage.timing ${JSON.stringify(timing)}`);
-process.exit(failures === 0 ? 0 : 1);
+process.exit(failures() === 0 ? 0 : 1);

@@ -113,8 +113,9 @@ pass "32 streams ended with finish_reason length and [DONE]; exit 0 after $(( (t
 expect_pool_free "drain"
 
 # ------------------------ a short shutdown timeout cancels the long streams
-# One sequence at a time, six streams of 480 tokens: far more than 0.3 s of work.
-start_server --max-num-seqs 1 --shutdown-timeout 0.3
+# One sequence at a time, six streams of 480 tokens: ~1 s of work even on a
+# quiet machine (one 480-token stream took ~0.2 s), far more than 0.05 s.
+start_server --max-num-seqs 1 --shutdown-timeout 0.05
 start_streams 1 480
 queue_streams 2 6
 t0=$(date +%s%N)
@@ -124,7 +125,7 @@ wait "$server" || rc=$?
 t1=$(date +%s%N)
 [ "$rc" = 0 ] || fail "the server exited $rc after cancelling"
 elapsed_ms=$(( (t1 - t0) / 1000000 ))
-[ "$elapsed_ms" -lt 5000 ] || fail "the shutdown took $elapsed_ms ms with --shutdown-timeout 0.3"
+[ "$elapsed_ms" -lt 5000 ] || fail "the shutdown took $elapsed_ms ms with --shutdown-timeout 0.05"
 wait "${stream_pids[@]}" || true
 n_cut=0
 for i in $(seq 1 6); do
@@ -167,7 +168,7 @@ pass "second signal: $n_cut of 4 streams cut with shutdown and [DONE]; exit 0 af
 expect_pool_free "second signal"
 
 # ---------------------------------------------- --request-timeout on a stream
-start_server --max-num-seqs 4 --request-timeout 0.2
+start_server --max-num-seqs 4 --request-timeout 0.02
 curl -sN --max-time 60 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
   -d '{"prompt": "Once upon a time", "max_tokens": 480, "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}}' \
   > "$work/timed" || fail "timed stream: curl failed"
