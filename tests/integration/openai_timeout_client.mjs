@@ -20,7 +20,7 @@ let text = '';
 let finish = null;
 let raised = null;
 try {
-  const stream = await client.completions.create({ ...long, stream: true, timeout: 0.05 });
+  const stream = await client.completions.create({ ...long, stream: true, timeout: 0.1 });
   for await (const chunk of stream) {
     text += chunk.choices[0]?.text ?? '';
     finish = chunk.choices[0]?.finish_reason ?? finish;

@@ -168,7 +168,7 @@ pass "second signal: $n_cut of 4 streams cut with shutdown and [DONE]; exit 0 af
 expect_pool_free "second signal"
 
 # ---------------------------------------------- --request-timeout on a stream
-start_server --max-num-seqs 4 --request-timeout 0.02
+start_server --max-num-seqs 4 --request-timeout 0.1
 curl -sN --max-time 60 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
   -d '{"prompt": "Once upon a time", "max_tokens": 480, "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}}' \
   > "$work/timed" || fail "timed stream: curl failed"
