@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <random>
 #include <thread>
@@ -90,9 +91,10 @@ double time_step(ModelInstance& m, int32_t batch, int64_t context, int32_t rows,
 // emitting): where a step's time goes, and the loop's own time between steps.
 struct StepBreakdown {
   double step = 0, draft = 0, schedule = 0, forward = 0, rest = 0, gap = 0;
+  double draft_tokens = 0;  // tokens the draft forwarded per step (k per sequence when caught up)
   std::string str() const {
-    return fmt::format("{:.2f} = {:.2f} + {:.2f} + {:.2f} + {:.2f} (+{:.2f})", step + gap, draft,
-                       schedule, forward, rest, gap);
+    return fmt::format("{:.2f} = {:.2f} + {:.2f} + {:.2f} + {:.2f} (+{:.2f}) [draft {:.1f} tok]",
+                       step + gap, draft, schedule, forward, rest, gap, draft_tokens);
   }
 };
 
@@ -108,9 +110,11 @@ StepBreakdown breakdown(const std::vector<StepRecord>& records, int32_t batch) {
     b.schedule += r.schedule_seconds;
     b.forward += r.forward_seconds;
     b.gap += records[i + 1].start_seconds - (r.start_seconds + r.seconds);
+    b.draft_tokens += r.n_draft_tokens;
   }
   if (n == 0) return b;
   for (double* v : {&b.step, &b.draft, &b.schedule, &b.forward, &b.gap}) *v *= 1e3 / n;
+  b.draft_tokens /= n;
   b.rest = b.step - b.draft - b.schedule - b.forward;
   return b;
 }
@@ -120,6 +124,9 @@ struct DecodeRun {
   double tokens_per_second = 0;
   double step_seconds = 0;  // decode time per engine step (plain: per token of each sequence)
   int64_t drafted = 0, accepted = 0, verifications = 0;
+  // The draft's prefix cache over the run: a miss means the draft prefills
+  // that part of the prompt again, inside the engine's steps.
+  int64_t draft_query_tokens = 0, draft_hit_tokens = 0, draft_evictions = 0;
 };
 
 // B requests decoding `gen` tokens; throughput counts the tokens that arrive
@@ -127,6 +134,8 @@ struct DecodeRun {
 Result<DecodeRun> run_decode(ModelInstance& target, EngineOptions options,
                              const std::vector<std::vector<int32_t>>& prompts, int32_t gen) {
   options.record_steps = true;
+  const ModelInstance* draft = options.specdecode.draft;
+  const PrefixCacheStats draft_before = draft ? draft->pool().prefix_stats() : PrefixCacheStats{};
   Engine engine(target, options);
   const EngineMetrics before = engine.metrics();
   struct Trace {
@@ -185,6 +194,12 @@ Result<DecodeRun> run_decode(ModelInstance& target, EngineOptions options,
   run.accepted = after.specdecode_accepted_tokens_total - before.specdecode_accepted_tokens_total;
   run.verifications = after.specdecode_verify_total - before.specdecode_verify_total;
   run.steps = breakdown(engine.step_records(), static_cast<int32_t>(prompts.size()));
+  if (draft != nullptr) {
+    const PrefixCacheStats& s = draft->pool().prefix_stats();
+    run.draft_query_tokens = s.n_query_tokens - draft_before.n_query_tokens;
+    run.draft_hit_tokens = s.n_hit_tokens - draft_before.n_hit_tokens;
+    run.draft_evictions = s.n_evictions - draft_before.n_evictions;
+  }
   return run;
 }
 
@@ -213,6 +228,8 @@ struct Row {
   double predicted_realized = 0;
   double mean_accepted = 0;
   StepBreakdown plain_steps, spec_steps;  // the last run of each
+  // The draft's prefix cache over the speculative runs (all repeats).
+  int64_t draft_query_tokens = 0, draft_hit_tokens = 0, draft_evictions = 0;
 };
 
 Status validate(const BenchSpecFlags& f) {
@@ -327,7 +344,6 @@ int run_bench_spec(const BenchSpecFlags& f) {
         const double d = time_step(**draft, batch, draft_context, 1, f.repeats);
         for (int32_t k : f.ks) {
           const double tk = time_step(**target, batch, context, k + 1, f.repeats);
-          // The policy may pick any k' <= k: its best case is the best fixed k'.
           std::vector<double> tks;
           for (int32_t kk = 1; f.adaptive && kk < k; ++kk)
             tks.push_back(time_step(**target, batch, context, kk + 1, f.repeats));
@@ -368,6 +384,9 @@ int run_bench_spec(const BenchSpecFlags& f) {
                 accepted += run->accepted;
                 verifications += run->verifications;
                 row.spec_steps = run->steps;
+                row.draft_query_tokens += run->draft_query_tokens;
+                row.draft_hit_tokens += run->draft_hit_tokens;
+                row.draft_evictions += run->draft_evictions;
               }
               row.spec_tps = median(tps);
               row.measured = row.spec_tps / row.plain_tps;
@@ -427,13 +446,19 @@ int run_bench_spec(const BenchSpecFlags& f) {
     std::printf(
         "\nWhere an engine step's time goes (ms, mean over steady decode steps of the last run): "
         "step = draft proposals + schedule + target forward + rest (verification, sampling, "
-        "emission) (+ the loop's time between steps)\n\n");
-    std::printf("| context | batch | draft KV | k | alpha | plain step | speculative step |\n");
-    std::printf("|---|---|---|---|---|---|---|\n");
+        "emission) (+ the loop's time between steps) [tokens the draft forwarded per step: k per "
+        "sequence when nothing is left to catch up]\n\n");
+    std::printf(
+        "| context | batch | draft KV | k | alpha | plain step | speculative step | draft prefix "
+        "cache: hit / queried tokens, evictions (all repeats) |\n");
+    std::printf("|---|---|---|---|---|---|---|---|\n");
     for (const Row& r : rows) {
-      std::printf("| %lld | %d | %s | %d | %s | %s | %s |\n", static_cast<long long>(r.context),
-                  r.batch, r.draft_kv.c_str(), r.k, r.alpha_label.c_str(),
-                  r.plain_steps.str().c_str(), r.spec_steps.str().c_str());
+      std::printf("| %lld | %d | %s | %d | %s | %s | %s | %lld / %lld, %lld |\n",
+                  static_cast<long long>(r.context), r.batch, r.draft_kv.c_str(), r.k,
+                  r.alpha_label.c_str(), r.plain_steps.str().c_str(), r.spec_steps.str().c_str(),
+                  static_cast<long long>(r.draft_hit_tokens),
+                  static_cast<long long>(r.draft_query_tokens),
+                  static_cast<long long>(r.draft_evictions));
     }
   }
   // One grep-able line per point (bench/device.sh's summary picks up "ss ..." lines).

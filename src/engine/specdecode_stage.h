@@ -52,8 +52,9 @@ class SpecDecodeStage {
   // the whole dense prompt (n_prompt slots) on the draft's pool.
   void adopt(Sequence* seq, KvSequence draft_kv, int32_t n_prompt);
   // Draft forwards for the running sequences that speculate this step;
-  // appends their draft tokens. `n_running` counts every running sequence.
-  void propose(const std::vector<Sequence*>& running);
+  // appends their draft tokens. Returns the tokens the draft forwarded
+  // (catch-up rows included: a prompt the draft has to prefill shows here).
+  int32_t propose(const std::vector<Sequence*>& running);
   // After the target step that verified seq's n_draft tokens: `rows`
   // [1 + n_draft, vocab] raw target logits, or null with `greedy_ids`
   // [1 + n_draft] when the model chose greedily on its device. Records the
