@@ -374,6 +374,56 @@ TEST(SpecDecodeEngine, SparseDraftWindowBoundsAndFreesDraftBlocks) {
   expect_pools_free(engine);
 }
 
+// A sparse draft publishes the dense prompt KV of its first catch-up chunk
+// on the draft's prefix cache, and nothing after its first dropped block: a
+// later request sharing the prompt starts from those blocks instead of
+// prefilling it on the draft again (before, a sparse draft never published,
+// and bench spec's batch-32 8K runs re-prefilled evicted prompts every step).
+TEST(SpecDecodeEngine, SparseDraftPublishesOnlyItsDenseCatchUp) {
+  CpuBackend backend{CpuBackendOptions{2}};
+  auto target = load(backend, "llama-gqa");
+  const auto prompt = prompt_of("llama-gqa", "p2.input_ids");  // 333 tokens: 20 full blocks
+  const auto expected = offline_greedy(*target, prompt, 24);
+  EngineOptions sparse = spec_options(nullptr, 4);
+  sparse.specdecode.draft_window = 32;
+  sparse.specdecode.draft_sink = 4;
+
+  // One catch-up chunk holds the whole prompt: all 20 full blocks are dense.
+  auto draft = load(backend, "llama-gqa");
+  sparse.specdecode.draft = draft.get();
+  {
+    Engine engine(*target, sparse);
+    EXPECT_EQ(run(engine, RequestOptions{prompt, greedy(24), 1, -1}).tokens[0], expected);
+    expect_pools_free(engine);
+  }
+  EXPECT_EQ(draft->pool().n_cached(), 20);
+  // A dense self-draft on the same pool starts from them: it prefills only
+  // the last partial block, and its proposals (from the published KV) are
+  // the target's, as with a draft that computed the prompt itself.
+  const PrefixCacheStats before = draft->pool().prefix_stats();
+  {
+    Engine engine(*target, spec_options(draft.get(), 4));
+    const Output out = run(engine, RequestOptions{prompt, greedy(24), 1, -1});
+    EXPECT_EQ(out.tokens[0], expected);
+    EXPECT_GE(out.stats.speculative.accepted_tokens, out.stats.speculative.draft_tokens * 9 / 10);
+    expect_pools_free(engine);
+  }
+  EXPECT_EQ(draft->pool().prefix_stats().n_hit_tokens - before.n_hit_tokens, 20 * 16);
+
+  // Chunks of 64 tokens: the first chunk (4 blocks) is dense; the window
+  // drops a block after it, and later chunks attend to sink + window only,
+  // so their blocks must not be published.
+  auto chunked_draft = load(backend, "llama-gqa");
+  sparse.specdecode.draft = chunked_draft.get();
+  sparse.max_num_batched_tokens = 64;
+  {
+    Engine engine(*target, sparse);
+    EXPECT_EQ(run(engine, RequestOptions{prompt, greedy(24), 1, -1}).tokens[0], expected);
+    expect_pools_free(engine);
+  }
+  EXPECT_EQ(chunked_draft->pool().n_cached(), 4);
+}
+
 TEST(SpecDecodeEngine, RequestCanTurnItOffAndServerDefaultCanBeOff) {
   CpuBackend backend{CpuBackendOptions{2}};
   auto target = load(backend, "llama-gqa");
