@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -54,67 +55,100 @@ struct BenchSpecFlags {
   std::string out_prefix = "bench_spec";
 };
 
-// Seconds of one forward with `rows` fresh rows per sequence for `batch`
-// sequences that already hold `context` KV slots (median of `repeats`, after
-// one warm-up). Decode-shaped steps (rows == 1) replay the GPU's graphs as
-// the engine's do.
-double time_step(ModelInstance& m, int32_t batch, int64_t context, int32_t rows, int32_t repeats) {
-  KvManager& kv = m.kv_manager();
-  std::vector<KvSequence> seqs;
-  StepPlan plan;
-  plan.greedy_on_device = m.device() != Device::kCpu;
-  const int64_t vocab = m.config().vocab_size;
-  for (int32_t b = 0; b < batch; ++b) {
-    seqs.push_back(kv.new_sequence(KvSequenceOptions{0, false}));
-    const int32_t total = static_cast<int32_t>(context) + rows;
-    SS_CHECK_MSG(kv.can_allocate(seqs.back(), {}, total), "bench spec: the KV pool is too small");
-    kv.allocate(seqs.back(), {}, total);
-    for (int32_t r = 0; r < rows; ++r) {
-      const auto slot = static_cast<int32_t>(context) + r;
-      plan.add_token(static_cast<int32_t>((b * 7919 + r * 104729 + 3) % vocab), slot, b, slot,
-                     true);
+// A forward with `rows` fresh rows per sequence for `batch` sequences that
+// already hold `context` KV slots (reserved, not computed: a step's time
+// does not depend on the values). Decode-shaped steps (rows == 1) replay the
+// GPU's graphs as the engine's do.
+class ProbeStep {
+ public:
+  ProbeStep(ModelInstance& m, int32_t batch, int64_t context, int32_t rows) : m_(m) {
+    KvManager& kv = m.kv_manager();
+    plan_.greedy_on_device = m.device() != Device::kCpu;
+    const int64_t vocab = m.config().vocab_size;
+    for (int32_t b = 0; b < batch; ++b) {
+      seqs_.push_back(kv.new_sequence(KvSequenceOptions{0, false}));
+      const int32_t total = static_cast<int32_t>(context) + rows;
+      SS_CHECK_MSG(kv.can_allocate(seqs_.back(), {}, total),
+                   "bench spec: the KV pool is too small");
+      kv.allocate(seqs_.back(), {}, total);
+      for (int32_t r = 0; r < rows; ++r) {
+        const auto slot = static_cast<int32_t>(context) + r;
+        plan_.add_token(static_cast<int32_t>((b * 7919 + r * 104729 + 3) % vocab), slot, b, slot,
+                        true);
+      }
+      plan_.block_tables.push_back(seqs_.back().blocks());
+      plan_.seq_n_slots.push_back(total);
     }
-    plan.block_tables.push_back(seqs.back().blocks());
-    plan.seq_n_slots.push_back(total);
   }
-  std::vector<double> times;
-  for (int32_t i = 0; i <= repeats; ++i) {
-    const auto start = SteadyClock::now();
-    m.runner().run(plan);
-    if (i > 0) times.push_back(std::chrono::duration<double>(SteadyClock::now() - start).count());
+  ~ProbeStep() {
+    for (KvSequence& seq : seqs_) m_.kv_manager().free(seq);
   }
-  for (KvSequence& seq : seqs) kv.free(seq);
-  return median(times);
+  ProbeStep(const ProbeStep&) = delete;
+  ProbeStep& operator=(const ProbeStep&) = delete;
+
+  void run() { m_.runner().run(plan_); }
+  // Median seconds of `repeats` runs after one warm-up; `before` (untimed)
+  // runs ahead of each, e.g. another model's step as in the engine's loop.
+  double time(int32_t repeats, const std::function<void()>& before = {}) {
+    std::vector<double> times;
+    for (int32_t i = 0; i <= repeats; ++i) {
+      if (before) before();
+      const auto start = SteadyClock::now();
+      run();
+      if (i > 0) times.push_back(std::chrono::duration<double>(SteadyClock::now() - start).count());
+    }
+    return median(times);
+  }
+
+ private:
+  ModelInstance& m_;
+  std::vector<KvSequence> seqs_;
+  StepPlan plan_;
+};
+
+double time_step(ModelInstance& m, int32_t batch, int64_t context, int32_t rows, int32_t repeats) {
+  return ProbeStep(m, batch, context, rows).time(repeats);
 }
 
 // Mean milliseconds of the engine's steady decode steps (every sequence
-// emitting): where a step's time goes, and the loop's own time between steps.
+// emitting, no prompt rows): where a step's time goes, and the loop's own
+// time between steps.
 struct StepBreakdown {
   double step = 0, draft = 0, schedule = 0, forward = 0, rest = 0, gap = 0;
+  double draft_first = 0;   // of draft: the first (catch-up, eager) draft forward
   double draft_tokens = 0;  // tokens the draft forwarded per step (k per sequence when caught up)
+  int n_steps = 0;
   std::string str() const {
-    return fmt::format("{:.2f} = {:.2f} + {:.2f} + {:.2f} + {:.2f} (+{:.2f}) [draft {:.1f} tok]",
-                       step + gap, draft, schedule, forward, rest, gap, draft_tokens);
+    return fmt::format(
+        "{:.2f} = {:.2f} ({:.2f} first) + {:.2f} + {:.2f} + {:.2f} (+{:.2f}) [{} steps, draft "
+        "{:.1f} tok]",
+        step + gap, draft, draft_first, schedule, forward, rest, gap, n_steps, draft_tokens);
   }
 };
 
-StepBreakdown breakdown(const std::vector<StepRecord>& records, int32_t batch) {
+// `max_tokens`: a steady step's plan holds at most this many tokens (batch x
+// (k + 1)); more means prompt rows (the prefix-hit tail that gives every
+// sequence its first token), whose cost is not a decode step's.
+StepBreakdown breakdown(const std::vector<StepRecord>& records, int32_t batch, int32_t max_tokens) {
   StepBreakdown b;
   int n = 0;
   for (size_t i = 0; i + 1 < records.size(); ++i) {
     const StepRecord& r = records[i];
-    if (r.n_decode != batch) continue;
+    if (r.n_decode != batch || r.n_tokens > max_tokens) continue;
     ++n;
     b.step += r.seconds;
     b.draft += r.draft_seconds;
+    b.draft_first += r.draft_first_seconds;
     b.schedule += r.schedule_seconds;
     b.forward += r.forward_seconds;
     b.gap += records[i + 1].start_seconds - (r.start_seconds + r.seconds);
     b.draft_tokens += r.n_draft_tokens;
   }
   if (n == 0) return b;
-  for (double* v : {&b.step, &b.draft, &b.schedule, &b.forward, &b.gap}) *v *= 1e3 / n;
+  for (double* v : {&b.step, &b.draft, &b.draft_first, &b.schedule, &b.forward, &b.gap})
+    *v *= 1e3 / n;
   b.draft_tokens /= n;
+  b.n_steps = n;
   b.rest = b.step - b.draft - b.schedule - b.forward;
   return b;
 }
@@ -193,7 +227,9 @@ Result<DecodeRun> run_decode(ModelInstance& target, EngineOptions options,
   run.drafted = after.specdecode_draft_tokens_total - before.specdecode_draft_tokens_total;
   run.accepted = after.specdecode_accepted_tokens_total - before.specdecode_accepted_tokens_total;
   run.verifications = after.specdecode_verify_total - before.specdecode_verify_total;
-  run.steps = breakdown(engine.step_records(), static_cast<int32_t>(prompts.size()));
+  const auto batch = static_cast<int32_t>(prompts.size());
+  const int32_t rows = draft != nullptr ? options.specdecode.max_draft_tokens + 1 : 1;
+  run.steps = breakdown(engine.step_records(), batch, batch * rows);
   if (draft != nullptr) {
     const PrefixCacheStats& s = draft->pool().prefix_stats();
     run.draft_query_tokens = s.n_query_tokens - draft_before.n_query_tokens;
@@ -326,6 +362,15 @@ int run_bench_spec(const BenchSpecFlags& f) {
                                                      f.model.block_size * f.model.block_size)
                 : context;
         draft_step[kind] = time_step(**draft, batch, draft_context, 1, f.repeats);
+        // Diagnostic: the same draft step right after a target verify step,
+        // as in the engine's loop (a heavy step before it may leave the GPU
+        // clocked lower, or the caches cold).
+        ProbeStep verify(**target, batch, context, f.ks.back() + 1);
+        const double after =
+            ProbeStep(**draft, batch, draft_context, 1).time(f.repeats, [&] { verify.run(); });
+        std::printf("ss draft_step L=%lld B=%d kv=%s alone_ms=%.3f after_verify_ms=%.3f\n",
+                    static_cast<long long>(context), batch, kind.c_str(), draft_step[kind] * 1e3,
+                    after * 1e3);
       }
       // T(B, k' + 1) for k' = 1..k (adaptive: the policy may pick any) or k alone.
       std::map<int32_t, std::vector<double>> verify_steps;
@@ -459,10 +504,11 @@ int run_bench_spec(const BenchSpecFlags& f) {
   print_table(rows);
   if (!f.model_only) {
     std::printf(
-        "\nWhere an engine step's time goes (ms, mean over steady decode steps of the last run): "
-        "step = draft proposals + schedule + target forward + rest (verification, sampling, "
-        "emission) (+ the loop's time between steps) [tokens the draft forwarded per step: k per "
-        "sequence when nothing is left to catch up]\n\n");
+        "\nWhere an engine step's time goes (ms, mean over the last run's steady decode steps: "
+        "every sequence emits, no prompt rows): step = draft proposals (of which the first, "
+        "eager, catch-up forward) + schedule + target forward + rest (verification, sampling, "
+        "emission) (+ the loop's time between steps) [steps, tokens the draft forwarded per "
+        "step: k per sequence when nothing is left to catch up]\n\n");
     std::printf(
         "| context | batch | draft KV | k | alpha | plain step | speculative step | draft prefix "
         "cache: hit / queried tokens, evictions (all repeats) |\n");

@@ -506,7 +506,8 @@ void EngineCore::step() {
   run_specprefill_step();  // draft work first: finished selections can be admitted now
   const auto step_start = Clock::now();
   // Draft tokens for the sequences that speculate, verified in this step.
-  const int32_t n_draft_tokens = specdecode_ ? specdecode_->propose(scheduler_.running()) : 0;
+  const SpecDecodeStage::ProposeStats proposed =
+      specdecode_ ? specdecode_->propose(scheduler_.running()) : SpecDecodeStage::ProposeStats{};
   const auto schedule_start = Clock::now();
   ScheduleResult scheduled = scheduler_.schedule();
   for (Sequence* seq : scheduled.preempted) {
@@ -569,7 +570,8 @@ void EngineCore::step() {
     record.schedule_seconds = std::chrono::duration<double>(forward_start - schedule_start).count();
     record.forward_seconds = std::chrono::duration<double>(forward_end - forward_start).count();
     record.n_tokens = static_cast<int32_t>(scheduled.plan.n_tokens());
-    record.n_draft_tokens = n_draft_tokens;
+    record.n_draft_tokens = proposed.n_tokens;
+    record.draft_first_seconds = proposed.first_forward_seconds;
     record.n_decode = n_emitting;
     record.n_running = static_cast<int32_t>(scheduler_.n_running());
     std::lock_guard<std::mutex> lock(metrics_mutex_);

@@ -180,7 +180,7 @@ int32_t SpecDecodeStage::draft_sample(Sequence* seq, DraftState& state, const fl
   return token;
 }
 
-int32_t SpecDecodeStage::propose(const std::vector<Sequence*>& running) {
+SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequence*>& running) {
   ModelInstance& draft = *options_.draft;
   // Who drafts this step: decoding (only the pending token left to compute),
   // not yet holding draft tokens, room for at least one more token. The
@@ -203,7 +203,7 @@ int32_t SpecDecodeStage::propose(const std::vector<Sequence*>& running) {
   }
   const int32_t k = policy_.choose(alphas, static_cast<int32_t>(running.size() - ready.size()));
   if (k == 0) ready.clear();  // speculation would not pay this step: plain decode
-  if (ready.empty() && catching_up.empty()) return 0;
+  if (ready.empty() && catching_up.empty()) return {};
 
   // Forward 1: catch-up rows (chunked within the budget), drafting sequences
   // first; those that reach their last token get logits for draft token 1.
@@ -260,9 +260,9 @@ int32_t SpecDecodeStage::propose(const std::vector<Sequence*>& running) {
   for (Sequence* seq : catching_up) {
     if (budget > 0) add_catch_up(seq, false);
   }
-  if (plan.n_tokens() == 0) return 0;
+  if (plan.n_tokens() == 0) return {};
   plan.greedy_on_device = device_greedy;
-  int32_t n_forwarded = 0;
+  ProposeStats stats;
 
   std::vector<Row*> drafting;  // sequences still proposing
   for (Row& row : rows) {
@@ -291,7 +291,9 @@ int32_t SpecDecodeStage::propose(const std::vector<Sequence*>& running) {
   for (int32_t step = 0;; ++step) {
     const auto start = Clock::now();
     StepOutput output = draft.runner().run(plan);
-    n_forwarded += static_cast<int32_t>(plan.n_tokens());
+    stats.n_tokens += static_cast<int32_t>(plan.n_tokens());
+    ++stats.n_forwards;
+    if (step == 0) stats.first_forward_seconds = seconds_since(start);
     // The cost line is of draft steps (one row per sequence): the first
     // forward also carries catch-up rows, prompt chunks among them, whose
     // cost per row is another matter.
@@ -352,7 +354,7 @@ int32_t SpecDecodeStage::propose(const std::vector<Sequence*>& running) {
     for (int32_t token : row.state->proposed) seq->tokens.push_back(token);
     seq->n_draft = static_cast<int32_t>(row.state->proposed.size());
   }
-  return n_forwarded;
+  return stats;
 }
 
 void SpecDecodeStage::rollback_round(DraftState& state, int32_t n_accepted) {

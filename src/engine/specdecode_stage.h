@@ -51,10 +51,15 @@ class SpecDecodeStage {
   // Gives choice 0 of a request the draft KV its speculative prefill left:
   // the whole dense prompt (n_prompt slots) on the draft's pool.
   void adopt(Sequence* seq, KvSequence draft_kv, int32_t n_prompt);
+  // What propose() ran on the draft (benchmark step records).
+  struct ProposeStats {
+    int32_t n_tokens = 0;  // tokens forwarded, catch-up rows included (a prompt prefill shows)
+    int32_t n_forwards = 0;
+    double first_forward_seconds = 0;  // the catch-up forward (eager: 1-2 rows per sequence)
+  };
   // Draft forwards for the running sequences that speculate this step;
-  // appends their draft tokens. Returns the tokens the draft forwarded
-  // (catch-up rows included: a prompt the draft has to prefill shows here).
-  int32_t propose(const std::vector<Sequence*>& running);
+  // appends their draft tokens.
+  ProposeStats propose(const std::vector<Sequence*>& running);
   // After the target step that verified seq's n_draft tokens: `rows`
   // [1 + n_draft, vocab] raw target logits, or null with `greedy_ids`
   // [1 + n_draft] when the model chose greedily on its device. Records the
