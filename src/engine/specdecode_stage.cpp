@@ -97,8 +97,8 @@ SpecDecodeStage::DraftState& SpecDecodeStage::state_of(Sequence* seq) {
     // first catch-up chunk goes on the draft's prefix cache like a dense
     // draft's. Unpublished, a prompt whose draft blocks were evicted was
     // prefilled on the draft again by every later request that shares it
-    // (measured: the 8K batch-32 sparse runs of bench spec spent 30-45 ms of
-    // each step re-prefilling evicted prompts on the draft).
+    // (bench spec at batch 32, 8K, H100: 13,886 draft tokens and 51.7 ms of
+    // draft time per step, against 128 tokens and ~9 ms with hits).
     auto state = std::make_unique<DraftState>(
         options_.draft->kv_manager().new_sequence(KvSequenceOptions{0, /*publishable=*/true}));
     const SamplingParams& params = seq->request->options.params;

@@ -55,7 +55,8 @@ class SpecDecodeStage {
   struct ProposeStats {
     int32_t n_tokens = 0;  // tokens forwarded, catch-up rows included (a prompt prefill shows)
     int32_t n_forwards = 0;
-    double first_forward_seconds = 0;  // the catch-up forward (eager: 1-2 rows per sequence)
+    // The first forward: 1-2 catch-up rows a sequence, so eager unless every one has 1.
+    double first_forward_seconds = 0;
   };
   // Draft forwards for the running sequences that speculate this step;
   // appends their draft tokens.
