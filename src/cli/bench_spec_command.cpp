@@ -188,9 +188,19 @@ int run_bench_spec(const BenchSpecFlags& f) {
         ProbeStep verify(**target, batch, context, f.ks.back() + 1);
         const double after =
             ProbeStep(**draft, batch, draft_context, 1).time(f.repeats, [&] { verify.run(); });
-        std::printf("ss draft_step L=%lld B=%d kv=%s alone_ms=%.3f after_verify_ms=%.3f\n",
-                    static_cast<long long>(context), batch, kind.c_str(), draft_step[kind] * 1e3,
-                    after * 1e3);
+        // And at the engine's positions (a sparse draft's sit far past its
+        // slots), then also with each sequence's blocks a prompt apart.
+        const ProbeLayout engine_like{context - draft_context, context - draft_context};
+        const double positioned =
+            ProbeStep(**draft, batch, draft_context, 1, ProbeLayout{engine_like.position_offset, 0})
+                .time(f.repeats);
+        const double spread =
+            ProbeStep(**draft, batch, draft_context, 1, engine_like).time(f.repeats);
+        std::printf(
+            "ss draft_step L=%lld B=%d kv=%s alone_ms=%.3f after_verify_ms=%.3f "
+            "engine_positions_ms=%.3f engine_positions_spread_ms=%.3f\n",
+            static_cast<long long>(context), batch, kind.c_str(), draft_step[kind] * 1e3,
+            after * 1e3, positioned * 1e3, spread * 1e3);
       }
       // T(B, k' + 1) for k' = 1..k (adaptive: the policy may pick any) or k alone.
       std::map<int32_t, std::vector<double>> verify_steps;

@@ -40,19 +40,27 @@ StepBreakdown breakdown(const std::vector<StepRecord>& records, int32_t batch, i
 
 }  // namespace
 
-ProbeStep::ProbeStep(ModelInstance& m, int32_t batch, int64_t context, int32_t rows) : m_(m) {
+ProbeStep::ProbeStep(ModelInstance& m, int32_t batch, int64_t context, int32_t rows,
+                     const ProbeLayout& layout)
+    : m_(m) {
   KvManager& kv = m.kv_manager();
   plan_.greedy_on_device = m.device() != Device::kCpu;
   const int64_t vocab = m.config().vocab_size;
   for (int32_t b = 0; b < batch; ++b) {
+    if (b > 0 && layout.gap_tokens > 0) {
+      gaps_.push_back(kv.new_sequence(KvSequenceOptions{0, false}));
+      const auto gap = static_cast<int32_t>(layout.gap_tokens);
+      SS_CHECK_MSG(kv.can_allocate(gaps_.back(), {}, gap), "bench spec: the KV pool is too small");
+      kv.allocate(gaps_.back(), {}, gap);
+    }
     seqs_.push_back(kv.new_sequence(KvSequenceOptions{0, false}));
     const int32_t total = static_cast<int32_t>(context) + rows;
     SS_CHECK_MSG(kv.can_allocate(seqs_.back(), {}, total), "bench spec: the KV pool is too small");
     kv.allocate(seqs_.back(), {}, total);
     for (int32_t r = 0; r < rows; ++r) {
       const auto slot = static_cast<int32_t>(context) + r;
-      plan_.add_token(static_cast<int32_t>((b * 7919 + r * 104729 + 3) % vocab), slot, b, slot,
-                      true);
+      plan_.add_token(static_cast<int32_t>((b * 7919 + r * 104729 + 3) % vocab),
+                      static_cast<int32_t>(slot + layout.position_offset), b, slot, true);
     }
     plan_.block_tables.push_back(seqs_.back().blocks());
     plan_.seq_n_slots.push_back(total);
@@ -61,6 +69,7 @@ ProbeStep::ProbeStep(ModelInstance& m, int32_t batch, int64_t context, int32_t r
 
 ProbeStep::~ProbeStep() {
   for (KvSequence& seq : seqs_) m_.kv_manager().free(seq);
+  for (KvSequence& gap : gaps_) m_.kv_manager().free(gap);
 }
 
 double ProbeStep::time(int32_t repeats, const std::function<void()>& before) {

@@ -18,9 +18,18 @@ namespace specstack::cli {
 // already hold `context` KV slots (reserved, not computed: a step's time
 // does not depend on the values). Decode-shaped steps (rows == 1) replay the
 // GPU's graphs as the engine's do. Holds its KV until destroyed.
+// Where a probe's sequences sit, to mimic an engine's (diagnostics): a
+// sparse draft's rows sit at positions far past their slots, and its blocks
+// inside what each prompt once held, spread over the pool.
+struct ProbeLayout {
+  int64_t position_offset = 0;  // positions = slot + this
+  int64_t gap_tokens = 0;       // slots held (unused) between two sequences' blocks
+};
+
 class ProbeStep {
  public:
-  ProbeStep(ModelInstance& m, int32_t batch, int64_t context, int32_t rows);
+  ProbeStep(ModelInstance& m, int32_t batch, int64_t context, int32_t rows,
+            const ProbeLayout& layout = {});
   ~ProbeStep();
   ProbeStep(const ProbeStep&) = delete;
   ProbeStep& operator=(const ProbeStep&) = delete;
@@ -33,6 +42,7 @@ class ProbeStep {
  private:
   ModelInstance& m_;
   std::vector<KvSequence> seqs_;
+  std::vector<KvSequence> gaps_;
   StepPlan plan_;
 };
 
