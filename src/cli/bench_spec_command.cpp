@@ -149,7 +149,8 @@ int run_bench_spec(const BenchSpecFlags& f) {
   // 8K: 30,462 evictions, 8,288 draft tokens a step). 12 KB a token for the
   // 0.5B: 0.8 GB at batch 64.
   const int64_t draft_kv_tokens = kv_tokens + static_cast<int64_t>(max_batch) * 1024;
-  auto draft = load_draft_model(f.draft, f.model, draft_kv_tokens, backend);
+  auto draft =
+      load_draft_model(f.draft, f.model, draft_kv_tokens, options->max_tokens_per_step, backend);
   if (!draft.ok()) return report_error(draft.message());
   auto describe = [](ModelInstance& m) {
     const ModelConfig& c = m.config();

@@ -257,8 +257,9 @@ int run_bench_ttft(const BenchTtftFlags& f) {
   options->kv_tokens = max_length + 1 + 2 * f.model.block_size;
   auto target = ModelInstance::create(*options, backend);
   if (!target.ok()) return report_error(target.message());
-  auto draft = load_draft_model(
-      f.draft, f.model, max_length + f.settings.lookahead + 2 * f.model.block_size, backend);
+  auto draft =
+      load_draft_model(f.draft, f.model, max_length + f.settings.lookahead + 2 * f.model.block_size,
+                       f.max_num_batched_tokens, backend);
   if (!draft.ok()) return report_error(draft.message());
   auto describe = [](ModelInstance& m) {
     const ModelConfig& c = m.config();

@@ -1,5 +1,7 @@
 #include "cli/draft_model_flags.h"
 
+#include <algorithm>
+
 namespace specstack::cli {
 
 void DraftModelFlags::add_to(CLI::App& command) {
@@ -135,7 +137,7 @@ Result<ModelConfig> load_draft_config(const DraftModelFlags& draft, const ModelC
 
 Result<std::unique_ptr<ModelInstance>> load_draft_model(const DraftModelFlags& draft,
                                                         const ModelFlags& model, int64_t kv_tokens,
-                                                        Backend& backend) {
+                                                        int64_t step_tokens, Backend& backend) {
   ModelInstanceOptions options;
   options.model_dir = draft.dir;
   options.config_path = draft.config_path;
@@ -143,6 +145,7 @@ Result<std::unique_ptr<ModelInstance>> load_draft_model(const DraftModelFlags& d
   options.dtype_override = model.dtype;
   options.block_size = model.block_size;
   options.kv_tokens = kv_tokens;
+  options.max_tokens_per_step = std::max(options.max_tokens_per_step, step_tokens);
   options.device =
       model.device == "cuda" ? Device::kCuda : Device::kCpu;  // draft beside its target
   options.gpu_memory_fraction = model.gpu_memory_fraction;

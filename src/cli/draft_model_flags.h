@@ -70,9 +70,12 @@ inline constexpr int32_t kMaxSpecTokens = 16;
 // its scores are over token ids, so they must mean the target's tokens.
 Result<ModelConfig> load_draft_config(const DraftModelFlags& draft, const ModelConfig& target);
 
-// Loads the draft with KV for `kv_tokens` tokens on `backend`.
+// Loads the draft with KV for `kv_tokens` tokens on `backend`. `step_tokens`:
+// the engine's step budget, which the draft's catch-up chunks fill; a GPU
+// draft sizes its activations for it up front, since growing them later
+// drops its decode graphs for good (every draft step then runs eagerly).
 Result<std::unique_ptr<ModelInstance>> load_draft_model(const DraftModelFlags& draft,
                                                         const ModelFlags& model, int64_t kv_tokens,
-                                                        Backend& backend);
+                                                        int64_t step_tokens, Backend& backend);
 
 }  // namespace specstack::cli

@@ -288,7 +288,8 @@ int run_generate(GenerateFlags& flags) {
     if (flags.specdecode.enabled) {
       draft_kv_tokens += request.params.max_tokens + flags.specdecode.max_draft_tokens;
     }
-    auto draft = load_draft_model(flags.draft, flags.model, draft_kv_tokens, backend);
+    auto draft = load_draft_model(flags.draft, flags.model, draft_kv_tokens,
+                                  flags.max_batched_tokens, backend);
     if (!draft.ok()) return report_error(draft.message());
     const ModelConfig& draft_config = (*draft)->config();
     std::fprintf(stderr, "specstack: draft %s, %lld layers, hidden %lld, weights %.1f MiB\n",

@@ -1,5 +1,6 @@
 // specstack serve: load a model, start the serving engine and the
 // OpenAI-compatible HTTP server, and run until SIGINT / SIGTERM.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -194,12 +195,17 @@ int run_serve(ServeFlags& flags) {
   if (!kv.ok()) return report_error(kv.message());
   options->kv_blocks = kv->blocks;
   options->max_kv_blocks = kv->max_blocks;
+  // GPU activations sized for the step budget up front: growing them at the
+  // first larger step would drop the decode graphs for good.
+  options->max_tokens_per_step =
+      std::max<int64_t>(options->max_tokens_per_step, flags.engine.max_num_batched_tokens);
   // The draft is checked before any weights load, so a mismatched one fails fast.
   std::optional<DraftPlan> draft_plan;
   if (flags.draft.has_draft()) {
     auto planned = plan_draft(flags.draft, flags.model, *config, *tokenizer);
     if (!planned.ok()) return report_error(planned.message());
     draft_plan = std::move(planned).value();
+    draft_plan->options.max_tokens_per_step = options->max_tokens_per_step;  // its catch-up chunks
     // kv->blocks is 0 for a GPU target until it loads; see size_draft_kv.
     if (Status sized = size_draft_kv(flags.draft, flags.model, kv->blocks, kv->max_context,
                                      flags.engine.max_num_seqs, *draft_plan);
