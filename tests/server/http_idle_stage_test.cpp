@@ -210,6 +210,34 @@ TEST_F(HttpIdleStageTest, PipelinedRequestsAreAnsweredInOrder) {
   EXPECT_NE(models.body.find("\"tiny\""), std::string::npos) << models.body;
 }
 
+TEST_F(HttpIdleStageTest, AHeadInPiecesIsAnsweredOnceComplete) {
+  start_server({});
+  Conn conn(port_);
+  for (const char* piece : {"GET /hea", "lth HTTP/1.1\r\nHo", "st: x\r\n", "\r\n"}) {
+    ASSERT_TRUE(conn.send(piece));
+    std::this_thread::sleep_for(20ms);
+    if (std::string(piece) != "\r\n") {
+      EXPECT_TRUE(conn.quiet());  // nothing answered yet
+    }
+  }
+  EXPECT_EQ(conn.read_response().status(), 200);
+}
+
+TEST_F(HttpIdleStageTest, HeadsLargerThanThePeekReachHttplib) {
+  start_server({});
+  // 20 KB of headers, more than the stage peeks at (16 KiB): still a request.
+  std::string big = "GET /health HTTP/1.1\r\nHost: x\r\n";
+  for (int i = 0; i < 400; ++i)
+    big += "X-Pad-" + std::to_string(i) + ": " + std::string(40, 'p') + "\r\n";
+  Conn conn(port_);
+  ASSERT_TRUE(conn.send(big + "\r\n"));
+  EXPECT_EQ(conn.read_response().status(), 200);
+  // A request line past httplib's 8 KiB limit gets its 414.
+  Conn too_long(port_);
+  ASSERT_TRUE(too_long.send("GET /" + std::string(20000, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_EQ(too_long.read_response().status(), 414);
+}
+
 TEST_F(HttpIdleStageTest, ConnectionCloseIsHonoured) {
   start_server({});
   Conn conn(port_);
