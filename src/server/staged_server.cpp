@@ -1,5 +1,7 @@
 #include "server/staged_server.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -71,6 +73,10 @@ bool StagedServer::process_and_close_socket(socket_t sock) {
     return false;
   }
   ++open_;
+  // Responses go out in several small writes (head, body, SSE events); with
+  // Nagle each one after the first waits for the client's delayed ACK (~40 ms).
+  const int one = 1;
+  ::setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   stage_->add(IdleConnection{sock, std::max<size_t>(1, keep_alive_max_count_), 0});
   return true;
 }
