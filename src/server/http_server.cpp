@@ -321,7 +321,10 @@ void HttpServer::Impl::setup_routes() {
     memory.heap_in_use_bytes = heap.in_use_bytes;
     memory.heap_held_bytes = heap.held_bytes;
     memory.engine = engine.memory_metrics();
-    res.set_content(render_prometheus(metrics, counters.snapshot(), rates, memory),
+    ConnectionGauges connections;
+    connections.open = static_cast<int64_t>(server.open_connections());
+    connections.idle = static_cast<int64_t>(server.idle_connections());
+    res.set_content(render_prometheus(metrics, counters.snapshot(), rates, memory, connections),
                     "text/plain; version=0.0.4; charset=utf-8");
   });
 

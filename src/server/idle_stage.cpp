@@ -77,7 +77,6 @@ void IdleStage::stop() {
 }
 
 size_t IdleStage::waiting() const {
-  std::lock_guard<std::mutex> lock(mutex_);
   return n_waiting_;
 }
 
@@ -120,7 +119,6 @@ void IdleStage::loop() {
         }
         waiting_.clear();
         deadlines_.clear();
-        std::lock_guard<std::mutex> lock(mutex_);
         n_waiting_ = 0;
         return;
       }
@@ -132,8 +130,6 @@ void IdleStage::loop() {
       forget(sock);
       close_(sock);
     }
-    std::lock_guard<std::mutex> lock(mutex_);
-    n_waiting_ = waiting_.size();
   }
 }
 
@@ -150,6 +146,7 @@ void IdleStage::admit(IdleConnection connection, Clock::time_point now) {
   connection.head_bytes = 0;
   Waiting& waiting = waiting_[connection.sock];
   waiting = Waiting{connection, {}, false, 0};
+  n_waiting_ = waiting_.size();
   set_deadline(waiting, now + options_.keep_alive_timeout);
   // The next request may be here already (pipelined, or a quick client).
   examine(connection.sock, false, now);
@@ -210,6 +207,7 @@ void IdleStage::forget(socket_t sock) {
   if (it == waiting_.end()) return;
   deadlines_.erase({it->second.deadline, sock});
   waiting_.erase(it);
+  n_waiting_ = waiting_.size();
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, sock, nullptr);
 }
 

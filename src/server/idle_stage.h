@@ -16,6 +16,7 @@
 
 #include <httplib.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <functional>
@@ -89,7 +90,7 @@ class IdleStage {
   mutable std::mutex mutex_;
   std::vector<IdleConnection> incoming_;
   bool stopping_ = false;
-  size_t n_waiting_ = 0;  // waiting_.size(), for waiting()
+  std::atomic<size_t> n_waiting_{0};  // waiting_.size(), for other threads
 
   // Owned by the stage's thread.
   std::unordered_map<socket_t, Waiting> waiting_;

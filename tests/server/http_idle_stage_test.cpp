@@ -300,6 +300,35 @@ TEST_F(HttpIdleStageTest, MaxConnectionsIsEnforced) {
   EXPECT_EQ(again.read_response().status(), 200);
 }
 
+TEST_F(HttpIdleStageTest, MetricsCountOpenAndIdleConnections) {
+  HttpServerOptions options;
+  options.keep_alive_timeout = 60s;
+  start_server(options);
+  Conn idle(port_);
+  Conn used(port_);
+  ASSERT_TRUE(used.send(kGetHealth));
+  EXPECT_EQ(used.read_response().status(), 200);
+  Conn partial(port_);
+  ASSERT_TRUE(partial.send("GET /metr"));
+  wait_open_connections(3);
+  // The scrape's own connection is open, and not idle, while it is answered.
+  // `used` is back in the stage only once its worker has handed it back,
+  // which may be just after its response arrived: scrape until it is.
+  std::string body;
+  for (int i = 0;
+       i < 1000 && body.find("\nspecstack_http_connections_idle 3\n") == std::string::npos; ++i) {
+    Conn scrape(port_);
+    ASSERT_TRUE(scrape.send("GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    const Conn::Response res = scrape.read_response();
+    ASSERT_EQ(res.status(), 200);
+    body = res.body;
+    ASSERT_TRUE(scrape.closed_by_server());
+    wait_open_connections(3);
+  }
+  EXPECT_NE(body.find("\nspecstack_http_connections_idle 3\n"), std::string::npos) << body;
+  EXPECT_NE(body.find("\nspecstack_http_connections_open 4\n"), std::string::npos) << body;
+}
+
 TEST_F(HttpIdleStageTest, StopClosesIdleConnectionsAtOnce) {
   HttpServerOptions options;
   options.read_timeout = 60s;
