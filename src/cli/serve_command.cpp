@@ -1,5 +1,7 @@
 // specstack serve: load a model, start the serving engine and the
 // OpenAI-compatible HTTP server, and run until SIGINT / SIGTERM.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -51,6 +53,27 @@ std::string default_model_name(const ServeFlags& flags) {
                                                            : flags.model.model_dir);
   if (!path.has_filename()) path = path.parent_path();
   return flags.model.model_dir.empty() ? path.stem().string() : path.filename().string();
+}
+
+// Every open connection is a file descriptor: lift the soft limit to the
+// hard one, as servers do, and keep --max-connections below what it leaves.
+size_t fit_max_connections(size_t wanted) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return wanted;
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  const rlim_t reserve = 256;  // the listener, epoll, model files, logs
+  if (limit.rlim_cur == RLIM_INFINITY || wanted + reserve <= limit.rlim_cur) return wanted;
+  const size_t fitted =
+      limit.rlim_cur > 2 * reserve ? limit.rlim_cur - reserve : limit.rlim_cur / 2;
+  std::fprintf(stderr,
+               "specstack: warning: --max-connections %zu lowered to %zu: the open-file limit "
+               "is %llu\n",
+               wanted, fitted, static_cast<unsigned long long>(limit.rlim_cur));
+  return fitted;
 }
 
 struct KvPlan {
@@ -277,13 +300,15 @@ int run_serve(ServeFlags& flags) {
   flags.http.access_log = !flags.no_access_log;
   flags.http.chat_content = flags.chat_content_special_tokens ? ChatContentTokens::kSpecial
                                                               : ChatContentTokens::kPlainText;
-  // A request holds its HTTP thread until it ends, and connections beyond the
+  // A request holds its HTTP thread until it ends, and requests beyond the
   // thread count wait unread; so there must be a thread for every running
   // and waiting request, or the engine's queue limit (429) is never reached.
+  // Idle connections hold no thread (server/staged_server.h).
   flags.http.n_threads =
       flags.http_threads > 0
           ? flags.http_threads
           : std::min(2048, flags.engine.max_num_seqs + flags.engine.max_queue + 16);
+  flags.http.max_connections = fit_max_connections(flags.http.max_connections);
   HttpServer server(engine, *tokenizer, flags.http);
 
   const ModelConfig& mc = model.config();
@@ -436,8 +461,13 @@ std::function<int()> add_serve_command(CLI::App& app) {
                     "do not reuse KV blocks across requests");
   command
       ->add_option("--http-threads", flags->http_threads,
-                   "HTTP worker threads; each in-flight request holds one (default: "
-                   "--max-num-seqs + --max-queue + 16, at most 2048)")
+                   "HTTP worker threads; each request being processed holds one, idle "
+                   "connections none (default: --max-num-seqs + --max-queue + 16, at most 2048)")
+      ->check(CLI::PositiveNumber);
+  command
+      ->add_option("--max-connections", flags->http.max_connections,
+                   "open HTTP connections, idle ones included; past it new ones get a 503 "
+                   "(default 8192, lowered to fit the open-file limit)")
       ->check(CLI::PositiveNumber);
   command
       ->add_option("--max-body-bytes", flags->http.max_body_bytes,

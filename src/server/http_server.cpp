@@ -16,10 +16,10 @@
 #include "server/completion_session.h"
 #include "server/errors.h"
 #include "server/in_flight.h"
-#include "server/lifo_thread_pool.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
 #include "server/process_memory.h"
+#include "server/staged_server.h"
 
 namespace specstack {
 namespace {
@@ -58,7 +58,10 @@ const char* status_text(int status) {
 
 struct HttpServer::Impl {
   Impl(InferenceEngine& engine_in, const Tokenizer& tokenizer_in, HttpServerOptions options_in)
-      : engine(engine_in), tokenizer(tokenizer_in), options(std::move(options_in)) {
+      : engine(engine_in),
+        tokenizer(tokenizer_in),
+        options(std::move(options_in)),
+        server(StagedServerOptions{options.n_threads, options.max_connections}) {
     served.tokenizer = &tokenizer;
     served.name = options.served_model_name;
     served.max_context = engine.max_context();
@@ -106,7 +109,7 @@ struct HttpServer::Impl {
   InFlightRequests in_flight;
   std::atomic<bool> draining{false};
   std::atomic<bool> stopping{false};  // stop() was called
-  httplib::Server server;
+  StagedServer server;
   HttpCounters counters;
   ThroughputMeter throughput;
   std::mutex id_mutex;
@@ -272,12 +275,10 @@ void HttpServer::Impl::start_response(const std::shared_ptr<CompletionSession>& 
 }
 
 void HttpServer::Impl::setup_routes() {
-  // Threads start on demand and the most recently idle one takes the next
-  // connection, so only the peak concurrency's worth of stacks is resident.
-  server.new_task_queue = [n = options.n_threads] {
-    return new LifoThreadPool(static_cast<size_t>(std::max(1, n)));
-  };
   server.set_payload_max_length(options.max_body_bytes);
+  const auto read_us = options.read_timeout.count();
+  server.set_read_timeout(read_us / 1'000'000, read_us % 1'000'000);
+  server.set_keep_alive_timeout(options.keep_alive_timeout.count());
 
   server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res,
                                         const httplib::ContentReader& reader) {
@@ -320,7 +321,10 @@ void HttpServer::Impl::setup_routes() {
     memory.heap_in_use_bytes = heap.in_use_bytes;
     memory.heap_held_bytes = heap.held_bytes;
     memory.engine = engine.memory_metrics();
-    res.set_content(render_prometheus(metrics, counters.snapshot(), rates, memory),
+    ConnectionGauges connections;
+    connections.open = static_cast<int64_t>(server.open_connections());
+    connections.idle = static_cast<int64_t>(server.idle_connections());
+    res.set_content(render_prometheus(metrics, counters.snapshot(), rates, memory, connections),
                     "text/plain; version=0.0.4; charset=utf-8");
   });
 
@@ -421,7 +425,11 @@ Status HttpServer::serve() {
     std::lock_guard<std::mutex> lock(impl_->stop_mutex);
     if (impl_->stop_requested) return Status::ok_status();
   }
-  if (!impl_->server.listen_after_bind()) return make_error("the HTTP listener failed");
+  SS_TRY(impl_->server.start());
+  const bool listened = impl_->server.listen_after_bind();
+  // Closes the idle connections and waits for the requests in flight.
+  impl_->server.finish();
+  if (!listened) return make_error("the HTTP listener failed");
   return Status::ok_status();
 }
 
@@ -455,6 +463,10 @@ int64_t HttpServer::in_flight() const {
 
 int64_t HttpServer::shutdown_in_flight() {
   return impl_->in_flight.shutdown_all();
+}
+
+int64_t HttpServer::open_connections() const {
+  return static_cast<int64_t>(impl_->server.open_connections());
 }
 
 const std::string& HttpServer::chat_template_error() const {

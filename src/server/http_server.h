@@ -24,9 +24,19 @@ struct HttpServerOptions {
   std::string api_key;             // non-empty: /v1/* needs "Authorization: Bearer <key>"
   std::string served_model_name;   // the `model` requests must name (or omit)
   size_t max_body_bytes = size_t{8} << 20;
-  // Every in-flight request holds one thread for its whole duration (httplib
-  // is thread-per-connection), so this bounds concurrent requests.
+  // Every in-flight request holds one worker thread for its whole duration
+  // (a streamed one until its last event), so this bounds concurrent
+  // requests. Idle keep-alive connections, and connections whose request head
+  // is still arriving, hold none (staged_server.h).
   int n_threads = 64;
+  // Open connections, idle ones included; past it a new connection gets a
+  // 503 and is closed. Each costs a file descriptor.
+  size_t max_connections = 8192;
+  // A request head must arrive within this of its first byte, and each later
+  // read of the body (or write of the response) within this of the last one.
+  std::chrono::microseconds read_timeout{5'000'000};
+  // An open connection with no request in it is closed after this long.
+  std::chrono::seconds keep_alive_timeout{5};
   // Pending connections the kernel queues before accept(); a burst past it
   // loses SYNs, which clients retry only after a second.
   int listen_backlog = 1024;
@@ -78,6 +88,8 @@ class HttpServer {
   bool draining() const;
   int64_t in_flight() const;
   int64_t shutdown_in_flight();
+  // Connections open now, idle ones included.
+  int64_t open_connections() const;
 
   // "" when the chat template parsed (or there is none).
   const std::string& chat_template_error() const;

@@ -1,19 +1,18 @@
-// The HTTP server's worker pool (an httplib::TaskQueue). Each connection is
-// a task that holds a worker until it closes, so the pool must be as large as
-// the requests in flight (--http-threads: about 1300 by default). httplib's
-// own pool starts every thread up front and hands each new connection to
-// whichever waiting thread its condition variable wakes, which cycles through
-// all of them: every thread's stack high-water mark, its malloc tcache and its
-// thread-local data then become resident, and RSS creeps up for tens of
-// thousands of requests (docs/DESIGN-NOTES.md, "Memory over time").
+// The HTTP server's worker pool (an httplib::TaskQueue). Each task is one
+// request of a connection (staged_server.h), which holds a worker until its
+// response ends, so the pool must be as large as the requests in flight
+// (--http-threads: about 1300 by default). httplib's own pool starts every
+// thread up front and hands each new task to whichever waiting thread its
+// condition variable wakes, which cycles through all of them: every thread's
+// stack high-water mark, its malloc tcache and its thread-local data then
+// become resident, and RSS creeps up for tens of thousands of requests
+// (docs/DESIGN-NOTES.md, "Memory over time").
 //
 // This pool starts a thread only when no started one is idle, and gives work
 // to the most recently idle thread (LIFO). The threads that ever run are then
 // as many as the peak concurrency, and the hot ones stay hot. Threads are
-// started by a spawner thread, never by enqueue(): enqueue() runs on httplib's
-// accept loop, and a burst of connections that outpaces accept() overflows
-// the listen backlog (5 in Debian's httplib), whose dropped SYNs cost the
-// client a 1 s retransmit.
+// started by a spawner thread, never by enqueue(): enqueue() runs on the idle
+// stage's epoll thread, which must not wait on a clone().
 #pragma once
 
 #include <httplib.h>

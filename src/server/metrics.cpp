@@ -65,8 +65,17 @@ ThroughputRates ThroughputMeter::observe(std::chrono::steady_clock::time_point n
 
 std::string render_prometheus(const EngineMetrics& engine,
                               const std::vector<std::pair<int, int64_t>>& http_responses,
-                              const ThroughputRates& rates, const MemoryGauges& memory) {
+                              const ThroughputRates& rates, const MemoryGauges& memory,
+                              const ConnectionGauges& connections) {
   std::string out;
+  if (connections.open >= 0) {
+    sample(out, "specstack_http_connections_open", "gauge",
+           "Open HTTP connections, idle ones included (bounded by --max-connections).",
+           connections.open);
+    sample(out, "specstack_http_connections_idle", "gauge",
+           "Open HTTP connections that hold no worker: no request yet, or its head arriving.",
+           connections.idle);
+  }
   if (memory.process_resident_bytes >= 0) {
     sample(out, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
            memory.process_resident_bytes);

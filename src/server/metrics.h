@@ -67,9 +67,16 @@ struct MemoryGauges {
   MemoryMetrics engine;
 };
 
+// HTTP connections, read at scrape time; negative: unknown (left out).
+struct ConnectionGauges {
+  int64_t open = -1;  // open now, idle ones included
+  int64_t idle = -1;  // of those, waiting in the idle stage (no request, or its head arriving)
+};
+
 // The whole exposition text.
 std::string render_prometheus(const EngineMetrics& engine,
                               const std::vector<std::pair<int, int64_t>>& http_responses,
-                              const ThroughputRates& rates, const MemoryGauges& memory = {});
+                              const ThroughputRates& rates, const MemoryGauges& memory = {},
+                              const ConnectionGauges& connections = {});
 
 }  // namespace specstack

@@ -35,13 +35,13 @@ class FakeEngineServerTest : public ::testing::Test {
     if (thread_.joinable()) thread_.join();
   }
 
-  // Starts the server with `options` (port, name, threads and polling set
-  // here) and `tokenizer` (default: TinyStories').
+  // Starts the server with `options` (port, name, threads (n_threads_) and
+  // polling set here) and `tokenizer` (default: TinyStories').
   void start_server(HttpServerOptions options, const Tokenizer* tokenizer = nullptr) {
     using namespace std::chrono_literals;
     options.port = 0;
     options.served_model_name = "tiny";
-    options.n_threads = 4;
+    options.n_threads = n_threads_;
     options.poll_interval = 5ms;
     server_ = std::make_unique<HttpServer>(engine_, tokenizer ? *tokenizer : *tokenizer_, options);
     auto port = server_->bind();
@@ -88,6 +88,7 @@ class FakeEngineServerTest : public ::testing::Test {
   std::unique_ptr<HttpServer> server_;
   std::thread thread_;
   int port_ = 0;
+  int n_threads_ = 4;  // start_server's HTTP workers
 };
 
 }  // namespace specstack::testing

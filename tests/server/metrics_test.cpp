@@ -154,6 +154,19 @@ TEST(Metrics, MemoryGaugesAppearWhenKnown) {
   EXPECT_FALSE(bare.samples.count("process_resident_memory_bytes"));
 }
 
+TEST(Metrics, ConnectionGaugesAppearWhenKnown) {
+  ConnectionGauges connections;
+  connections.open = 7;
+  connections.idle = 5;
+  const Exposition exp =
+      parse_exposition(render_prometheus(EngineMetrics{}, {}, {}, {}, connections));
+  EXPECT_EQ(exp.samples.at("specstack_http_connections_open"), 7);
+  EXPECT_EQ(exp.samples.at("specstack_http_connections_idle"), 5);
+  EXPECT_EQ(exp.types.at("specstack_http_connections_idle"), "gauge");
+  const Exposition bare = parse_exposition(render_prometheus(EngineMetrics{}, {}, {}));
+  EXPECT_FALSE(bare.samples.count("specstack_http_connections_open"));
+}
+
 TEST(Metrics, ProcessResidentBytesIsThisProcess) {
   const int64_t before = process_resident_bytes();
   ASSERT_GT(before, 0);
