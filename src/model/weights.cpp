@@ -6,6 +6,8 @@
 #include <thread>
 #include <vector>
 
+#include "gguf/gguf_file.h"
+#include "model/gguf_weights.h"
 #include "model/safetensors.h"
 
 namespace specstack {
@@ -39,7 +41,8 @@ class SafetensorsSource final : public WeightSource {
       return errorf("weights: tensor '{}' has shape {}, expected {} from config.json", name,
                     tensor.shape_string(), shape_text(shape));
     }
-    if (tensor.dtype() == DType::kI32) return errorf("weights: tensor '{}' is not floating point", name);
+    if (tensor.dtype() == DType::kI32)
+      return errorf("weights: tensor '{}' is not floating point", name);
     return tensor;
   }
 
@@ -64,10 +67,12 @@ class DummySource final : public WeightSource {
 }  // namespace
 
 uint64_t dummy_stream_seed(uint64_t seed, const std::string& name) {
-  return seed ^ (std::hash<std::string>{}(name) * 0x9E3779B97F4A7C15ull);
+  return seed ^ (std::hash<std::string>{}(name)*0x9E3779B97F4A7C15ull);
 }
 
-float dummy_amplitude() { return 0.02f * std::sqrt(3.0f); }
+float dummy_amplitude() {
+  return 0.02f * std::sqrt(3.0f);
+}
 
 Tensor make_dummy_tensor(DType dtype, const std::vector<int64_t>& shape, uint64_t stream,
                          bool is_norm) {
@@ -89,10 +94,17 @@ Tensor make_dummy_tensor(DType dtype, const std::vector<int64_t>& shape, uint64_
         value = amplitude * (static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f);
       }
       switch (dtype) {
-        case DType::kF32: out.f32()[i] = value; break;
-        case DType::kBF16: out.data<uint16_t>()[i] = f32_to_bf16(value); break;
-        case DType::kF16: out.data<uint16_t>()[i] = f32_to_f16(value); break;
-        case DType::kI32: SS_CHECK(false);
+        case DType::kF32:
+          out.f32()[i] = value;
+          break;
+        case DType::kBF16:
+          out.data<uint16_t>()[i] = f32_to_bf16(value);
+          break;
+        case DType::kF16:
+          out.data<uint16_t>()[i] = f32_to_f16(value);
+          break;
+        case DType::kI32:
+          SS_CHECK(false);
       }
     }
   };
@@ -198,7 +210,6 @@ Result<ModelWeights> build_weights(const ModelConfig& config, WeightSource& sour
   return weights;
 }
 
-
 Tensor compute_rope_inv_freq(const ModelConfig& config) {
   // Mirrors transformers' fp32 arithmetic so angles match the references.
   const int64_t half = config.head_dim / 2;
@@ -225,6 +236,7 @@ Tensor compute_rope_inv_freq(const ModelConfig& config) {
       }
       inv = scaled;
     }
+    if (!rope.freq_factors.empty()) inv /= rope.freq_factors[static_cast<size_t>(j)];
     out.f32()[j] = inv;
   }
   return out;
@@ -232,6 +244,7 @@ Tensor compute_rope_inv_freq(const ModelConfig& config) {
 
 Result<ModelWeights> load_weights(const ModelConfig& config, const std::string& model_dir,
                                   const LoadProgress& on_progress) {
+  if (gguf::is_gguf_file(model_dir)) return load_gguf_weights(config, model_dir, on_progress);
   SS_ASSIGN_OR_RETURN(WeightFiles files, WeightFiles::open(model_dir));
   SafetensorsSource source(std::move(files));
   return build_weights(config, source, on_progress);
