@@ -2,6 +2,7 @@
 """Writes the GGUF test models of tests/data/gguf from tests/data/golden (run once; README.md).
 
 Usage: LLAMA_CPP=/path/to/llama.cpp python3 make_gguf.py OUT_DIR
+       LLAMA_CPP=/path/to/llama.cpp python3 make_gguf.py dequantize IN.gguf OUT.f32.gguf
 Needs numpy and llama.cpp's gguf-py (imported from $LLAMA_CPP/gguf-py). It writes F32/F16
 GGUF files the way convert_hf_to_gguf.py lays them out (same key and tensor names, llama's
 q/k row permutation, llama3 rope as rope_freqs.weight, stacked experts); quantized files are
@@ -257,7 +258,43 @@ def llama_k256(out_dir):
     print("wrote", path)
 
 
+def dequantize_file(src, dst):
+    """Rewrites a quantized GGUF with every tensor dequantized to F32 by gguf-py's reference
+    dequantizer, keeping all metadata: llama.cpp's f32 logits on it are the logits of exactly
+    the dequantized weights, without llama.cpp's activation quantization."""
+    r = gguf.GGUFReader(src)
+    arch = r.fields["general.architecture"]
+    w = gguf.GGUFWriter(dst, bytes(arch.parts[arch.data[0]]).decode())
+    for name, field in r.fields.items():
+        if name.startswith("GGUF.") or name in ("general.architecture", "general.file_type"):
+            continue
+        vtype = field.types[0]
+        if vtype == gguf.GGUFValueType.ARRAY:
+            sub = field.types[1]
+            if sub == gguf.GGUFValueType.STRING:
+                val = [bytes(field.parts[i]).decode("utf-8") for i in field.data]
+            else:
+                val = [field.parts[i].tolist()[0] for i in field.data]
+            w.add_array(name, val)
+        elif vtype == gguf.GGUFValueType.STRING:
+            w.add_string(name, bytes(field.parts[field.data[0]]).decode("utf-8"))
+        else:
+            w.add_key_value(name, field.parts[field.data[0]].tolist()[0], vtype)
+    w.add_uint32("general.file_type", 0)
+    for t in r.tensors:
+        values = gguf.quants.dequantize(t.data, t.tensor_type)
+        shape = [int(x) for x in reversed(t.shape.tolist())]
+        w.add_tensor(t.name, np.asarray(values, dtype=np.float32).reshape(shape))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "dequantize":
+        dequantize_file(sys.argv[2], sys.argv[3])
+        sys.exit(0)
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     for name in ["llama-gqa", "llama3-rope", "mistral-swa", "qwen2", "qwen3", "qwen3-moe",
