@@ -224,28 +224,23 @@ Status dequantize(uint32_t type, const uint8_t* src, int64_t n, float* dst) {
   return {};
 }
 
-Result<Tensor> dequantize_tensor(const GgufFile& file, const TensorInfo& info) {
-  const auto traits = ggml_type_traits(info.type);
-  if (!traits || !traits->dequantizable) {
-    return errorf("gguf: tensor '{}' has type {}, which specstack cannot load (supported: {})",
-                  info.name, ggml_type_name(info.type), kSupportedTypes);
+Status dequantize_rows(uint32_t type, const uint8_t* src, int64_t rows, int64_t row, float* dst) {
+  const auto traits = ggml_type_traits(type);
+  if (!traits || !traits->dequantizable || row % traits->block_elements != 0) {
+    return dequantize(type, src, row, dst);  // the same error, named
   }
-  Tensor out = Tensor::zeros(DType::kF32, info.shape());
-  const uint8_t* src = file.tensor_data(info);
+  const int64_t row_bytes = row / traits->block_elements * traits->block_bytes;
   // Rows split over threads for the large matrices (a 1B model is ~1e9
   // elements); each row is whole blocks, so the split never cuts a block.
-  const int64_t row = info.dims[0];
-  const int64_t rows = info.numel() / row;
-  const int64_t row_bytes = row / traits->block_elements * traits->block_bytes;
   const int64_t n_threads =
-      info.numel() < (1 << 20) ? 1 : std::max<int64_t>(1, std::thread::hardware_concurrency());
+      rows * row < (1 << 20) ? 1 : std::max<int64_t>(1, std::thread::hardware_concurrency());
   const int64_t chunk = (rows + n_threads - 1) / n_threads;
   std::vector<Status> results(static_cast<size_t>(n_threads));
   auto work = [&](int64_t t) {
     const int64_t begin = std::min(rows, t * chunk), end = std::min(rows, (t + 1) * chunk);
     if (begin < end) {
-      results[static_cast<size_t>(t)] = dequantize(info.type, src + begin * row_bytes,
-                                                   (end - begin) * row, out.f32() + begin * row);
+      results[static_cast<size_t>(t)] =
+          dequantize(type, src + begin * row_bytes, (end - begin) * row, dst + begin * row);
     }
   };
   std::vector<std::thread> threads;
@@ -255,6 +250,18 @@ Result<Tensor> dequantize_tensor(const GgufFile& file, const TensorInfo& info) {
   for (const Status& s : results) {
     if (!s.ok()) return s.error();
   }
+  return {};
+}
+
+Result<Tensor> dequantize_tensor(const GgufFile& file, const TensorInfo& info) {
+  const auto traits = ggml_type_traits(info.type);
+  if (!traits || !traits->dequantizable) {
+    return errorf("gguf: tensor '{}' has type {}, which specstack cannot load (supported: {})",
+                  info.name, ggml_type_name(info.type), kSupportedTypes);
+  }
+  Tensor out = Tensor::zeros(DType::kF32, info.shape());
+  const int64_t row = info.dims[0];
+  SS_TRY(dequantize_rows(info.type, file.tensor_data(info), info.numel() / row, row, out.f32()));
   return out;
 }
 

@@ -18,6 +18,9 @@ namespace specstack::gguf {
 // for a type specstack cannot dequantize (naming it) or a partial block.
 Status dequantize(uint32_t type, const uint8_t* src, int64_t n, float* dst);
 
+// rows x row elements (row a whole number of blocks), split over threads.
+Status dequantize_rows(uint32_t type, const uint8_t* src, int64_t rows, int64_t row, float* dst);
+
 // The whole tensor as a new f32 host tensor of info.shape() (row-major,
 // [out, in] for a matrix).
 Result<Tensor> dequantize_tensor(const GgufFile& file, const TensorInfo& info);

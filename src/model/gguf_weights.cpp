@@ -151,7 +151,8 @@ class GgufSource final : public WeightSource {
       return out;
     }
     if (want != DType::kF32) return errorf("gguf: internal: mixed dtypes for '{}'", info.name);
-    SS_TRY(gguf::dequantize(info.type, src, out.numel(), out.f32()));
+    const int64_t row = info.dims[0];
+    SS_TRY(gguf::dequantize_rows(info.type, src, out.numel() / row, row, out.f32()));
     return out;
   }
 

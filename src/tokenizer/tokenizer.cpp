@@ -141,6 +141,10 @@ Result<Tokenizer> Tokenizer::from_json(std::string_view tokenizer_json,
   return Tokenizer(std::move(impl));
 }
 
+bool Tokenizer::available(const std::string& model_dir) {
+  return gguf::is_gguf_file(model_dir) || std::ifstream(model_dir + "/tokenizer.json").good();
+}
+
 Result<Tokenizer> Tokenizer::load_dir(const std::string& model_dir) {
   if (gguf::is_gguf_file(model_dir)) {
     SS_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::open(model_dir));
