@@ -74,7 +74,9 @@ Result<std::vector<int32_t>> build_prompt(const GenerateFlags& flags, const Toke
         "--prompt needs a tokenizer (tokenizer.json in the model folder, or a GGUF file's)");
   if (!flags.chat) return tokenizer->encode(flags.prompt, /*add_special_tokens=*/true);
   if (tokenizer->chat_template().empty()) {
-    return make_error("--chat: the model's tokenizer_config.json has no chat_template");
+    return make_error(
+        "--chat: the model has no chat template (tokenizer_config.json chat_template, or a GGUF "
+        "file's tokenizer.chat_template)");
   }
   SS_ASSIGN_OR_RETURN(ChatTemplate chat_template, ChatTemplate::parse(tokenizer->chat_template()));
   // Exactly the server's default chat tokenization (server/chat_prompt.h):

@@ -253,12 +253,17 @@ Status dequantize_rows(uint32_t type, const uint8_t* src, int64_t rows, int64_t 
   return {};
 }
 
-Result<Tensor> dequantize_tensor(const GgufFile& file, const TensorInfo& info) {
+Status check_dequantizable(const TensorInfo& info) {
   const auto traits = ggml_type_traits(info.type);
   if (!traits || !traits->dequantizable) {
     return errorf("gguf: tensor '{}' has type {}, which specstack cannot load (supported: {})",
                   info.name, ggml_type_name(info.type), kSupportedTypes);
   }
+  return {};
+}
+
+Result<Tensor> dequantize_tensor(const GgufFile& file, const TensorInfo& info) {
+  SS_TRY(check_dequantizable(info));
   Tensor out = Tensor::zeros(DType::kF32, info.shape());
   const int64_t row = info.dims[0];
   SS_TRY(dequantize_rows(info.type, file.tensor_data(info), info.numel() / row, row, out.f32()));

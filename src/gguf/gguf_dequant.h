@@ -21,6 +21,9 @@ Status dequantize(uint32_t type, const uint8_t* src, int64_t n, float* dst);
 // rows x row elements (row a whole number of blocks), split over threads.
 Status dequantize_rows(uint32_t type, const uint8_t* src, int64_t rows, int64_t row, float* dst);
 
+// An error naming the tensor and its type when specstack cannot dequantize it.
+Status check_dequantizable(const TensorInfo& info);
+
 // The whole tensor as a new f32 host tensor of info.shape() (row-major,
 // [out, in] for a matrix).
 Result<Tensor> dequantize_tensor(const GgufFile& file, const TensorInfo& info);

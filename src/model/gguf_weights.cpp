@@ -106,6 +106,7 @@ class GgufSource final : public WeightSource {
       return errorf("gguf: tensor '{}' has shape {}, expected {} from the metadata", g,
                     shape_text(stored), shape_text(shape));
     }
+    SS_TRY(gguf::check_dequantizable(*info));
     const auto traits = gguf::ggml_type_traits(info->type);
     const int64_t row = info->dims[0];
     const int64_t rows = Tensor::view(nullptr, DType::kF32, shape, nullptr).numel() / row;

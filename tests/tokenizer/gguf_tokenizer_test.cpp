@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -168,7 +169,10 @@ TEST_P(GgufTokenizerTest, EqualsTokenizerJsonOnGoldenCases) {
     GTEST_FAIL() << name << " npm tokenizer missing: scripts/setup.sh";
   bool spm = false;
   const std::string path = write_temp(name, gguf_vocab(name, &spm));
+  const auto start = std::chrono::steady_clock::now();
   auto tokenizer = Tokenizer::load_dir(path);
+  std::printf("%s: tokenizer from GGUF in %.3f s\n", name.c_str(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.message();
   expect_same_as_tokenizer_json(*tokenizer, name);
   std::remove(path.c_str());
