@@ -357,10 +357,8 @@ Result<const Array*> Header::get_array(std::string_view key) const {
 }
 
 const TensorInfo* Header::find_tensor(std::string_view name) const {
-  for (const TensorInfo& t : tensors) {
-    if (t.name == name) return &t;
-  }
-  return nullptr;
+  auto it = tensor_index.find(std::string(name));
+  return it == tensor_index.end() ? nullptr : &tensors[it->second];
 }
 
 Result<Header> parse_gguf_metadata(std::string_view file) {
@@ -377,11 +375,10 @@ Result<Header> parse_gguf(std::string_view file) {
   if (preamble.n_tensors > in.left() / 32) {
     return errorf("gguf: tensor count {} does not fit in the file", preamble.n_tensors);
   }
-  std::unordered_set<std::string> names;
   header.tensors.reserve(preamble.n_tensors);
   for (uint64_t t = 0; t < preamble.n_tensors; ++t) {
     SS_ASSIGN_OR_RETURN(TensorInfo info, read_tensor_info(in));
-    if (!names.insert(info.name).second) {
+    if (!header.tensor_index.emplace(info.name, header.tensors.size()).second) {
       return errorf("gguf: duplicate tensor name '{}'", info.name);
     }
     header.tensors.push_back(std::move(info));

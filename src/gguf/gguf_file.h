@@ -35,10 +35,11 @@ struct TensorInfo {
 
 struct Header {
   uint32_t version = 0;
-  std::vector<std::pair<std::string, Value>> metadata;  // in file order
-  std::vector<TensorInfo> tensors;                      // in file order
-  uint64_t alignment = 32;                              // general.alignment or 32
-  uint64_t data_offset = 0;                             // start of the data section in the file
+  std::vector<std::pair<std::string, Value>> metadata;   // in file order
+  std::vector<TensorInfo> tensors;                       // in file order
+  uint64_t alignment = 32;                               // general.alignment or 32
+  uint64_t data_offset = 0;                              // start of the data section in the file
+  std::unordered_map<std::string, size_t> tensor_index;  // name -> position in tensors
 
   const Value* find(std::string_view key) const;
   bool has(std::string_view key) const { return find(key) != nullptr; }

@@ -95,6 +95,10 @@ struct FloatCase {
   double vs_hf;           // against HF's reference logits
 };
 
+void PrintTo(const FloatCase& c, std::ostream* os) {
+  *os << c.file;
+}
+
 class GgufFloatTest : public ::testing::TestWithParam<FloatCase> {};
 
 TEST_P(GgufFloatTest, MatchesSafetensorsAndHfReference) {
@@ -143,6 +147,10 @@ struct QuantCase {
   std::string file;
   int max_positions;  // compare the first rows only (mistral: llama.cpp has no window)
 };
+
+void PrintTo(const QuantCase& c, std::ostream* os) {
+  *os << c.file;
+}
 
 class GgufQuantTest : public ::testing::TestWithParam<QuantCase> {};
 

@@ -20,6 +20,10 @@ struct Case {
   GgmlType type;
 };
 
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name;
+}
+
 class GgufDequantTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GgufDequantTest, MatchesGgufPyReference) {
