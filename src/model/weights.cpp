@@ -41,8 +41,7 @@ class SafetensorsSource final : public WeightSource {
       return errorf("weights: tensor '{}' has shape {}, expected {} from config.json", name,
                     tensor.shape_string(), shape_text(shape));
     }
-    if (tensor.dtype() == DType::kI32)
-      return errorf("weights: tensor '{}' is not floating point", name);
+    if (tensor.dtype() == DType::kI32) return errorf("weights: tensor '{}' is not floating point", name);
     return tensor;
   }
 
@@ -67,12 +66,10 @@ class DummySource final : public WeightSource {
 }  // namespace
 
 uint64_t dummy_stream_seed(uint64_t seed, const std::string& name) {
-  return seed ^ (std::hash<std::string>{}(name)*0x9E3779B97F4A7C15ull);
+  return seed ^ (std::hash<std::string>{}(name) * 0x9E3779B97F4A7C15ull);
 }
 
-float dummy_amplitude() {
-  return 0.02f * std::sqrt(3.0f);
-}
+float dummy_amplitude() { return 0.02f * std::sqrt(3.0f); }
 
 Tensor make_dummy_tensor(DType dtype, const std::vector<int64_t>& shape, uint64_t stream,
                          bool is_norm) {
@@ -94,17 +91,10 @@ Tensor make_dummy_tensor(DType dtype, const std::vector<int64_t>& shape, uint64_
         value = amplitude * (static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f);
       }
       switch (dtype) {
-        case DType::kF32:
-          out.f32()[i] = value;
-          break;
-        case DType::kBF16:
-          out.data<uint16_t>()[i] = f32_to_bf16(value);
-          break;
-        case DType::kF16:
-          out.data<uint16_t>()[i] = f32_to_f16(value);
-          break;
-        case DType::kI32:
-          SS_CHECK(false);
+        case DType::kF32: out.f32()[i] = value; break;
+        case DType::kBF16: out.data<uint16_t>()[i] = f32_to_bf16(value); break;
+        case DType::kF16: out.data<uint16_t>()[i] = f32_to_f16(value); break;
+        case DType::kI32: SS_CHECK(false);
       }
     }
   };
@@ -210,6 +200,7 @@ Result<ModelWeights> build_weights(const ModelConfig& config, WeightSource& sour
   return weights;
 }
 
+
 Tensor compute_rope_inv_freq(const ModelConfig& config) {
   // Mirrors transformers' fp32 arithmetic so angles match the references.
   const int64_t half = config.head_dim / 2;
@@ -236,6 +227,7 @@ Tensor compute_rope_inv_freq(const ModelConfig& config) {
       }
       inv = scaled;
     }
+    // GGUF files carry llama3 scaling as per-frequency divisors instead.
     if (!rope.freq_factors.empty()) inv /= rope.freq_factors[static_cast<size_t>(j)];
     out.f32()[j] = inv;
   }
