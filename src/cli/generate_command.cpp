@@ -70,10 +70,13 @@ Result<std::vector<int32_t>> build_prompt(const GenerateFlags& flags, const Toke
     return ids;
   }
   if (tokenizer == nullptr)
-    return make_error("--prompt needs a tokenizer.json in the model folder");
+    return make_error(
+        "--prompt needs a tokenizer (tokenizer.json in the model folder, or a GGUF file's)");
   if (!flags.chat) return tokenizer->encode(flags.prompt, /*add_special_tokens=*/true);
   if (tokenizer->chat_template().empty()) {
-    return make_error("--chat: the model's tokenizer_config.json has no chat_template");
+    return make_error(
+        "--chat: the model has no chat template (tokenizer_config.json chat_template, or a GGUF "
+        "file's tokenizer.chat_template)");
   }
   SS_ASSIGN_OR_RETURN(ChatTemplate chat_template, ChatTemplate::parse(tokenizer->chat_template()));
   // Exactly the server's default chat tokenization (server/chat_prompt.h):
@@ -199,8 +202,7 @@ Result<RunResult> run_engine(ModelInstance& target, ModelInstance& draft,
 int run_generate(GenerateFlags& flags) {
   const auto load_start = std::chrono::steady_clock::now();
   std::optional<Tokenizer> tokenizer;
-  if (!flags.model.model_dir.empty() &&
-      std::filesystem::exists(flags.model.model_dir + "/tokenizer.json")) {
+  if (!flags.model.model_dir.empty() && Tokenizer::available(flags.model.model_dir)) {
     auto loaded = Tokenizer::load_dir(flags.model.model_dir);
     if (!loaded.ok()) return report_error(loaded.message());
     tokenizer.emplace(std::move(loaded).value());

@@ -6,8 +6,9 @@
 namespace specstack::cli {
 
 void ModelFlags::add_to(CLI::App& command) {
-  command.add_option("-m,--model", model_dir,
-                     "HuggingFace model folder (config.json, *.safetensors, tokenizer.json)");
+  command.add_option(
+      "-m,--model", model_dir,
+      "HuggingFace model folder (config.json, *.safetensors, tokenizer.json) or a GGUF file");
   command.add_option("--config", config_path,
                      "config.json for --dummy-weights (default: the model folder's)");
   command.add_flag("--dummy-weights", dummy_weights,

@@ -52,7 +52,9 @@ std::string default_model_name(const ServeFlags& flags) {
   std::filesystem::path path(flags.model.model_dir.empty() ? flags.model.config_path
                                                            : flags.model.model_dir);
   if (!path.has_filename()) path = path.parent_path();
-  return flags.model.model_dir.empty() ? path.stem().string() : path.filename().string();
+  // A folder's name, or a file's without its extension (model.gguf -> model).
+  const bool file = flags.model.model_dir.empty() || path.extension() == ".gguf";
+  return file ? path.stem().string() : path.filename().string();
 }
 
 // Every open connection is a file descriptor: lift the soft limit to the

@@ -25,7 +25,7 @@ Status check_draft_vocabulary(const DraftFlags& draft, const ModelFlags& model,
     }
     return Status::ok_status();
   }
-  if (!std::filesystem::exists(std::filesystem::path(draft.source.dir) / "tokenizer.json")) {
+  if (!Tokenizer::available(draft.source.dir)) {
     std::fprintf(stderr,
                  "specstack: warning: --draft %s has no tokenizer.json; not checking that it "
                  "shares the target's vocabulary\n",

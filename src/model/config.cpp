@@ -14,6 +14,8 @@
 
 #include "base/check.h"
 #include "base/mapped_file.h"
+#include "gguf/gguf_file.h"
+#include "model/gguf_config.h"
 
 namespace specstack {
 
@@ -459,6 +461,12 @@ Result<ModelConfig> parse_model_config(std::string_view json_text) {
 }
 
 Result<ModelConfig> load_model_config(const std::string& path) {
+  if (gguf::is_gguf_file(path)) {
+    SS_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::open(path));
+    auto config = model_config_from_gguf(file);
+    if (!config.ok()) return errorf("{}: {}", path, config.message());
+    return config;
+  }
   std::error_code ec;
   std::string file = std::filesystem::is_directory(path, ec) ? path + "/config.json" : path;
   SS_ASSIGN_OR_RETURN(std::string text, read_text_file(file));

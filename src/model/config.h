@@ -34,6 +34,9 @@ struct RopeConfig {
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 8192;
+  // Per-frequency divisors [head_dim / 2] applied after the above, as GGUF
+  // files store llama3 scaling (the rope_freqs.weight tensor); empty = none.
+  std::vector<float> freq_factors;
 };
 
 struct MoeConfig {
@@ -75,7 +78,8 @@ struct ModelConfig {
 
 // Parses config.json text. Errors name the offending field.
 Result<ModelConfig> parse_model_config(std::string_view json_text);
-// Reads and parses <dir>/config.json (or a path to a .json file).
+// Reads and parses <dir>/config.json (or a path to a .json file), or the
+// metadata of a GGUF file (model/gguf_config.h).
 Result<ModelConfig> load_model_config(const std::string& path);
 
 }  // namespace specstack

@@ -6,6 +6,8 @@
 #include <thread>
 #include <vector>
 
+#include "gguf/gguf_file.h"
+#include "model/gguf_weights.h"
 #include "model/safetensors.h"
 
 namespace specstack {
@@ -225,6 +227,8 @@ Tensor compute_rope_inv_freq(const ModelConfig& config) {
       }
       inv = scaled;
     }
+    // GGUF files carry llama3 scaling as per-frequency divisors instead.
+    if (!rope.freq_factors.empty()) inv /= rope.freq_factors[static_cast<size_t>(j)];
     out.f32()[j] = inv;
   }
   return out;
@@ -232,6 +236,7 @@ Tensor compute_rope_inv_freq(const ModelConfig& config) {
 
 Result<ModelWeights> load_weights(const ModelConfig& config, const std::string& model_dir,
                                   const LoadProgress& on_progress) {
+  if (gguf::is_gguf_file(model_dir)) return load_gguf_weights(config, model_dir, on_progress);
   SS_ASSIGN_OR_RETURN(WeightFiles files, WeightFiles::open(model_dir));
   SafetensorsSource source(std::move(files));
   return build_weights(config, source, on_progress);

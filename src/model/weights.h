@@ -83,7 +83,7 @@ Tensor make_dummy_tensor(DType dtype, const std::vector<int64_t>& shape, uint64_
                          bool is_norm);
 
 // Loads the weights of `config` from the safetensors in model_dir (mmap'd,
-// zero-copy). Every expected tensor must exist with the expected shape;
+// zero-copy), or from model_dir naming a GGUF file (model/gguf_weights.h). Every expected tensor must exist with the expected shape;
 // errors name the tensor and both shapes. On an error the progress stops short
 // of total.
 Result<ModelWeights> load_weights(const ModelConfig& config, const std::string& model_dir,

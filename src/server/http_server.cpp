@@ -68,7 +68,9 @@ struct HttpServer::Impl {
     served.vocab_size = options.vocab_size > 0 ? options.vocab_size : tokenizer.vocab_size();
     served.chat_content = options.chat_content;
     if (tokenizer.chat_template().empty()) {
-      served.chat_template_error = "its tokenizer_config.json has no chat_template";
+      served.chat_template_error =
+          "its tokenizer has no chat template (tokenizer_config.json chat_template, or a GGUF "
+          "file's tokenizer.chat_template)";
     } else if (auto parsed = ChatTemplate::parse(tokenizer.chat_template()); parsed.ok()) {
       chat_template.emplace(std::move(parsed).value());
       served.chat_template = &*chat_template;

@@ -5,6 +5,8 @@
 #include <sstream>
 
 #include "base/check.h"
+#include "gguf/gguf_file.h"
+#include "tokenizer/gguf_vocab.h"
 #include "tokenizer/json_fields.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/utf8.h"
@@ -139,7 +141,19 @@ Result<Tokenizer> Tokenizer::from_json(std::string_view tokenizer_json,
   return Tokenizer(std::move(impl));
 }
 
+bool Tokenizer::available(const std::string& model_dir) {
+  return gguf::is_gguf_file(model_dir) || std::ifstream(model_dir + "/tokenizer.json").good();
+}
+
 Result<Tokenizer> Tokenizer::load_dir(const std::string& model_dir) {
+  if (gguf::is_gguf_file(model_dir)) {
+    SS_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::open(model_dir));
+    auto texts = tokenizer_json_from_gguf(file.header());
+    if (!texts.ok()) return errorf("{}: {}", model_dir, texts.message());
+    auto tokenizer = from_json(texts->tokenizer_json, texts->tokenizer_config_json);
+    if (!tokenizer.ok()) return errorf("{}: {}", model_dir, tokenizer.message());
+    return tokenizer;
+  }
   SS_ASSIGN_OR_RETURN(std::string tokenizer_json, read_file(model_dir + "/tokenizer.json"));
   std::string config_json;
   const std::string config_path = model_dir + "/tokenizer_config.json";

@@ -35,8 +35,13 @@ struct EncodeOptions {
 
 class Tokenizer {
  public:
-  // Loads <model_dir>/tokenizer.json and, when present, tokenizer_config.json.
+  // Loads <model_dir>/tokenizer.json and, when present, tokenizer_config.json;
+  // or, when model_dir names a GGUF file, the tokenizer in its metadata
+  // (tokenizer/gguf_vocab.h).
   static Result<Tokenizer> load_dir(const std::string& model_dir);
+  // True when load_dir has a tokenizer to read there: <dir>/tokenizer.json,
+  // or a GGUF file (whose tokenizer metadata load_dir then requires).
+  static bool available(const std::string& model_dir);
   // From the two files' texts; tokenizer_config_json may be empty.
   static Result<Tokenizer> from_json(std::string_view tokenizer_json,
                                      std::string_view tokenizer_config_json);

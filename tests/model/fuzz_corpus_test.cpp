@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/mapped_file.h"
+#include "gguf/gguf_file.h"
 #include "model/config.h"
 #include "model/safetensors.h"
 #include "test_util.h"
@@ -51,6 +52,13 @@ void replay(const std::string& corpus, Parse parse) {
   }
   EXPECT_GT(n_good, 0) << corpus;
   EXPECT_GT(n_bad, 0) << corpus;
+}
+
+TEST(FuzzCorpusTest, GgufHeader) {
+  replay("gguf_header", [](const std::string& bytes) {
+    Result<gguf::Header> header = gguf::parse_gguf(bytes);
+    return header.ok() ? std::string() : header.message();
+  });
 }
 
 TEST(FuzzCorpusTest, SafetensorsHeader) {

@@ -1,0 +1,208 @@
+// GGUF models end to end: every file in tests/data/gguf loaded through
+// ModelInstance (`--model FILE.gguf`) and run on the golden prompts.
+//  * F32/F16 files against the same model's safetensors folder and HF's
+//    reference logits (tests/data/golden).
+//  * Quantized files against llama.cpp's logits on the same file
+//    (<file>.llamacpp.safetensors, made by llama.cpp itself; README there).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "backend/cpu/cpu_backend.h"
+#include "engine/model_instance.h"
+#include "golden_reference.h"
+#include "golden_run.h"
+#include "test_util.h"
+
+namespace specstack {
+namespace {
+
+using testing::argmax;
+using testing::GoldenReference;
+using testing::relative_error;
+
+std::string gguf_path(const std::string& file) {
+  return testing::test_data("gguf/" + file);
+}
+
+std::unique_ptr<ModelInstance> load(const std::string& model, CpuBackend& backend) {
+  ModelInstanceOptions options;
+  options.model_dir = model;
+  options.kv_tokens = 512;
+  auto instance = ModelInstance::create(options, backend);
+  SS_CHECK_MSG(instance.ok(), instance.ok() ? "" : instance.message());
+  return std::move(instance).value();
+}
+
+// Prefill logits [n, vocab] of the prompt, in one chunk.
+std::vector<float> prefill(ModelInstance& model, const std::vector<int32_t>& ids) {
+  std::vector<int32_t> positions(ids.size());
+  std::iota(positions.begin(), positions.end(), 0);
+  return testing::prefill_then_greedy(model, ids, positions, int32_t(ids.size()), 1,
+                                      int32_t(ids.size()))
+      .prefill_logits;
+}
+
+std::vector<std::string> prompt_names(const GoldenReference& ref) {
+  std::vector<std::string> out;
+  for (const char* p : {"p0", "p1", "t0", "t1", "t2"}) {
+    if (ref.has(std::string(p) + ".input_ids")) out.push_back(p);
+  }
+  return out;
+}
+
+struct Stats {
+  double max_rel = 0;    // max over rows of ‖ours − ref‖ / ‖ref‖
+  int decisive = 0;      // rows where the reference's top-2 margin exceeds the floor
+  int argmax_agree = 0;  // of those, rows with the same argmax
+};
+
+// Top-1 minus top-2 of a row.
+float margin(const float* row, int64_t n) {
+  float a = -INFINITY, b = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    if (row[i] > a) {
+      b = a;
+      a = row[i];
+    } else if (row[i] > b) {
+      b = row[i];
+    }
+  }
+  return a - b;
+}
+
+Stats compare(const std::vector<float>& ours, const float* ref, int64_t rows, int64_t vocab,
+              float margin_floor) {
+  Stats s;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* a = ours.data() + r * vocab;
+    const float* b = ref + r * vocab;
+    s.max_rel = std::max(s.max_rel, relative_error(a, b, vocab));
+    if (margin(b, vocab) > margin_floor) {
+      ++s.decisive;
+      s.argmax_agree += argmax(a, vocab) == argmax(b, vocab);
+    }
+  }
+  return s;
+}
+
+struct FloatCase {
+  std::string file;       // in tests/data/gguf
+  std::string golden;     // tests/data/golden/models/<golden>
+  double vs_safetensors;  // relative tolerance against the safetensors folder
+  double vs_hf;           // against HF's reference logits
+};
+
+void PrintTo(const FloatCase& c, std::ostream* os) {
+  *os << c.file;
+}
+
+class GgufFloatTest : public ::testing::TestWithParam<FloatCase> {};
+
+TEST_P(GgufFloatTest, MatchesSafetensorsAndHfReference) {
+  const FloatCase& c = GetParam();
+  CpuBackend backend(CpuBackendOptions{2});
+  auto gguf = load(gguf_path(c.file), backend);
+  auto st = load(testing::golden_model_dir(c.golden), backend);
+  GoldenReference ref(testing::golden_model_dir(c.golden) + "/reference.safetensors");
+  const int64_t vocab = gguf->config().vocab_size;
+  ASSERT_EQ(vocab, st->config().vocab_size);
+  for (const std::string& p : prompt_names(ref)) {
+    const std::vector<int32_t> ids = ref.ids(p + ".input_ids");
+    const auto n = static_cast<int64_t>(ids.size());
+    const std::vector<float> ours = prefill(*gguf, ids);
+    const std::vector<float> base = prefill(*st, ids);
+    const Stats vs_st = compare(ours, base.data(), n, vocab, 0);
+    const Stats vs_hf = compare(ours, ref.get(p + ".logits").f32(), n, vocab, 1e-3f);
+    std::printf("%s %s: vs safetensors %.3g, vs HF %.3g, argmax %d/%d\n", c.file.c_str(), p.c_str(),
+                vs_st.max_rel, vs_hf.max_rel, vs_hf.argmax_agree, vs_hf.decisive);
+    EXPECT_LE(vs_st.max_rel, c.vs_safetensors) << c.file << " " << p;
+    EXPECT_LE(vs_hf.max_rel, c.vs_hf) << c.file << " " << p;
+    EXPECT_EQ(vs_hf.argmax_agree, vs_hf.decisive) << c.file << " " << p;
+  }
+}
+
+// F32 files hold the safetensors' exact values (llama's q/k rows permuted by
+// the converter and put back here), so the logits agree to f32 rounding:
+// the only difference is llama3's rope frequencies, divided by the stored
+// factors rather than scaled as transformers does (1 ulp per frequency).
+// F16 weights round each weight by up to 2^-11 relative; over a few layers
+// that moves logits by ~1e-3 of their norm, hence 5e-3.
+INSTANTIATE_TEST_SUITE_P(
+    Files, GgufFloatTest,
+    ::testing::Values(FloatCase{"llama3-rope.f32.gguf", "llama3-rope", 1e-5, 1e-4},
+                      FloatCase{"qwen3.f32.gguf", "qwen3", 1e-6, 1e-4},
+                      FloatCase{"qwen3-moe.f16.gguf", "qwen3-moe", 5e-3, 5e-3}),
+    [](const auto& info) {
+      std::string name = info.param.file.substr(0, info.param.file.size() - 5);
+      for (char& ch : name) {
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      }
+      return name;
+    });
+
+struct QuantCase {
+  std::string file;
+  int max_positions;  // compare the first rows only (mistral: llama.cpp has no window)
+};
+
+void PrintTo(const QuantCase& c, std::ostream* os) {
+  *os << c.file;
+}
+
+class GgufQuantTest : public ::testing::TestWithParam<QuantCase> {};
+
+// Two references from llama.cpp, both in <file>.llamacpp.safetensors:
+//  * dequant_logits: llama.cpp (f32 KV) on the file with every tensor
+//    dequantized to F32 by gguf-py. Same weights, f32 arithmetic on both
+//    sides, so this pins our dequantization and loading exactly: 1e-5
+//    (llama.cpp's F32 logits and ours both sit within ~1e-6 of HF's).
+//  * logits: llama.cpp on the quantized file itself. Its matmuls quantize
+//    the activations too (to Q8_0 blocks for Q8_0/Q4_0 weights, Q8_K for
+//    K-quants), an error of up to half an int8 step of each 32- or 256-value
+//    block that we do not make; on these random models it moves logits by
+//    1.5-6% of their norm (max |delta| ~0.1), so 0.1 relative, and argmax
+//    agreement wherever llama.cpp's top-2 margin is over 0.25.
+TEST_P(GgufQuantTest, MatchesLlamaCppOnTheSameFile) {
+  const QuantCase& c = GetParam();
+  CpuBackend backend(CpuBackendOptions{2});
+  auto model = load(gguf_path(c.file), backend);
+  const std::string base = c.file.substr(0, c.file.size() - 5);
+  GoldenReference ref(gguf_path(base + ".llamacpp.safetensors"));
+  const int64_t vocab = model->config().vocab_size;
+  for (const std::string& p : prompt_names(ref)) {
+    std::vector<int32_t> ids = ref.ids(p + ".input_ids");
+    const int64_t n = std::min<int64_t>(int64_t(ids.size()), c.max_positions);
+    ids.resize(size_t(n));
+    const std::vector<float> ours = prefill(*model, ids);
+    const Stats exact = compare(ours, ref.get(p + ".dequant_logits").f32(), n, vocab, 1e-3f);
+    const Stats quant = compare(ours, ref.get(p + ".logits").f32(), n, vocab, 0.25f);
+    std::printf(
+        "%s %s: vs llama.cpp dequantized %.3g, vs llama.cpp quantized %.3g (argmax %d/%d)\n",
+        c.file.c_str(), p.c_str(), exact.max_rel, quant.max_rel, quant.argmax_agree,
+        quant.decisive);
+    EXPECT_LE(exact.max_rel, 1e-5) << c.file << " " << p;
+    EXPECT_EQ(exact.argmax_agree, exact.decisive) << c.file << " " << p;
+    EXPECT_LE(quant.max_rel, 0.1) << c.file << " " << p;
+    EXPECT_EQ(quant.argmax_agree, quant.decisive) << c.file << " " << p;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, GgufQuantTest,
+                         ::testing::Values(QuantCase{"qwen2.q8_0.gguf", 1000},
+                                           QuantCase{"qwen2.q4_0.gguf", 1000},
+                                           QuantCase{"mistral-swa.q8_0.gguf", 48},
+                                           QuantCase{"tinystories-656k.q8_0.gguf", 1000},
+                                           QuantCase{"llama-k256.q4_k_m.gguf", 1000}),
+                         [](const auto& info) {
+                           std::string name = info.param.file.substr(0, info.param.file.size() - 5);
+                           for (char& ch : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace specstack
