@@ -34,7 +34,16 @@ std::optional<int32_t> BlockPool::allocate() {
 void BlockPool::free(int32_t block) {
   BlockMeta& m = meta(block);
   SS_CHECK_MSG(m.ref_count > 0, "double free of KV block " + std::to_string(block));
-  if (--m.ref_count == 0) free_queue_.push_back(block);
+  if (--m.ref_count != 0) return;
+  // A block that caches nothing is worth nothing once free: it is reused
+  // before any cached block, so freeing scratch blocks (a rolled-back draft,
+  // a sparse draft's dropped window, a partial last block) never pushes a
+  // cached prefix closer to eviction. Cached blocks queue in LRU order.
+  if (m.cached) {
+    free_queue_.push_back(block);
+  } else {
+    free_queue_.push_front(block);
+  }
 }
 
 void BlockPool::touch(int32_t block) {

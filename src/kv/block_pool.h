@@ -1,6 +1,8 @@
 // BlockPool: the physical KV blocks of one model, with reference counts and
-// the prefix cache. Free blocks wait in an LRU queue (freed -> tail, allocate
-// <- head). A full block registered under its prefix hash stays findable
+// the prefix cache. Free blocks wait in a queue (allocate <- head): a freed
+// block that caches nothing goes to the head, a cached one to the tail, so
+// uncached blocks are always reused first and cached ones leave in LRU
+// order. A full block registered under its prefix hash stays findable
 // after its last reference is dropped, until allocate() hands it out again:
 // that is the eviction, and it happens in least-recently-freed order.
 #pragma once
@@ -38,8 +40,8 @@ class BlockPool {
   // cache entry if it had one. nullopt when every block is held: an ordinary
   // outcome that drives back-pressure. A fresh pool hands out 0, 1, 2, ...
   std::optional<int32_t> allocate();
-  // Drops one reference; at zero the block joins the tail of the free queue
-  // (still findable if cached). Freeing an unheld block is a check failure.
+  // Drops one reference; at zero a cached block joins the tail of the free
+  // queue (still findable), an uncached one its head. Freeing an unheld block is a check failure.
   void free(int32_t block);
   // Takes one more reference to a held or cached block (prefix hit, fork); a
   // cached block nobody held leaves the free queue.

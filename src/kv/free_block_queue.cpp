@@ -37,6 +37,16 @@ void FreeBlockQueue::push_back(int32_t block) {
   ++size_;
 }
 
+void FreeBlockQueue::push_front(int32_t block) {
+  SS_CHECK_MSG(!contains(block), "block already in the free queue");
+  const int32_t head = next_[static_cast<size_t>(sentinel_)];
+  prev_[static_cast<size_t>(head)] = block;
+  next_[static_cast<size_t>(block)] = head;
+  prev_[static_cast<size_t>(block)] = sentinel_;
+  next_[static_cast<size_t>(sentinel_)] = block;
+  ++size_;
+}
+
 void FreeBlockQueue::remove(int32_t block) {
   SS_CHECK_MSG(contains(block), "block not in the free queue");
   const auto b = static_cast<size_t>(block);

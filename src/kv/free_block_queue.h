@@ -1,5 +1,6 @@
 // FreeBlockQueue: the pool's free blocks in eviction order (head = next to
-// allocate, tail = most recently freed). An intrusive doubly-linked list over
+// allocate, tail = the cached block freed most recently; blocks that cache
+// nothing go to the head, see BlockPool::free). An intrusive doubly-linked list over
 // block ids, so taking a cached block back out of the middle is O(1).
 #pragma once
 
@@ -18,6 +19,7 @@ class FreeBlockQueue {
   bool contains(int32_t block) const;
   std::optional<int32_t> pop_front();
   void push_back(int32_t block);
+  void push_front(int32_t block);
   void remove(int32_t block);
   // Head to tail; O(n), for tests and debugging.
   std::vector<int32_t> to_vector() const;

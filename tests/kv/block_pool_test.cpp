@@ -52,16 +52,39 @@ TEST(BlockPool, FreshPoolHandsOutAscendingIdsAndReportsExhaustion) {
   EXPECT_EQ(pool.allocate(), std::nullopt);
 }
 
-TEST(BlockPool, FreedBlocksJoinTheTailAndAllocationTakesTheHead) {
+TEST(BlockPool, UncachedFreedBlocksJoinTheHeadAndAllocationTakesTheHead) {
   BlockPool pool(4);
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(pool.allocate());
   pool.free(2);
   pool.free(0);
   pool.free(3);
-  EXPECT_EQ(pool.free_queue(), (Ids{2, 0, 3}));
-  EXPECT_EQ(pool.allocate(), 2);
+  EXPECT_EQ(pool.free_queue(), (Ids{3, 0, 2}));
+  EXPECT_EQ(pool.allocate(), 3);
   EXPECT_EQ(pool.allocate(), 0);
-  EXPECT_EQ(pool.free_queue(), (Ids{3}));
+  EXPECT_EQ(pool.free_queue(), (Ids{2}));
+}
+
+TEST(BlockPool, ScratchBlocksFreedAfterACachedOneAreReusedBeforeItIsEvicted) {
+  // A sparse draft drops a cached prompt block, then frees rolled-back
+  // scratch blocks: its next appends must take the scratch blocks, not evict
+  // the prompt block that a later request could still hit.
+  BlockPool pool(3);
+  const BlockContent content = content_of({4, 5});
+  const uint64_t hash = hash_block(content);
+  const int32_t cached = *pool.allocate();  // 0
+  ASSERT_TRUE(pool.register_cached(cached, hash, content));
+  const int32_t scratch_a = *pool.allocate();  // 1
+  const int32_t scratch_b = *pool.allocate();  // 2
+  pool.free(cached);
+  pool.free(scratch_a);
+  pool.free(scratch_b);
+  EXPECT_EQ(pool.free_queue(), (Ids{scratch_b, scratch_a, cached}));
+  EXPECT_EQ(pool.allocate(), scratch_b);
+  EXPECT_EQ(pool.allocate(), scratch_a);
+  EXPECT_EQ(pool.find_cached(hash, content), cached);
+  EXPECT_EQ(pool.prefix_stats().n_evictions, 0);
+  EXPECT_EQ(pool.allocate(), cached);  // only now is it evicted
+  EXPECT_EQ(pool.prefix_stats().n_evictions, 1);
 }
 
 TEST(BlockPool, BlockReturnsToTheQueueOnlyAtRefCountZero) {
@@ -77,7 +100,7 @@ TEST(BlockPool, BlockReturnsToTheQueueOnlyAtRefCountZero) {
   EXPECT_EQ(pool.free_queue(), (Ids{1}));
   pool.free(b);
   EXPECT_EQ(pool.ref_count(b), 0);
-  EXPECT_EQ(pool.free_queue(), (Ids{1, 0}));
+  EXPECT_EQ(pool.free_queue(), (Ids{0, 1}));  // uncached: to the head
 }
 
 TEST(BlockPool, CachedBlockStaysFindableUntilReallocated) {
