@@ -16,7 +16,8 @@
 // Whitespace: between tokens at most one optional space or one newline with
 // up to 20 spaces/tabs of indent (llama.cpp's policy), so compact and
 // pretty-printed JSON both match and a model cannot pad forever. Numbers, as
-// in llama.cpp, have at most 16 integer and 16 fraction digits.
+// in llama.cpp, have at most 16 integer and 16 fraction digits, and (unlike
+// llama.cpp) at most 2 exponent digits, so every number fits a double.
 #pragma once
 
 #include <nlohmann/json.hpp>
