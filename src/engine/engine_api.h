@@ -52,7 +52,7 @@ struct RequestOptions {
   // Grammar-constrained decoding (engine/grammar_stage.h): every choice's
   // output is a sentence of this grammar. Null: unconstrained. Shared: the
   // server caches one per grammar text, and its mask cache with it.
-  std::shared_ptr<grammar::TokenConstraint> constraint;
+  std::shared_ptr<grammar::TokenConstraint> constraint = nullptr;
 };
 
 struct TokenLogprob {

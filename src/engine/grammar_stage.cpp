@@ -1,7 +1,5 @@
 #include "engine/grammar_stage.h"
 
-#include <cmath>
-
 #include "engine/request_state.h"
 
 namespace specstack {
@@ -23,11 +21,9 @@ std::span<const int32_t> GrammarStage::eos_for(const Sequence& seq) const {
 bool GrammarStage::mask(Sequence& seq, std::span<float> logits) const {
   if (!seq.grammar) return true;
   seq.grammar->apply(logits, eos_for(seq));
-  for (float l : logits) {
-    if (l != -INFINITY) return true;
-  }
-  // Every admitted token may have had a -inf logit of its own: only a
-  // grammar whose mask is empty (and that may not end) is a dead end.
+  // A dead end: no token continues the document and it may not end here.
+  // (Admitted tokens whose own logits are -inf or NaN are the sampler's
+  // problem; accept() refuses what it then picks.)
   return seq.grammar->mask().count() > 0 || (seq.grammar->can_end() && !eos_for(seq).empty());
 }
 

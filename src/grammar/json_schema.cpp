@@ -63,7 +63,7 @@ class SchemaCompiler {
   explicit SchemaCompiler(const Json& root) : root_(root) {}
 
   Result<std::string> compile() {
-    auto root = visit(root_, "root-value", "");
+    auto root = visit(root_, "root-value", "#");
     if (!root.ok()) return root.error();
     std::string out = "root ::= " + *root + "\n";
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
@@ -84,8 +84,7 @@ class SchemaCompiler {
 
   static Error unsupported(const std::string& pointer, std::string_view keyword,
                            std::string_view why = "is not supported") {
-    return errorf("JSON schema keyword '{}' at '{}' {}", keyword, pointer.empty() ? "#" : pointer,
-                  why);
+    return errorf("JSON schema keyword '{}' at '{}' {}", keyword, pointer, why);
   }
 
   // An expression (a rule name or a parenthesized alternation) matching the
@@ -205,7 +204,7 @@ class SchemaCompiler {
     if (auto it = ref_rules_.find(target); it != ref_rules_.end()) return it->second;
     const std::string name = new_rule("def-" + hint, "");
     ref_rules_[target] = name;
-    auto body = visit(schema, hint, target.substr(1));
+    auto body = visit(schema, hint, target);
     if (!body.ok()) return body;
     rules_[name] = *body;
     return name;

@@ -97,13 +97,21 @@ void TokenMatcher::apply(std::span<float> logits, std::span<const int32_t> eos_i
       if (id >= 0 && static_cast<size_t>(id) < logits.size()) eos.emplace_back(id, logits[id]);
     }
   }
+  // Whole words at a time: masks are mostly all-ones (inside a string) or
+  // all-zeros (between JSON tokens), so only mixed words go bit by bit.
   const size_t n = logits.size();
+  float* row = logits.data();
   for (size_t w = 0; w * 64 < n; ++w) {
     const uint64_t bits = w < m.words.size() ? m.words[w] : 0;
-    if (bits == ~uint64_t{0} && w * 64 + 64 <= n) continue;  // the common case inside strings
-    const size_t end = std::min(n, w * 64 + 64);
-    for (size_t i = w * 64; i < end; ++i) {
-      if (((bits >> (i - w * 64)) & 1) == 0) logits[i] = kMinusInf;
+    const size_t begin = w * 64;
+    const size_t end = std::min(n, begin + 64);
+    if (bits == ~uint64_t{0} && end - begin == 64) continue;
+    if (bits == 0) {
+      std::fill(row + begin, row + end, kMinusInf);
+      continue;
+    }
+    for (size_t i = begin; i < end; ++i) {
+      if (((bits >> (i - begin)) & 1) == 0) row[i] = kMinusInf;
     }
   }
   for (const auto& [id, value] : eos) logits[size_t(id)] = value;

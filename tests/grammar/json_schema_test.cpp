@@ -147,7 +147,7 @@ TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
             std::string::npos);
   const std::string nested = error_of(
       Json::parse(R"({"type":"object","properties":{"a":{"type":"array","uniqueItems":true}}})"));
-  EXPECT_NE(nested.find("'uniqueItems' at '/properties/a'"), std::string::npos) << nested;
+  EXPECT_NE(nested.find("'uniqueItems' at '#/properties/a'"), std::string::npos) << nested;
   EXPECT_NE(error_of(Json::parse(R"({"type":"string","format":"email"})")).find("format"),
             std::string::npos);
   EXPECT_NE(error_of(Json::parse(R"({"type":"string","pattern":"abc"})")).find("anchored"),

@@ -104,7 +104,7 @@ TEST_F(StructuredOutputTest, ErrorsNameTheParam) {
   expect_400(
       R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "n",
           "schema": {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}}}}})",
-      "response_format", "keyword 'minimum' at '/properties/a' is not supported");
+      "response_format", "keyword 'minimum' at '#/properties/a' is not supported");
   expect_400(R"({"prompt": "x", "grammar": "root ::= [a-"})", "grammar", "line 1, column");
   expect_400(R"({"prompt": "x", "grammar": "root ::= undefined-rule"})", "grammar",
              "'undefined-rule' is used");
