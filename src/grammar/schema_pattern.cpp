@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <optional>
 #include <vector>
 
 #include "grammar/utf8_ranges.h"
@@ -88,21 +89,43 @@ class PatternParser {
           q = c;
           ++pos_;
         } else if (c == '{') {
-          const size_t close = p_.find('}', pos_);
-          if (close == std::string_view::npos || close >= end_) return fail("unterminated {");
-          q = std::string(p_.substr(pos_, close - pos_ + 1));
-          for (char d : q.substr(1, q.size() - 2)) {
-            if (!std::isdigit(static_cast<unsigned char>(d)) && d != ',') {
-              return fail("bad repetition");
-            }
-          }
-          pos_ = close + 1;
+          auto bounds = repetition();
+          if (!bounds.ok()) return bounds.error();
+          q = *bounds;
         }
         if (!q.empty() && more() && peek() == '?') ++pos_;  // lazy: same language
       }
       out += (out.empty() ? "" : " ") + *a + q;
     }
     return out;
+  }
+
+  // {m}, {m,} or {m,n} with m <= n <= 1000, as GBNF text.
+  Result<std::string> repetition() {
+    const size_t close = p_.find('}', pos_);
+    if (close == std::string_view::npos || close >= end_) return fail("unterminated {");
+    const std::string_view inside = p_.substr(pos_ + 1, close - pos_ - 1);
+    const size_t comma = inside.find(',');
+    auto number = [](std::string_view digits) -> std::optional<uint32_t> {
+      if (digits.empty() || digits.size() > 4) return std::nullopt;
+      uint32_t v = 0;
+      for (char d : digits) {
+        if (!std::isdigit(static_cast<unsigned char>(d))) return std::nullopt;
+        v = v * 10 + static_cast<uint32_t>(d - '0');
+      }
+      return v;
+    };
+    const auto min = number(inside.substr(0, comma));
+    std::optional<uint32_t> max = min;
+    if (comma != std::string_view::npos) {
+      max = comma + 1 == inside.size() ? std::optional<uint32_t>(min)
+                                       : number(inside.substr(comma + 1));
+    }
+    if (!min || !max || *max < *min || *max > 1000) {
+      return fail("bad repetition (expected {m}, {m,} or {m,n} with m <= n <= 1000)");
+    }
+    pos_ = close + 1;
+    return std::string(inside.data() - 1, inside.size() + 2);
   }
 
   Result<uint32_t> code_point() {

@@ -8,9 +8,10 @@ namespace specstack::grammar {
 
 namespace {
 
-// Bounds the cache's memory (16 KiB per mask at a 128K vocabulary): JSON
-// schemas stay far below it; a grammar with more distinct states recomputes.
-constexpr size_t kMaxCachedMasks = 4096;
+// Bounds the cache's memory (16-19 KiB per mask at 128-152K vocabularies,
+// so at most ~19 MiB per grammar): the schemas of the tests and benchmark
+// use a few hundred states; a grammar with more starts over when it fills.
+constexpr size_t kMaxCachedMasks = 1024;
 
 }  // namespace
 

@@ -23,7 +23,7 @@ namespace specstack {
 
 class GrammarCache {
  public:
-  explicit GrammarCache(const Tokenizer& tokenizer, size_t capacity = 64)
+  explicit GrammarCache(const Tokenizer& tokenizer, size_t capacity = 16)
       : tokenizer_(tokenizer), capacity_(capacity) {}
   // The constraint for this GBNF text, compiled now or found in the cache.
   // Errors: the grammar's syntax error.

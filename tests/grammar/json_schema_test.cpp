@@ -154,6 +154,12 @@ TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
             std::string::npos);
   EXPECT_NE(error_of(Json::parse(R"({"type":"string","pattern":"^(?=a)$"})")).find("lookaround"),
             std::string::npos);
+  // Found by the json_schema fuzz target: "{}" passed through as GBNF.
+  EXPECT_NE(error_of(Json::parse(R"({"type":"string","pattern":"^a{}$"})")).find("bad repetition"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of(Json::parse(R"({"type":"string","pattern":"^a{3,2}$"})")).find("bad repetition"),
+      std::string::npos);
   EXPECT_NE(error_of(Json::parse(R"({"$ref":"#/$defs/missing"})")).find("not defined"),
             std::string::npos);
   EXPECT_NE(error_of(Json::parse(R"({"$ref":"http://x/y"})")).find("$ref"), std::string::npos);
