@@ -37,7 +37,8 @@ std::string json_literal(uint32_t cp) {
       break;
   }
   if (cp < 0x20) return fmt::format("\"\\\\u{:04x}\"", cp);
-  if (cp < 0x80) return "\"" + class_char(cp) + "\"";  // class escapes are valid in literals
+  if (cp < 0x80)
+    return fmt::format("\"{}\"", class_char(cp));  // class escapes are valid in literals
   return fmt::format("\"\\U{:08X}\"", cp);
 }
 
@@ -195,13 +196,21 @@ class PatternParser {
       for (const CodePointRange& x : excluded) {
         if (x.last < r.first || x.first > r.last) continue;
         if (x.first > r.first) {
-          out += class_char(r.first) + (x.first - 1 > r.first ? "-" + class_char(x.first - 1) : "");
+          out += class_char(r.first);
+          if (x.first - 1 > r.first) {
+            out += '-';
+            out += class_char(x.first - 1);
+          }
         }
         r.first = x.last + 1;
         if (r.first > r.last) break;
       }
       if (r.first > r.last) continue;
-      out += class_char(r.first) + (r.last > r.first ? "-" + class_char(r.last) : "");
+      out += class_char(r.first);
+      if (r.last > r.first) {
+        out += '-';
+        out += class_char(r.last);
+      }
     }
     return out == "[" ? "[^\\x00-\\U0010FFFF]" : out + "]";
   }
