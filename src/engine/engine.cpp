@@ -4,6 +4,7 @@
 #include <cmath>
 #include <unordered_map>
 
+#include "engine/grammar_stage.h"
 #include "engine/histogram.h"
 #include "engine/logprobs.h"
 #include "engine/scheduler.h"
@@ -128,6 +129,7 @@ class EngineCore {
   Scheduler scheduler_;
   std::unique_ptr<SpecPrefillStage> specprefill_;  // null without a draft model
   std::unique_ptr<SpecDecodeStage> specdecode_;    // null without speculative decoding
+  GrammarStage grammar_;                           // constrained requests' masks
   LatencyHistogram accepted_length_{{}};           // accepted draft tokens per verification
   SpecPrefillPolicy specprefill_policy_;
   std::shared_ptr<LoopSignal> signal_ = std::make_shared<LoopSignal>();
@@ -162,6 +164,7 @@ EngineCore::EngineCore(ModelInstance& model, const EngineOptions& options)
       scheduler_(model.kv_manager(),
                  SchedulerOptions{options.max_num_batched_tokens, options.max_num_seqs,
                                   options.enable_prefix_caching, options.static_batching}),
+      grammar_(model.config().eos_token_ids),
       specprefill_policy_(SpecPrefillPolicyOptions{options.specprefill.draft != nullptr,
                                                    options.specprefill.threshold,
                                                    options.specprefill.keep_pct}) {
@@ -309,6 +312,7 @@ void EngineCore::add_target_sequence(Request& request, SpecPrefillOutcome* outco
     request.stream->stats.specprefill = outcome->stats;
   }
   seq->sampler.emplace(request.options.params, request.options.prompt);
+  grammar_.attach(*seq);
   if (outcome != nullptr && outcome->draft_kv) {
     specdecode_->adopt(seq.get(), std::move(*outcome->draft_kv),
                        static_cast<int32_t>(request.options.prompt.size()));
@@ -377,8 +381,10 @@ bool EngineCore::device_greedy_step(const ScheduleResult& scheduled) const {
     if (!chunk.wants_logits) continue;
     const RequestOptions& o = chunk.seq->request->options;
     const SamplingParams& p = o.params;
-    if (o.n != 1 || o.top_logprobs >= 0 || p.temperature != 0.0f || p.repetition_penalty != 1.0f ||
-        p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    // A constrained row's mask is applied on the host (GrammarStage).
+    if (GrammarStage::constrained(*chunk.seq->request) || o.n != 1 || o.top_logprobs >= 0 ||
+        p.temperature != 0.0f || p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
+        p.frequency_penalty != 0.0f) {
       return false;
     }
     any = true;
@@ -405,6 +411,7 @@ void EngineCore::on_logits(Sequence* seq, float* logits, int32_t chosen) {
       SamplingParams params = request.options.params;
       if (params.seed) params.seed = *params.seed + static_cast<uint64_t>(c);
       child->sampler.emplace(params, request.options.prompt);
+      grammar_.attach(*child);
       scheduler_.add_running(child.get());
       samplers.push_back(child.get());
       request.sequences.push_back(std::move(child));
@@ -432,6 +439,10 @@ void EngineCore::on_logits(Sequence* seq, float* logits, int32_t chosen) {
       copy = raw;
       row = std::span<float>(copy);
     }
+    if (logits != nullptr && !grammar_.mask(*s, row)) {
+      finish(s, FinishReason::kFinishStop, RequestEvent{s->choice, {}, {}, {}});
+      continue;
+    }
     const int32_t token = logits == nullptr ? chosen : s->sampler->sample(row);
     emit(s, std::span<const int32_t>(&token, 1), raw.empty() ? nullptr : raw.data(), now);
   }
@@ -446,6 +457,13 @@ void EngineCore::emit(Sequence* s, std::span<const int32_t> tokens, const float*
   event.choice = s->choice;
   for (size_t i = 0; i < tokens.size(); ++i) {
     const int32_t token = tokens[i];
+    const GrammarOutcome grammar = grammar_.accept(*s, token);
+    if (grammar == GrammarOutcome::kGrammarRejected) {
+      // Only when the grammar admitted nothing the sampler could pick (all
+      // admitted logits -inf): end the choice rather than break the grammar.
+      finish(s, FinishReason::kFinishStop, std::move(event));
+      return;
+    }
     if (request.options.top_logprobs >= 0) {
       SS_CHECK(logprob_rows != nullptr);
       event.logprobs.push_back(compute_logprobs(logprob_rows + static_cast<int64_t>(i) * vocab_,
@@ -468,7 +486,7 @@ void EngineCore::emit(Sequence* s, std::span<const int32_t> tokens, const float*
                          config.eos_token_ids.end();
     const bool stop_id = std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(),
                                    token) != params.stop_token_ids.end();
-    if (eos || stop_id) {
+    if (eos || stop_id || grammar == GrammarOutcome::kGrammarComplete) {
       finish(s, FinishReason::kFinishStop, std::move(event));
       return;
     }

@@ -13,6 +13,7 @@
 
 #include "base/status.h"
 #include "engine/sampling_params.h"
+#include "grammar/token_constraint.h"
 
 namespace specstack {
 
@@ -48,6 +49,10 @@ struct RequestOptions {
   int32_t top_logprobs = -1;    // -1: no logprobs; 0..20: sampled token + this many alternatives
   SpecPrefillControls specprefill{};
   SpecDecodeControls specdecode{};
+  // Grammar-constrained decoding (engine/grammar_stage.h): every choice's
+  // output is a sentence of this grammar. Null: unconstrained. Shared: the
+  // server caches one per grammar text, and its mask cache with it.
+  std::shared_ptr<grammar::TokenConstraint> constraint = nullptr;
 };
 
 struct TokenLogprob {

@@ -66,6 +66,8 @@ struct Sequence {
   // chunk whose every row wants logits.
   int32_t n_draft = 0;
   std::optional<Sampler> sampler;
+  // The parser state of a constrained request (engine/grammar_stage.h).
+  std::optional<grammar::TokenMatcher> grammar;
   bool admitted = false;  // has KV (running) vs waiting
   bool finished = false;
   uint64_t admit_order = 0;  // larger = admitted later (preempted first)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/grammar_stage.h"
 #include "specdecode/rejection_sampler.h"
 
 namespace specstack {
@@ -72,6 +73,8 @@ SpecDecodeStage::~SpecDecodeStage() {
 }
 
 bool SpecDecodeStage::speculates(const Request& request) const {
+  // Constrained requests do not speculate (engine/grammar_stage.h).
+  if (GrammarStage::constrained(request)) return false;
   return request.options.specdecode.enabled.value_or(options_.default_on);
 }
 

@@ -20,6 +20,7 @@
 #include "server/openai_request.h"
 #include "server/process_memory.h"
 #include "server/staged_server.h"
+#include "server/structured_output.h"
 
 namespace specstack {
 namespace {
@@ -67,6 +68,7 @@ struct HttpServer::Impl {
     served.max_context = engine.max_context();
     served.vocab_size = options.vocab_size > 0 ? options.vocab_size : tokenizer.vocab_size();
     served.chat_content = options.chat_content;
+    served.grammars = &grammars;
     if (tokenizer.chat_template().empty()) {
       served.chat_template_error =
           "its tokenizer has no chat template (tokenizer_config.json chat_template, or a GGUF "
@@ -105,6 +107,7 @@ struct HttpServer::Impl {
   const Tokenizer& tokenizer;
   HttpServerOptions options;
   std::optional<ChatTemplate> chat_template;
+  GrammarCache grammars{tokenizer};  // response_format / grammar constraints
   ServedModel served;
   int64_t created = 0;
   // Before `server`, so it is destroyed after it: responses hold its tickets.
@@ -193,8 +196,13 @@ void HttpServer::Impl::handle_completion(ApiEndpoint endpoint, const httplib::Re
                                                "requests; retry on another replica or later"));
   }
 
-  auto request = parse_openai_request(endpoint, body, served);
-  if (!request.ok()) return send_error(res, api_error_from(request.error()));
+  std::string error_param;
+  auto request = parse_openai_request(endpoint, body, served, &error_param);
+  if (!request.ok()) {
+    ApiError error = api_error_from(request.error());
+    if (!error_param.empty()) error.param = error_param;
+    return send_error(res, error);
+  }
   const bool stream = request->stream;
   ResponseHeader header;
   header.endpoint = endpoint;

@@ -4,6 +4,7 @@
 
 #include "server/chat_prompt.h"
 #include "server/request_fields.h"
+#include "server/structured_output.h"
 #include "specprefill/policy.h"
 
 namespace specstack {
@@ -46,13 +47,6 @@ Status reject_unsupported(const OrderedJson& body) {
   }
   SS_ASSIGN_OR_RETURN(std::optional<int64_t> min_tokens, get_integer(body, "min_tokens"));
   if (min_tokens.value_or(0) != 0) return make_error("'min_tokens' is not supported");
-  SS_ASSIGN_OR_RETURN(const OrderedJson* response_format, get_object(body, "response_format"));
-  if (response_format != nullptr) {
-    const auto type = response_format->find("type");
-    if (type == response_format->end() || *type != "text") {
-      return make_error("'response_format' other than {\"type\": \"text\"} is not supported");
-    }
-  }
   return Status::ok_status();
 }
 
@@ -266,7 +260,7 @@ Status resolve_max_tokens(const OrderedJson& body, ApiEndpoint endpoint, int64_t
 }  // namespace
 
 Result<OpenAiRequest> parse_openai_request(ApiEndpoint endpoint, std::string_view body_text,
-                                           const ServedModel& model) {
+                                           const ServedModel& model, std::string* error_param) {
   SS_ASSIGN_OR_RETURN(OrderedJson body, parse_json_object(body_text));
   SS_TRY(merge_extra_body(body));
   SS_TRY(check_model(body, model));
@@ -284,6 +278,13 @@ Result<OpenAiRequest> parse_openai_request(ApiEndpoint endpoint, std::string_vie
   SS_TRY(parse_specprefill(body, options.specprefill));
   SS_TRY(parse_specdecode(body, options.specdecode));
   SS_ASSIGN_OR_RETURN(request.timeout_seconds, parse_timeout(body));
+  std::string structured_param;
+  auto constraint = parse_structured_output(body, model.grammars, structured_param);
+  if (!constraint.ok()) {
+    if (error_param != nullptr) *error_param = structured_param;
+    return constraint.error();
+  }
+  options.constraint = std::move(constraint).value();
 
   // The prompt last: tokenizing and rendering are the expensive part.
   if (endpoint == ApiEndpoint::kApiChatCompletions) {

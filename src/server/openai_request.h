@@ -28,6 +28,8 @@ enum class ChatContentTokens {
   kSpecial,
 };
 
+class GrammarCache;  // server/structured_output.h
+
 // What parsing needs to know about the model being served.
 struct ServedModel {
   const Tokenizer* tokenizer = nullptr;         // required
@@ -37,6 +39,8 @@ struct ServedModel {
   int64_t max_context = 0;                      // prompt + completion tokens; <= 0: unchecked
   int64_t vocab_size = 0;                       // valid prompt ids are [0, vocab_size)
   ChatContentTokens chat_content = ChatContentTokens::kPlainText;
+  // Compiles response_format / grammar constraints; null: such requests get a 400.
+  GrammarCache* grammars = nullptr;
 };
 
 struct OpenAiRequest {
@@ -59,8 +63,11 @@ inline constexpr double kMaxTimeoutSeconds = 604800;  // `timeout`: a week, far 
 
 // Errors: kErrorInvalidArgument (400) for malformed JSON, invalid UTF-8, wrong
 // types, out-of-range values and prompt + max_tokens over the context;
-// kErrorNotFound (404) for a `model` other than the served one.
+// kErrorNotFound (404) for a `model` other than the served one. When the
+// error is about response_format or grammar, *error_param names that field
+// (OpenAI's error "param"); other errors leave it alone.
 Result<OpenAiRequest> parse_openai_request(ApiEndpoint endpoint, std::string_view body,
-                                           const ServedModel& model);
+                                           const ServedModel& model,
+                                           std::string* error_param = nullptr);
 
 }  // namespace specstack

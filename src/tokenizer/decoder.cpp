@@ -15,6 +15,9 @@ class SequenceDecoder final : public Decoder {
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (const auto& part : parts_) part->decode_chain(tokens);
   }
+  void token_bytes(std::string& token) const override {
+    for (const auto& part : parts_) part->token_bytes(token);
+  }
   bool joins_byte_tokens() const override {
     for (const auto& part : parts_) {
       if (part->joins_byte_tokens()) return true;
@@ -47,6 +50,15 @@ class ByteLevelDecoder final : public Decoder {
       if (!all_mapped) bytes.replace(mark, std::string::npos, token);
     }
     tokens.assign(1, utf8_lossy(bytes));
+  }
+  void token_bytes(std::string& token) const override {
+    std::string bytes;
+    for (size_t i = 0; i < token.size();) {
+      const int b = map_.byte_of(next_code_point(token, i));
+      if (b < 0) return;  // not a byte-level token (an added one): its text as is
+      bytes += static_cast<char>(b);
+    }
+    token = std::move(bytes);
   }
 
  private:
@@ -97,6 +109,9 @@ class ByteFallbackDecoder final : public Decoder {
   }
 
   bool joins_byte_tokens() const override { return true; }
+  void token_bytes(std::string& token) const override {
+    if (const int b = byte_token_value(token); b >= 0) token.assign(1, static_cast<char>(b));
+  }
 };
 
 class FuseDecoder final : public Decoder {
@@ -131,6 +146,7 @@ class StripDecoder final : public Decoder {
       token = token.substr(begin, end - begin);
     }
   }
+  void token_bytes(std::string&) const override {}  // strips only at the text's edges
 
  private:
   std::string content_;  // one character
@@ -144,6 +160,18 @@ class MetaspaceDecoder final : public Decoder {
  public:
   MetaspaceDecoder(std::string replacement, bool drop_in_first)
       : replacement_(std::move(replacement)), drop_in_first_(drop_in_first) {}
+  void token_bytes(std::string& token) const override {
+    std::string out;
+    for (size_t pos = 0; pos < token.size();) {
+      if (token.compare(pos, replacement_.size(), replacement_) == 0) {
+        out += ' ';
+        pos += replacement_.size();
+      } else {
+        out += token[pos++];
+      }
+    }
+    token = std::move(out);
+  }
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (size_t i = 0; i < tokens.size(); ++i) {
       std::string out;

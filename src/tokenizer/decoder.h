@@ -20,6 +20,16 @@ class Decoder {
   // Whether consecutive <0xXX> tokens are decoded together (ByteFallback), so
   // that the text of such a run is final only once the run has ended.
   virtual bool joins_byte_tokens() const { return false; }
+  // The raw bytes one token contributes in the middle of a text (grammar
+  // masks walk these): like decode_chain on {token} without turning partial
+  // UTF-8 into U+FFFD, and without the first-token rules (Strip, Metaspace's
+  // dropped prefix) that only apply at the start of a text.
+  virtual void token_bytes(std::string& token) const {
+    std::vector<std::string> one = {std::move(token)};
+    decode_chain(one);
+    token.clear();
+    for (std::string& piece : one) token += piece;
+  }
 };
 
 // The byte a "<0xXX>" token stands for, or -1 for any other token.

