@@ -134,13 +134,14 @@ TEST(BlockPool, TouchTakesACachedBlockOutOfTheMiddleOfTheQueue) {
   const uint64_t hash = hash_block(content_of(tokens));
   ASSERT_TRUE(pool.register_cached(2, hash, content_of(tokens)));
   for (int32_t b : {0, 2, 3, 1}) pool.free(b);
-  EXPECT_EQ(pool.free_queue(), (Ids{0, 2, 3, 1}));
+  // Uncached 0, 3, 1 each went to the head; cached 2 to the tail.
+  EXPECT_EQ(pool.free_queue(), (Ids{1, 3, 0, 2}));
   pool.touch(2);
   EXPECT_EQ(pool.ref_count(2), 1);
-  EXPECT_EQ(pool.free_queue(), (Ids{0, 3, 1}));
+  EXPECT_EQ(pool.free_queue(), (Ids{1, 3, 0}));
   EXPECT_EQ(pool.n_used(), 1);
   pool.free(2);
-  EXPECT_EQ(pool.free_queue(), (Ids{0, 3, 1, 2}));  // most recently used goes last
+  EXPECT_EQ(pool.free_queue(), (Ids{1, 3, 0, 2}));  // most recently used cached block goes last
 }
 
 TEST(BlockPool, AHitIsVerifiedAgainstTheStoredContent) {
@@ -219,7 +220,8 @@ TEST(BlockTable, ReleaseFreesTheLastBlockFirst) {
   EXPECT_FALSE(table.can_append(3, pool));  // needs 2 blocks, 1 free
   table.release(pool);
   EXPECT_EQ(table.n_slots(), 0);
-  EXPECT_EQ(pool.free_queue(), (Ids{3, 2, 1, 0}));
+  // 2, 1, 0 in that order, each (uncached) to the head.
+  EXPECT_EQ(pool.free_queue(), (Ids{0, 1, 2, 3}));
 }
 
 TEST(BlockTable, TruncateReturnsEmptiedBlocksLastFirst) {

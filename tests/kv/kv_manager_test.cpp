@@ -69,7 +69,9 @@ TEST_F(KvManagerTest, RerequestingAPromptHitsTheSameBlocks) {
   EXPECT_EQ(pool().n_cached(), 2);
   EXPECT_EQ(pool().block_hash(2), std::nullopt);
   kv_->free(a);
-  EXPECT_EQ(pool().free_queue(), (Ids{3, 4, 5, 6, 7, 8, 9, 2, 1, 0}));  // tail block freed first
+  // Tail block freed first: the uncached partial block 2 to the head, then
+  // cached 1 and 0 to the tail.
+  EXPECT_EQ(pool().free_queue(), (Ids{2, 3, 4, 5, 6, 7, 8, 9, 1, 0}));
 
   KvSequence b = kv_->new_sequence();
   const CachedPrefix hit = kv_->find_cached_prefix(prompt, 0);
@@ -77,15 +79,15 @@ TEST_F(KvManagerTest, RerequestingAPromptHitsTheSameBlocks) {
   EXPECT_EQ(hit.blocks, (Ids{0, 1}));
   ASSERT_TRUE(kv_->can_allocate(b, hit, 2));
   EXPECT_EQ(kv_->allocate(b, hit, 2), 8);
-  EXPECT_EQ(b.blocks(), (Ids{0, 1, 3}));
+  EXPECT_EQ(b.blocks(), (Ids{0, 1, 2}));  // the uncached block is reused first
   EXPECT_EQ(b.n_slots(), 10);
   EXPECT_EQ(pool().ref_count(0), 1);
-  EXPECT_EQ(pool().free_queue(), (Ids{4, 5, 6, 7, 8, 9, 2}));
+  EXPECT_EQ(pool().free_queue(), (Ids{3, 4, 5, 6, 7, 8, 9}));
   write_slots(*cache_, b, 8, {9, 10});
   EXPECT_EQ(read_slots(*cache_, b), prompt);  // the reused blocks hold the prompt
   EXPECT_EQ(kv_->publish(b, prompt), 0);
 
-  // Decoding two more tokens completes block 3, which gets published.
+  // Decoding two more tokens completes block 2, which gets published.
   ASSERT_TRUE(kv_->can_append(b, 2));
   EXPECT_EQ(kv_->append(b, 2), 10);
   write_slots(*cache_, b, 10, {11, 12});
@@ -126,33 +128,36 @@ TEST_F(KvManagerTest, EvictionFollowsTheFreeOrder) {
   KvSequence a = admit(p);
   EXPECT_EQ(a.blocks(), (Ids{0, 1, 2}));
   kv_->free(a);
-  EXPECT_EQ(pool().free_queue(), (Ids{3, 2, 1, 0}));
+  // The uncached partial block 2 at the head, the cached 1 and 0 at the tail.
+  EXPECT_EQ(pool().free_queue(), (Ids{2, 3, 1, 0}));
   KvSequence b = admit(q);
-  EXPECT_EQ(b.blocks(), (Ids{3, 2, 1}));  // block 1 (p's second) is evicted
+  EXPECT_EQ(b.blocks(), (Ids{2, 3, 1}));  // block 1 (p's second) is evicted
   EXPECT_EQ(pool().prefix_stats().n_evictions, 1);
   EXPECT_EQ(kv_->find_cached_prefix(p, 0).blocks, (Ids{0}));
   kv_->free(b);
-  EXPECT_EQ(pool().free_queue(), (Ids{0, 1, 2, 3}));
+  // q's partial block 1 to the head, its cached 3 then 2 to the tail.
+  EXPECT_EQ(pool().free_queue(), (Ids{1, 0, 3, 2}));
 
-  // Two one-block sequences take blocks 0 (p's first block: evicted) and 1.
+  // Two one-block sequences take block 1 (uncached: no eviction) and then
+  // block 0 (p's first block: evicted).
   KvSequence c = admit({50, 51});
   KvSequence d = admit({60, 61});
-  EXPECT_EQ(c.blocks(), (Ids{0}));
-  EXPECT_EQ(d.blocks(), (Ids{1}));
+  EXPECT_EQ(c.blocks(), (Ids{1}));
+  EXPECT_EQ(d.blocks(), (Ids{0}));
   EXPECT_EQ(pool().prefix_stats().n_evictions, 2);
   EXPECT_EQ(kv_->find_cached_prefix(p, 0).n_tokens, 0);
 
-  // q's blocks (3, 2) are free but cached: reusing them costs free capacity.
+  // q's blocks (2, 3) are free but cached: reusing them costs free capacity.
   KvSequence e = kv_->new_sequence();
   const CachedPrefix hit = kv_->find_cached_prefix(q, 0);
-  EXPECT_EQ(hit.blocks, (Ids{3, 2}));
+  EXPECT_EQ(hit.blocks, (Ids{2, 3}));
   EXPECT_FALSE(kv_->can_allocate(e, hit, 1));  // 1 new + 2 unheld > 2 free
   kv_->free(c);
   ASSERT_TRUE(kv_->can_allocate(e, hit, 1));
   EXPECT_EQ(kv_->allocate(e, hit, 1), 8);
-  EXPECT_EQ(e.blocks(), (Ids{3, 2, 0}));
+  EXPECT_EQ(e.blocks(), (Ids{2, 3, 1}));
   EXPECT_EQ(pool().n_free(), 0);
-  EXPECT_EQ(pool().prefix_stats().n_evictions, 2);  // block 0 was no longer cached
+  EXPECT_EQ(pool().prefix_stats().n_evictions, 2);  // block 1 was never cached
   kv_->free(d);
   kv_->free(e);
   EXPECT_EQ(pool().n_free(), 4);
@@ -236,11 +241,11 @@ TEST_F(KvManagerTest, ForkSharesBlocksAndCopiesOnlyTheWrittenBlock) {
   EXPECT_EQ(read_slots(*cache_, child), (Ids{1, 2, 3, 4, 5, 6, 100}));
 
   kv_->free(parent);
-  EXPECT_EQ(pool().free_queue(), (Ids{3, 1}));  // block 0 is still the child's
+  EXPECT_EQ(pool().free_queue(), (Ids{1, 3}));  // block 0 is still the child's
   EXPECT_EQ(pool().ref_count(0), 1);
   EXPECT_EQ(read_slots(*cache_, child), (Ids{1, 2, 3, 4, 5, 6, 100}));
   kv_->free(child);
-  EXPECT_EQ(pool().free_queue(), (Ids{3, 1, 2, 0}));
+  EXPECT_EQ(pool().free_queue(), (Ids{2, 1, 3, 0}));  // cached block 0 last
 }
 
 TEST_F(KvManagerTest, CanAppendCountsTheCopyOnWriteBlock) {
@@ -267,7 +272,7 @@ TEST_F(KvManagerTest, ASharedFullBlockIsNeverCopied) {
   EXPECT_EQ(pool().ref_count(0), 2);
   kv_->free(child);
   kv_->free(parent);
-  EXPECT_EQ(pool().free_queue(), (Ids{2, 1, 0}));
+  EXPECT_EQ(pool().free_queue(), (Ids{1, 2, 0}));  // uncached 1 at the head, cached 0 last
 }
 
 TEST_F(KvManagerTest, RollbackReleasesBlocksThatBecomeEmpty) {
@@ -282,12 +287,12 @@ TEST_F(KvManagerTest, RollbackReleasesBlocksThatBecomeEmpty) {
   kv_->rollback(seq, 2);
   EXPECT_EQ(seq.n_slots(), 7);
   EXPECT_EQ(seq.blocks(), (Ids{0, 1}));
-  EXPECT_EQ(pool().free_queue(), (Ids{3, 4, 5, 6, 7, 8, 9, 2}));
+  EXPECT_EQ(pool().free_queue(), (Ids{2, 3, 4, 5, 6, 7, 8, 9}));
   EXPECT_EQ(kv_->append(seq, 1), 7);  // fills block 1 again, no new block
   EXPECT_EQ(seq.blocks(), (Ids{0, 1}));
   kv_->rollback(seq, 8);
   EXPECT_TRUE(seq.blocks().empty());
-  EXPECT_EQ(pool().free_queue(), (Ids{3, 4, 5, 6, 7, 8, 9, 2, 1, 0}));
+  EXPECT_EQ(pool().free_queue(), (Ids{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
 }
 
 // A sink + window draft drops full blocks from the middle: the gap closes,
@@ -325,7 +330,7 @@ TEST_F(KvManagerTest, RollbackIntoAPublishedBlockCopiesBeforeWriting) {
   EXPECT_EQ(seq.block_hashes().size(), 1u);
   ASSERT_TRUE(kv_->can_append(seq, 1));
   EXPECT_EQ(kv_->append(seq, 1), 6);
-  EXPECT_EQ(seq.blocks(), (Ids{0, 3}));
+  EXPECT_EQ(seq.blocks(), (Ids{0, 2}));  // the copy takes the just-freed block 2
   write_slots(*cache_, seq, 6, {77});
   EXPECT_EQ(read_slots(*cache_, seq), (Ids{1, 2, 3, 4, 5, 6, 77}));
   // The cached block kept its content and is still a hit.
@@ -333,7 +338,7 @@ TEST_F(KvManagerTest, RollbackIntoAPublishedBlockCopiesBeforeWriting) {
   EXPECT_EQ(kv_->find_cached_prefix(prompt, 0).blocks, (Ids{0, 1}));
   KvSequence again = admit(prompt);
   EXPECT_EQ(read_slots(*cache_, again), prompt);
-  EXPECT_EQ(kv_->publish(seq, Ids{1, 2, 3, 4, 5, 6, 77}), 0);  // block 3 not full yet
+  EXPECT_EQ(kv_->publish(seq, Ids{1, 2, 3, 4, 5, 6, 77}), 0);  // block 2 not full yet
   kv_->free(seq);
   kv_->free(again);
   EXPECT_EQ(pool().n_free(), 10);
