@@ -289,6 +289,7 @@ void HttpServer::Impl::setup_routes() {
   const auto read_us = options.read_timeout.count();
   server.set_read_timeout(read_us / 1'000'000, read_us % 1'000'000);
   server.set_keep_alive_timeout(options.keep_alive_timeout.count());
+  server.set_keep_alive_max_count(options.keep_alive_max_requests);
 
   server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res,
                                         const httplib::ContentReader& reader) {

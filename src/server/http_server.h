@@ -37,6 +37,10 @@ struct HttpServerOptions {
   std::chrono::microseconds read_timeout{5'000'000};
   // An open connection with no request in it is closed after this long.
   std::chrono::seconds keep_alive_timeout{5};
+  // Requests one connection may carry; the last is answered "Connection:
+  // close". httplib's own 5 made busy clients reconnect every 5 requests; an
+  // idle connection costs no thread here, so allow as many as nginx does.
+  size_t keep_alive_max_requests = 1000;
   // Pending connections the kernel queues before accept(); a burst past it
   // loses SYNs, which clients retry only after a second.
   int listen_backlog = 1024;

@@ -165,7 +165,9 @@ TEST_F(HttpIdleStageTest, IdleAndTricklingConnectionsHoldNoWorker) {
 }
 
 TEST_F(HttpIdleStageTest, KeepAliveCarriesRequestsAStreamAndClosesAfterTheFifth) {
-  start_server({});
+  HttpServerOptions options;
+  options.keep_alive_max_requests = 5;
+  start_server(options);
   Conn conn(port_);
   ASSERT_TRUE(conn.send(kGetHealth));
   Conn::Response res = conn.read_response();
@@ -183,7 +185,7 @@ TEST_F(HttpIdleStageTest, KeepAliveCarriesRequestsAStreamAndClosesAfterTheFifth)
   EXPECT_EQ(res.status(), 200);
   EXPECT_NE(res.body.find("\"text_completion\""), std::string::npos) << res.body;
 
-  // httplib's keep-alive budget is 5 requests; the 5th is answered "close".
+  // A keep-alive budget of 5 requests: the 5th is answered "close".
   ASSERT_TRUE(conn.send(kGetHealth));
   EXPECT_EQ(conn.read_response().status(), 200);
   ASSERT_TRUE(conn.send(kGetHealth));
@@ -192,6 +194,18 @@ TEST_F(HttpIdleStageTest, KeepAliveCarriesRequestsAStreamAndClosesAfterTheFifth)
   EXPECT_TRUE(res.has("Connection: close")) << res.head;
   EXPECT_TRUE(conn.closed_by_server());
   EXPECT_EQ(engine_.submitted().size(), 2u);
+}
+
+TEST_F(HttpIdleStageTest, TheDefaultKeepAliveBudgetOutlastsHttplibsFive) {
+  start_server({});
+  Conn conn(port_);
+  for (int i = 0; i < 12; ++i) {
+    ASSERT_TRUE(conn.send(kGetHealth));
+    const Conn::Response res = conn.read_response();
+    EXPECT_EQ(res.status(), 200);
+    EXPECT_FALSE(res.has("Connection: close")) << "request " << i << "\n" << res.head;
+  }
+  EXPECT_TRUE(conn.quiet());  // still open
 }
 
 TEST_F(HttpIdleStageTest, PipelinedRequestsAreAnsweredInOrder) {
