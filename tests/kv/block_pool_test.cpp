@@ -69,7 +69,8 @@ TEST(BlockPool, ScratchBlocksFreedAfterACachedOneAreReusedBeforeItIsEvicted) {
   // scratch blocks: its next appends must take the scratch blocks, not evict
   // the prompt block that a later request could still hit.
   BlockPool pool(3);
-  const BlockContent content = content_of({4, 5});
+  const Ids tokens = {4, 5};  // the content views them: they must outlive it
+  const BlockContent content = content_of(tokens);
   const uint64_t hash = hash_block(content);
   const int32_t cached = *pool.allocate();  // 0
   ASSERT_TRUE(pool.register_cached(cached, hash, content));
