@@ -28,22 +28,19 @@ std::optional<int32_t> FreeBlockQueue::pop_front() {
 }
 
 void FreeBlockQueue::push_back(int32_t block) {
-  SS_CHECK_MSG(!contains(block), "block already in the free queue");
-  const int32_t tail = prev_[static_cast<size_t>(sentinel_)];
-  next_[static_cast<size_t>(tail)] = block;
-  prev_[static_cast<size_t>(block)] = tail;
-  next_[static_cast<size_t>(block)] = sentinel_;
-  prev_[static_cast<size_t>(sentinel_)] = block;
-  ++size_;
+  link_between(prev_[static_cast<size_t>(sentinel_)], sentinel_, block);
 }
 
 void FreeBlockQueue::push_front(int32_t block) {
+  link_between(sentinel_, next_[static_cast<size_t>(sentinel_)], block);
+}
+
+void FreeBlockQueue::link_between(int32_t before, int32_t after, int32_t block) {
   SS_CHECK_MSG(!contains(block), "block already in the free queue");
-  const int32_t head = next_[static_cast<size_t>(sentinel_)];
-  prev_[static_cast<size_t>(head)] = block;
-  next_[static_cast<size_t>(block)] = head;
-  prev_[static_cast<size_t>(block)] = sentinel_;
-  next_[static_cast<size_t>(sentinel_)] = block;
+  next_[static_cast<size_t>(before)] = block;
+  prev_[static_cast<size_t>(block)] = before;
+  next_[static_cast<size_t>(block)] = after;
+  prev_[static_cast<size_t>(after)] = block;
   ++size_;
 }
 

@@ -25,6 +25,9 @@ class FreeBlockQueue {
   std::vector<int32_t> to_vector() const;
 
  private:
+  // Links the unlinked `block` between the adjacent `before` and `after`.
+  void link_between(int32_t before, int32_t after, int32_t block);
+
   static constexpr int32_t kUnlinked = -1;
   // Links are indexed by block id; index n_blocks is the sentinel, whose
   // next is the head and prev the tail.
