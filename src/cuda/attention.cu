@@ -413,15 +413,20 @@ void paged_attention(const PagedAttentionArgs& a, cudaStream_t stream) {
   const int32_t n_parts = num_partitions(a.max_context, a.partition_size);
   SS_CHECK_LE(n_parts, 65535);  // gridDim.z
   if (n_parts > 1) SS_CHECK(a.workspace != nullptr);
+  int32_t partition = a.partition_size;
+  int32_t parts = n_parts;
   if (a.token_run != nullptr && run_attention_supported(a.head_dim) && a.partition_size % 64 == 0) {
-    launch_run_attention(a, n_parts, stream);
+    PagedAttentionArgs r = a;
+    r.partition_size = partition = run_attention_partition_size(a);
+    parts = num_partitions(a.max_context, partition);  // <= n_parts: the workspace fits
+    launch_run_attention(r, parts, stream);
   } else {
     launch_per_token(a, n_parts, stream);
   }
-  if (n_parts > 1) {
+  if (parts > 1) {
     const dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_heads));
     launch_pdl(combine_kernel, grid, kThreads, 0, stream, true, a.workspace, a.token_slot,
-               a.n_heads, a.head_dim, n_parts, a.partition_size, a.out, a.out_stride);
+               a.n_heads, a.head_dim, parts, partition, a.out, a.out_stride);
   }
 }
 

@@ -42,6 +42,7 @@ struct PagedAttentionArgs {
   // run_attention_supported() accepts, the run kernel of verify_attention.h
   // reads each KV tile once per run instead of once per token.
   const int32_t* token_run = nullptr;
+  int32_t n_runs = 0;  // runs in token_run (0: unknown); sizes the run kernel's partitions
   int32_t n_heads = 0;
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;  // 16, 32, 64, 128 or 256
@@ -54,6 +55,11 @@ struct PagedAttentionArgs {
   // Key slots per partition: a multiple of 32 in [32, kPartitionSize]. Few
   // queries (small-batch decode) use small partitions so enough CTAs run.
   int32_t partition_size = kPartitionSize;
+  // The run kernel's partition (a multiple of 64 in [partition_size,
+  // kRunMaxPartition]); 0: run_attention_partition_size chooses. Longer
+  // partitions than the per-token kernel's amortise its pipeline start and
+  // cut the split-K partials it writes.
+  int32_t run_partition_size = 0;
   bf16* out = nullptr;  // head h of token t at out[t * out_stride + h * head_dim]
   int64_t out_stride = 0;
   float* workspace = nullptr;  // paged_attention_workspace_floats(...) floats

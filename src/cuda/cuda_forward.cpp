@@ -24,6 +24,10 @@ constexpr int32_t kFlashMinRows = 16;
 // kernel's few CTAs (one per run, not per row) cannot fill the GPU; H100,
 // batch 1 x 5 verify rows at 1K: 6.48 ms with it vs 6.25 ms without.
 constexpr int32_t kRunMinPagedRows = 16;
+// Decode rows (runs of one) use the run kernel from this many rows on: the
+// FA2-style run kernel streams the KV at ~2.6 TB/s there against ~1.3 for the
+// per-token kernel (H100, 32 x 16K and 64 x 8K, bench/attention_bench).
+constexpr int32_t kRunMinDecodeRows = 32;
 
 // Appends sections to the staged int32 buffer and remembers their offsets.
 struct Stager {
@@ -137,14 +141,20 @@ MetaOffsets plan_step(const ForwardBatch& batch, int64_t block_size, bool flash_
     }
   }
   meta.paged_max_context = graph ? graph_max_context : max_context;
-  if (!graph && run_group > 0 && meta.n_paged >= kRunMinPagedRows) {
+  // Decode rows (runs of one) take the run kernel too from kRunMinDecodeRows
+  // rows on, graph steps included (their layout depends only on the graph's
+  // batch, so capture and replay stage the same sections).
+  const bool decode_runs = meta.n_paged >= kRunMinDecodeRows;
+  if (run_group > 0 && (graph ? decode_runs : meta.n_paged >= kRunMinPagedRows)) {
     std::vector<int32_t> run(paged.size());
     const int32_t longest =
         paged_attention_runs(staged.data() + o.paged_seq, staged.data() + o.paged_slot,
                              static_cast<int32_t>(paged.size()), run_group, run.data());
-    if (longest > 1) {
+    if (longest > 1 || decode_runs) {
       o.paged_run = s.add(paged.size());
       std::copy(run.begin(), run.end(), staged.begin() + o.paged_run);
+      o.n_runs = static_cast<int32_t>(
+          std::count_if(run.begin(), run.end(), [](int32_t r) { return r > 0; }));
     }
   }
   meta.capture_rows.assign(batch.capture_rows.begin(), batch.capture_rows.end());
@@ -163,6 +173,7 @@ void set_device_pointers(const MetaOffsets& o, int32_t* base, CudaModel::StepMet
   meta.paged_slot = base + o.paged_slot;
   meta.paged_pos = base + o.paged_pos;
   meta.paged_run = o.paged_run > 0 ? base + o.paged_run : nullptr;
+  meta.paged_n_runs = o.paged_run > 0 ? o.n_runs : 0;
 }
 
 void CudaModel::forward(const ForwardBatch& batch, KvCache& kv_base, Tensor& logits) {
@@ -181,10 +192,9 @@ void CudaModel::forward(const ForwardBatch& batch, KvCache& kv_base, Tensor& log
   ensure_scratch(n);
   StepMeta& meta = *meta_;
   std::vector<int32_t> staged;
-  const MetaOffsets offsets = plan_step(
-      batch, kv->shape().block_size, flash_attention_supported(config_.head_dim),
-      options_.run_attention ? static_cast<int32_t>(config_.n_heads / config_.n_kv_heads) : 0, 0, 0,
-      0, meta, staged);
+  const MetaOffsets offsets =
+      plan_step(batch, kv->shape().block_size, flash_attention_supported(config_.head_dim),
+                run_group(), 0, 0, 0, meta, staged);
   grow_pinned(reinterpret_cast<void**>(&meta_host_), &meta_host_capacity_,
               staged.size() * sizeof(int32_t));
   std::memcpy(meta_host_, staged.data(), staged.size() * sizeof(int32_t));
@@ -386,6 +396,7 @@ void CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool
     a.token_slot = meta.paged_slot;
     a.token_pos = meta.paged_pos;
     a.token_run = meta.paged_run;
+    a.n_runs = meta.paged_n_runs;
     a.n_tokens = meta.n_paged;
     a.n_heads = n_heads;
     a.n_kv_heads = n_kv_heads;

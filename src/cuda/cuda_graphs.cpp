@@ -53,8 +53,8 @@ std::unique_ptr<CudaModel::Graph> CudaModel::capture_graph(CudaKvCache& kv, int3
   ForwardBatch empty;
   std::vector<int32_t> staged;
   const MetaOffsets offsets =
-      plan_step(empty, block_size, false, 0, batch_size, graph_max_blocks(max_context, block_size),
-                max_context, graph->step, staged);
+      plan_step(empty, block_size, false, run_group(), batch_size,
+                graph_max_blocks(max_context, block_size), max_context, graph->step, staged);
   graph->meta.resize(staged.size());
   graph->meta.upload(staged);
   set_device_pointers(offsets, graph->meta.data(), graph->step);
@@ -114,8 +114,8 @@ bool CudaModel::try_graph_forward(const ForwardBatch& batch, CudaKvCache& kv, Te
 
   std::vector<int32_t> staged;
   StepMeta host_meta;
-  plan_step(batch, kv.shape().block_size, false, 0, graph.batch, max_blocks, graph_max_context_,
-            host_meta, staged);
+  plan_step(batch, kv.shape().block_size, false, run_group(), graph.batch, max_blocks,
+            graph_max_context_, host_meta, staged);
   SS_CHECK_EQ(staged.size(), graph.meta.size());
   grow_pinned(reinterpret_cast<void**>(&meta_host_), &meta_host_capacity_,
               staged.size() * sizeof(int32_t));

@@ -34,9 +34,10 @@ struct CudaModelOptions {
   // Decode graphs: captured for these batch sizes once the KV cache exists
   // (capture_decode_graphs); empty disables them.
   std::vector<int32_t> graph_batch_sizes = {1, 2, 4, 8, 16, 32, 64, 128, 256};
-  // Eager steps with runs of rows of one sequence (speculative verify) use
-  // the run kernel of verify_attention.h; false keeps the per-token kernel
-  // (for comparing the two).
+  // Eager steps with runs of rows of one sequence (speculative verify), and
+  // steps (graphs too) of at least 32 decode rows, use the run kernel of
+  // verify_attention.h; false keeps the per-token kernel (for comparing the
+  // two).
   bool run_attention = true;
 };
 
@@ -106,6 +107,10 @@ class CudaModel final : public ForwardModel {
   template <typename T>
   T* alloc(size_t count);
   void ensure_scratch(int64_t n_tokens);
+  // plan_step's run_group: query heads per kv head with the run kernel on, else 0.
+  int32_t run_group() const {
+    return options_.run_attention ? static_cast<int32_t>(config_.n_heads / config_.n_kv_heads) : 0;
+  }
 
   // The forward body on device data already staged by prepare_meta.
   void run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_safe);

@@ -42,8 +42,10 @@ struct CudaModel::StepMeta {
   int32_t* paged_slot = nullptr;  // [n_paged]
   int32_t* paged_pos = nullptr;   // [n_paged]
   // [n_paged] runs for the run kernel (paged_attention_runs); null when no
-  // paged row shares a run, so decode steps keep the per-token kernel.
+  // paged row shares a run and the step has fewer than kRunMinDecodeRows
+  // rows: small decode steps keep the per-token kernel.
   int32_t* paged_run = nullptr;
+  int32_t paged_n_runs = 0;  // runs in paged_run
   // Flash jobs; their q_slot / q_pos are the step's token arrays at row0.
   int32_t* token_slot = nullptr;  // [n_tokens]
   std::vector<FlashJob> flash;
@@ -72,6 +74,7 @@ struct MetaOffsets {
   size_t ids, pos, slot_mapping, token_slot, block_tables, logit_rows;
   size_t paged_rows, paged_seq, paged_slot, paged_pos;
   size_t paged_run = 0;  // 0: no runs staged
+  int32_t n_runs = 0;    // runs in paged_run (sizes the run kernel's partitions)
 };
 
 // Fills `meta` (host fields) and `staged` for a batch. With graph_batch > 0

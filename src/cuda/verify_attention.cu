@@ -1,23 +1,36 @@
-// The run kernel of verify_attention.h. One CTA per (run, kv head,
-// partition), 256 threads (8 warps: 2 CTAs fit an SM, so more warps per CTA hide more latency),
-// dynamic shared memory (~105 KB at head_dim 128):
-//  1. the run's Q (rows x group heads = up to 64 query vectors, zero-padded
-//     to whole 16-row MMA tiles) is staged in shared memory once;
-//  2. the partition's slots are resolved once (keys the window hides from
-//     the run's FIRST row are hidden from all its rows and are not loaded),
-//     then it is walked in sub-tiles of kSub keys, K and V rows loaded once
-//     into shared memory through registers (the next sub-tile's loads are in
-//     flight during this one's math);
-//  3. S = Q K^T on the tensor cores, scaled in fp32 and masked per (row, key)
-//     (causal by the row's own slot, window by the row's position);
-//  4. online softmax per query vector (running max / sum, fp32), P rounded
-//     to bf16 for the PV product as flash attention does;
-//  (MMA operands come from shared memory through ldmatrix, V transposed.)
-//  5. O = O * rescale + P V on the tensor cores, O kept in fp32 shared memory.
-// The result is written like paged_attention_kernel's: bf16 out with one
-// partition, else (acc, max, sum) partials that combine_kernel merges.
+// The run kernel of verify_attention.h, FlashAttention-2 style. One CTA per
+// (run, kv head, partition), 128 threads (4 warps), ~110 KB of dynamic shared
+// memory at head_dim 128 (2 CTAs per SM):
+//  1. the partition's slots are resolved once into shared memory (keys the
+//     window hides from the run's FIRST row are hidden from all its rows and
+//     are not loaded);
+//  2. the partition is walked in tiles of kTile keys through a kStages-deep
+//     cp.async pipeline (K and V straight from global to shared memory, no
+//     register staging; keys not loaded are zero-filled), one barrier a tile;
+//  3. warp w owns M tile (w % kMTiles) of the run's rows x group heads query
+//     vectors (16 per tile; Q as mma A fragments in registers for the whole
+//     partition) and key slice (w / kMTiles) of every tile: one M tile (a
+//     decode row, 7 query vectors) gives each warp 16 keys of a tile, 3-4 M
+//     tiles (a verify run of 5 rows x 7 heads) give each warp the whole tile;
+//  4. S = Q K^T and O += P V on the tensor cores (mma.m16n8k16, bf16 in,
+//     fp32 accumulate) with S, P and O in REGISTERS: the S accumulator of two
+//     8-key n tiles is the A fragment of the next 16-key PV step; K through
+//     ldmatrix, V through ldmatrix.trans;
+//  5. online softmax per query row in registers (quad shuffles; each lane
+//     keeps a partial row sum, reduced once at the end), P rounded to bf16
+//     for PV as flash attention does, masks per (row, key) (causal by the
+//     row's own slot, window by its position) skipped on tiles every row sees
+//     whole;
+//  6. the warps of one M tile merge their key slices through shared memory;
+//     the result is written like paged_attention_kernel's: bf16 out with one
+//     partition, else (acc, max, sum) partials that combine_kernel merges.
+// The version before (S/P and O in fp32 shared memory, loads through
+// registers one sub-tile ahead, 8 warps, 4 barriers a sub-tile) streamed the
+// KV at ~0.9 TB/s at batch 32 x 16K.
 #include <cuda_bf16.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 
 #include "base/check.h"
@@ -28,35 +41,33 @@
 namespace specstack::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr int kSub = 64;  // keys per sub-tile
-constexpr int kMaxQ = kRunMaxQueries;
+constexpr int kTile = 64;   // keys per pipeline stage
+constexpr int kStages = 3;  // tiles in flight: 2 loading while 1 is computed
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr unsigned kFullMask = 0xffffffffu;
 
-static_assert(kPartitionSize % kSub == 0, "partitions are whole sub-tiles");
+static_assert(kRunMaxQueries == kWarps * 16, "one M tile per warp at most");
+static_assert(kRunMaxPartition % kTile == 0, "partitions are whole tiles");
 
-// Shared memory layout for one head dim (element strides padded against
-// bank conflicts; every array 16-byte aligned).
+// Shared memory layout for one head dim (K/V rows padded by 16 bytes so the
+// 8 rows of an ldmatrix hit distinct banks; every array 16-byte aligned).
 template <int kHeadDim>
 struct Smem {
-  static constexpr int kKvStride = kHeadDim + 8;  // bf16 per row of Q, K, V
-  static constexpr int kSStride = kSub + 4;       // f32 per row of S / P
-  static constexpr int kOStride = kHeadDim + 4;   // f32 per row of O
-  static constexpr size_t kQ = 0;
-  static constexpr size_t kK = kQ + size_t{kMaxQ} * kKvStride * 2;
-  static constexpr size_t kV = kK + size_t{kSub} * kKvStride * 2;
-  static constexpr size_t kS = kV + size_t{kSub} * kKvStride * 2;
-  static constexpr size_t kO = kS + size_t{kMaxQ} * kSStride * 4;
-  static constexpr size_t kFlat = kO + size_t{kMaxQ} * kOStride * 4;  // int32 [kPartitionSize]
-  static constexpr size_t kKpos = kFlat + kPartitionSize * 4;         // int32 [kPartitionSize]
-  static constexpr size_t kMax = kKpos + kPartitionSize * 4;          // f32 [kMaxQ]
-  static constexpr size_t kSum = kMax + kMaxQ * 4;                    // f32 [kMaxQ]
-  static constexpr size_t kScale = kSum + kMaxQ * 4;                  // f32 [kMaxQ]
-  static constexpr size_t kRowSlot = kScale + kMaxQ * 4;              // int32 [kMaxQ]
-  static constexpr size_t kRowPos = kRowSlot + kMaxQ * 4;             // int32 [kMaxQ]
-  static constexpr size_t kBytes = kRowPos + kMaxQ * 4;
+  static constexpr int kKvStride = kHeadDim + 8;  // bf16 per K / V row
+  static constexpr int kOStride = kHeadDim + 4;   // f32 per row of the merge scratch
+  static constexpr size_t kStage = size_t{kTile} * kKvStride * 2;  // bytes of one K (V) tile
+  static constexpr size_t kK = 0;                                  // [kStages][kTile][kKvStride]
+  static constexpr size_t kV = kK + kStages * kStage;              // [kStages][kTile][kKvStride]
+  static constexpr size_t kFlat = kV + kStages * kStage;           // int32 [kRunMaxPartition]
+  static constexpr size_t kKpos = kFlat + kRunMaxPartition * 4;    // int32 [kRunMaxPartition]
+  static constexpr size_t kBytes = kKpos + kRunMaxPartition * 4;
+  // After the loop the K buffers hold the per-warp merge scratch:
+  // O [kWarps][16][kOStride] f32, then max and sum [kWarps][16] f32.
+  static constexpr size_t kMergeO = 0;
+  static constexpr size_t kMergeMax = kMergeO + size_t{kWarps} * 16 * kOStride * 4;
+  static constexpr size_t kMergeSum = kMergeMax + kWarps * 16 * 4;
+  static_assert(kMergeSum + kWarps * 16 * 4 <= kV, "merge scratch fits the K buffers");
 };
 
 __device__ __forceinline__ int64_t workspace_entry(int32_t t, int32_t head, int32_t part,
@@ -69,7 +80,23 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// Four 8x8 bf16 matrices (the A fragment of one 16x16 tile).
+// 16 bytes global -> shared, asynchronously; zero-filled when !valid.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// Four 8x8 bf16 matrices; lanes 8i..8i+7 address the rows of matrix i.
 __device__ __forceinline__ void ldmatrix_x4(const bf16* p, uint32_t& r0, uint32_t& r1, uint32_t& r2,
                                             uint32_t& r3) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
@@ -77,284 +104,360 @@ __device__ __forceinline__ void ldmatrix_x4(const bf16* p, uint32_t& r0, uint32_
                : "r"(smem_addr(p)));
 }
 
-// Two 8x8 matrices (a B fragment whose rows are the n index).
-__device__ __forceinline__ void ldmatrix_x2(const bf16* p, uint32_t& r0, uint32_t& r1) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];"
-               : "=r"(r0), "=r"(r1)
-               : "r"(smem_addr(p)));
-}
-
-// Two 8x8 matrices transposed (a B fragment from rows of the k index).
-__device__ __forceinline__ void ldmatrix_x2_trans(const bf16* p, uint32_t& r0, uint32_t& r1) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];"
-               : "=r"(r0), "=r"(r1)
+__device__ __forceinline__ void ldmatrix_x4_trans(const bf16* p, uint32_t& r0, uint32_t& r1,
+                                                  uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                : "r"(smem_addr(p)));
 }
 
 // c += A (16x16, row) * B (16x8, col), bf16 in, f32 accumulate.
-__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ float warp_max(float x) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(kFullMask, x, off));
-  return x;
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-__device__ __forceinline__ float warp_sum(float x) {
+// Max / sum over the 4 lanes of a quad (the lanes holding one MMA row).
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// What every part of the kernel needs about its CTA.
+struct Cta {
+  int32_t t0, kvh, part, g, n_q, start, n_keys, n_tiles;
+};
+
+// Issues the cp.async loads of tile `tile` into stage buffer `buf`.
+template <int kHeadDim>
+__device__ __forceinline__ void load_tile(const PagedAttentionArgs& a, const Cta& c,
+                                          unsigned char* smem, int32_t tile, int buf) {
+  using L = Smem<kHeadDim>;
+  constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+  const auto* s_flat = reinterpret_cast<const int32_t*>(smem + L::kFlat);
+  auto* dk = reinterpret_cast<bf16*>(smem + L::kK + buf * L::kStage);
+  auto* dv = reinterpret_cast<bf16*>(smem + L::kV + buf * L::kStage);
+  const int64_t kv_row = static_cast<int64_t>(a.n_kv_heads) * kHeadDim;
+  const bf16* k_head = a.k_cache + static_cast<int64_t>(c.kvh) * kHeadDim;
+  const bf16* v_head = a.v_cache + static_cast<int64_t>(c.kvh) * kHeadDim;
+  static_assert(kTile * kChunks % kThreads == 0, "whole copies per thread");
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(kFullMask, x, off);
-  return x;
+  for (int u = 0; u < kTile * kChunks / kThreads; ++u) {
+    const int i = threadIdx.x + u * kThreads;
+    const int key = i / kChunks;
+    const int col = (i % kChunks) * 8;
+    const int32_t flat = s_flat[tile * kTile + key];
+    const int64_t off = (flat >= 0 ? flat * kv_row : 0) + col;
+    cp_async16(dk + key * L::kKvStride + col, k_head + off, flat >= 0);
+    cp_async16(dv + key * L::kKvStride + col, v_head + off, flat >= 0);
+  }
+}
+
+// The pipeline, the math and the write-out, for kKeyGroups warps per M tile.
+template <int kHeadDim, int kKeyGroups>
+__device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const Cta& c,
+                                              unsigned char* smem, int32_t n_parts) {
+  using L = Smem<kHeadDim>;
+  constexpr int kKv = L::kKvStride;
+  constexpr int kMTiles = kWarps / kKeyGroups;  // M tiles the CTA covers
+  constexpr int kSlice = kTile / kKeyGroups;    // keys of a tile per warp: 64, 32 or 16
+  constexpr int kNt = kSlice / 8;               // 8-key S tiles per warp
+  constexpr int kKs = kHeadDim / 16;            // 16-dim k steps of QK
+  constexpr int kDt = kHeadDim / 8;             // 8-dim O tiles
+  static_assert(kSlice % 16 == 0, "whole PV k steps");
+  const auto* s_flat = reinterpret_cast<const int32_t*>(smem + L::kFlat);
+  const auto* s_kpos = reinterpret_cast<const int32_t*>(smem + L::kKpos);
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int mi = warp % kMTiles;
+  const int kj = warp / kMTiles;
+  const int gr = lane >> 2;  // fragment row (and B column) group
+  const int tq = lane & 3;
+  const bool active = mi * 16 < c.n_q;
+
+  // The lane's two query rows: m_lo = mi * 16 + gr and m_hi = m_lo + 8.
+  // Padding rows (m >= n_q) have Q = 0 and see every loaded key: finite,
+  // never written out.
+  int32_t row_slot[2], row_lim[2];  // visible: slot index <= row_slot, key pos > row_lim
+  const bf16* q_row[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int m = mi * 16 + gr + h * 8;
+    row_slot[h] = INT_MAX;
+    row_lim[h] = INT_MIN;
+    q_row[h] = nullptr;
+    if (m < c.n_q) {
+      const int32_t t = c.t0 + m / c.g;
+      row_slot[h] = a.token_slot[t];
+      if (a.sliding_window > 0) row_lim[h] = a.token_pos[t] - a.sliding_window;
+      q_row[h] = a.q + t * a.q_stride + (static_cast<int64_t>(c.kvh) * c.g + m % c.g) * kHeadDim;
+    }
+  }
+  // Q as A fragments: a0 (row lo, k tq*2), a1 (row hi), a2 / a3 (k + 8).
+  uint32_t qf[kKs][4];
+#pragma unroll
+  for (int ks = 0; ks < kKs; ++ks) {
+    const int col = ks * 16 + tq * 2;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      qf[ks][h] = q_row[h] ? __ldg(reinterpret_cast<const uint32_t*>(q_row[h] + col)) : 0u;
+      qf[ks][h + 2] = q_row[h] ? __ldg(reinterpret_cast<const uint32_t*>(q_row[h] + col + 8)) : 0u;
+    }
+  }
+  const float q_scale = a.scale * kLog2e;
+  // Tiles every row sees whole: before the first row's own slot, no window.
+  const int32_t first_slot = a.token_slot[c.t0];
+
+  float o[kDt][4];
+#pragma unroll
+  for (int d = 0; d < kDt; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.0f, 0.0f};  // this lane's share; quad-reduced at the end
+
+  for (int32_t tile = 0; tile < c.n_tiles; ++tile) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // tile's data visible; the buffer refilled below is free
+    if (tile + kStages - 1 < c.n_tiles) {
+      load_tile<kHeadDim>(a, c, smem, tile + kStages - 1, (tile + kStages - 1) % kStages);
+    }
+    cp_async_commit();  // (empty groups keep the wait count uniform)
+    if (!active) continue;
+
+    const int buf = tile % kStages;
+    const int32_t key0 = tile * kTile + kj * kSlice;  // partition index of the slice's first key
+    const bf16* ks_base =
+        reinterpret_cast<const bf16*>(smem + L::kK + buf * L::kStage) + kj * kSlice * kKv;
+    const bf16* vs_base =
+        reinterpret_cast<const bf16*>(smem + L::kV + buf * L::kStage) + kj * kSlice * kKv;
+
+    // S = Q K^T: B fragments of two k steps per ldmatrix (rows = keys).
+    float s[kNt][4];
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) {
+      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+      const bf16* kb = ks_base + (nt * 8 + (lane & 7)) * kKv + (lane >> 3) * 8;
+#pragma unroll
+      for (int ks = 0; ks < kKs; ks += 2) {
+        uint32_t b0, b1, b2, b3;
+        ldmatrix_x4(kb + ks * 16, b0, b1, b2, b3);
+        mma_bf16(s[nt], qf[ks], b0, b1);
+        mma_bf16(s[nt], qf[ks + 1], b2, b3);
+      }
+    }
+
+    // Scale and mask. Element e of s[nt]: row h = e / 2, key nt*8 + tq*2 + e%2.
+    const bool whole = a.sliding_window <= 0 && tile * kTile + kTile <= c.n_keys &&
+                       c.start + tile * kTile + kTile - 1 <= first_slot;
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float v = s[nt][e] * q_scale;
+        if (!whole) {
+          const int32_t key = key0 + nt * 8 + tq * 2 + (e & 1);
+          const int h = e >> 1;
+          const bool visible = key < c.n_keys && s_flat[key] >= 0 && c.start + key <= row_slot[h] &&
+                               s_kpos[key] > row_lim[h];
+          if (!visible) v = -INFINITY;
+        }
+        s[nt][e] = v;
+      }
+    }
+
+    // Online softmax per row (the 4 lanes of a quad hold one row's keys).
+    float rescale[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
+      const float m_new = fmaxf(row_max[h], quad_max(mx));
+      rescale[h] = row_max[h] == -INFINITY ? 0.0f : exp2f(row_max[h] - m_new);
+      row_max[h] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+          const float p = m_new == -INFINITY ? 0.0f : exp2f(s[nt][e] - m_new);
+          s[nt][e] = p;
+          sum += p;
+        }
+      }
+      row_sum[h] = row_sum[h] * rescale[h] + sum;
+    }
+#pragma unroll
+    for (int d = 0; d < kDt; ++d) {
+      o[d][0] *= rescale[0];
+      o[d][1] *= rescale[0];
+      o[d][2] *= rescale[1];
+      o[d][3] *= rescale[1];
+    }
+
+    // O += P V: the S accumulators of 8-key tiles 2j and 2j + 1 are the A
+    // fragment of 16-key step j; V's B fragments of two 8-dim tiles per
+    // ldmatrix.trans (rows = keys).
+#pragma unroll
+    for (int j = 0; j < kSlice / 16; ++j) {
+      const uint32_t pa[4] = {
+          pack_bf16(s[2 * j][0], s[2 * j][1]), pack_bf16(s[2 * j][2], s[2 * j][3]),
+          pack_bf16(s[2 * j + 1][0], s[2 * j + 1][1]), pack_bf16(s[2 * j + 1][2], s[2 * j + 1][3])};
+      const bf16* vb =
+          vs_base + (j * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kKv + (lane >> 4) * 8;
+#pragma unroll
+      for (int d = 0; d < kDt; d += 2) {
+        uint32_t b0, b1, b2, b3;
+        ldmatrix_x4_trans(vb + d * 8, b0, b1, b2, b3);
+        mma_bf16(o[d], pa, b0, b1);
+        mma_bf16(o[d + 1], pa, b2, b3);
+      }
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // every warp is done with the K buffers: the merge scratch
+
+  // Each warp's partial (O unnormalised, max, sum) per row to shared memory.
+  auto* m_o = reinterpret_cast<float*>(smem + L::kMergeO);  // [kWarps][16][kOStride]
+  auto* m_max = reinterpret_cast<float*>(smem + L::kMergeMax);
+  auto* m_sum = reinterpret_cast<float*>(smem + L::kMergeSum);
+  if (active) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = gr + h * 8;
+      float* orow = m_o + (warp * 16 + r) * L::kOStride + tq * 2;
+#pragma unroll
+      for (int d = 0; d < kDt; ++d) {
+        orow[d * 8] = o[d][2 * h];
+        orow[d * 8 + 1] = o[d][2 * h + 1];
+      }
+      const float l = quad_sum(row_sum[h]);
+      if (tq == 0) {
+        m_max[warp * 16 + r] = row_max[h];
+        m_sum[warp * 16 + r] = l;
+      }
+    }
+  }
+  __syncthreads();
+
+  // Merge the key slices of each row and write out / the partials.
+  for (int i = threadIdx.x; i < c.n_q * kHeadDim; i += kThreads) {
+    const int m = i / kHeadDim;
+    const int d = i % kHeadDim;
+    const int tm = m / 16;
+    const int r = m % 16;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < kKeyGroups; ++k) mx = fmaxf(mx, m_max[(k * kMTiles + tm) * 16 + r]);
+    float acc = 0.0f, l = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kKeyGroups; ++k) {
+      const int w = k * kMTiles + tm;
+      const float mk = m_max[w * 16 + r];
+      const float f = mk == -INFINITY ? 0.0f : exp2f(mk - mx);
+      acc += m_o[(w * 16 + r) * L::kOStride + d] * f;
+      l += m_sum[w * 16 + r] * f;
+    }
+    const int32_t t = c.t0 + m / c.g;
+    const int32_t head = c.kvh * c.g + m % c.g;
+    if (n_parts == 1) {
+      a.out[t * a.out_stride + static_cast<int64_t>(head) * kHeadDim + d] =
+          __float2bfloat16(l > 0.0f ? acc / l : 0.0f);
+    } else {
+      float* w = a.workspace + workspace_entry(t, head, c.part, a.n_heads, n_parts, kHeadDim);
+      w[d] = acc;
+      if (d == 0) {
+        w[kHeadDim] = mx;
+        w[kHeadDim + 1] = l;
+      }
+    }
+  }
 }
 
 // grid (n_tokens, n_kv_heads, n_parts): only CTAs of run heads
 // (token_run[t] > 0) work; the others return at once.
 template <int kHeadDim>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 2)
     run_attention_kernel(const PagedAttentionArgs a, const int32_t n_parts) {
   pdl_begin();
   using L = Smem<kHeadDim>;
-  constexpr int kKv = L::kKvStride, kS = L::kSStride, kO = L::kOStride;
-  constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per K/V row
   extern __shared__ __align__(16) unsigned char smem[];
-  auto* s_q = reinterpret_cast<bf16*>(smem + L::kQ);   // [kMaxQ][kKv]
-  auto* s_k = reinterpret_cast<bf16*>(smem + L::kK);   // [kSub][kKv]
-  auto* s_v = reinterpret_cast<bf16*>(smem + L::kV);   // [kSub][kKv]
-  auto* s_s = reinterpret_cast<float*>(smem + L::kS);  // [kMaxQ][kS] scores, then P
-  auto* s_o = reinterpret_cast<float*>(smem + L::kO);  // [kMaxQ][kO] unnormalised out
   auto* s_flat = reinterpret_cast<int32_t*>(smem + L::kFlat);
   auto* s_kpos = reinterpret_cast<int32_t*>(smem + L::kKpos);
-  auto* s_max = reinterpret_cast<float*>(smem + L::kMax);
-  auto* s_sum = reinterpret_cast<float*>(smem + L::kSum);
-  auto* s_rescale = reinterpret_cast<float*>(smem + L::kScale);
-  auto* s_rslot = reinterpret_cast<int32_t*>(smem + L::kRowSlot);
-  auto* s_rpos = reinterpret_cast<int32_t*>(smem + L::kRowPos);
 
-  const int32_t t0 = blockIdx.x;
-  const int32_t kvh = blockIdx.y;
-  const int32_t part = blockIdx.z;
-  const int32_t rows = a.token_run[t0];
+  Cta c;
+  c.t0 = blockIdx.x;
+  c.kvh = blockIdx.y;
+  c.part = blockIdx.z;
+  const int32_t rows = a.token_run[c.t0];
   if (rows <= 0) return;  // not a run head (uniform)
-  const int32_t g = a.n_heads / a.n_kv_heads;
-  const int32_t n_q = rows * g;  // query vector m = row (m / g), head (m % g) of the group
-  const int32_t m_tiles = (n_q + 15) / 16;
+  c.g = a.n_heads / a.n_kv_heads;
+  c.n_q = rows * c.g;  // query vector m = row (m / g), head (m % g) of the group
   const int tid = threadIdx.x;
-  const int lane = tid & 31;
-  const int warp = tid >> 5;
-  const int gr = lane >> 2;  // MMA fragment row / column group
-  const int tq = lane & 3;
 
-  const int32_t last_slot = a.token_slot[t0 + rows - 1];
-  const int32_t start = part * a.partition_size;
-  const int32_t n_keys = min(a.partition_size, last_slot + 1 - start);
-  if (n_keys <= 0) {
+  const int32_t last_slot = a.token_slot[c.t0 + rows - 1];
+  c.start = c.part * a.partition_size;
+  c.n_keys = min(a.partition_size, last_slot + 1 - c.start);
+  if (c.n_keys <= 0) {
     if (n_parts == 1) {  // only when no row has a slot (padding): zeros
-      for (int i = tid; i < n_q * kHeadDim; i += kThreads) {
+      for (int i = tid; i < c.n_q * kHeadDim; i += kThreads) {
         const int32_t m = i / kHeadDim;
-        const int64_t head = static_cast<int64_t>(kvh) * g + m % g;
-        a.out[(t0 + m / g) * a.out_stride + head * kHeadDim + i % kHeadDim] =
+        const int64_t head = static_cast<int64_t>(c.kvh) * c.g + m % c.g;
+        a.out[(c.t0 + m / c.g) * a.out_stride + head * kHeadDim + i % kHeadDim] =
             __float2bfloat16(0.0f);
       }
     }
     return;
   }
+  c.n_tiles = (c.n_keys + kTile - 1) / kTile;
 
-  // 1. Rows, Q, running state.
-  for (int r = tid; r < rows; r += kThreads) {
-    s_rslot[r] = a.token_slot[t0 + r];
-    s_rpos[r] = a.token_pos[t0 + r];
-  }
-  for (int i = tid; i < m_tiles * 16 * kChunks; i += kThreads) {
-    const int m = i / kChunks;
-    const int c = (i % kChunks) * 8;
-    uint4 v{0, 0, 0, 0};
-    if (m < n_q) {
-      const bf16* src =
-          a.q + (t0 + m / g) * a.q_stride + (static_cast<int64_t>(kvh) * g + m % g) * kHeadDim + c;
-      v = __ldg(reinterpret_cast<const uint4*>(src));
-    }
-    *reinterpret_cast<uint4*>(s_q + m * kKv + c) = v;
-  }
-  for (int i = tid; i < m_tiles * 16 * kO; i += kThreads) s_o[i] = 0.0f;
-  for (int m = tid; m < kMaxQ; m += kThreads) {
-    s_max[m] = -INFINITY;
-    s_sum[m] = 0.0f;
-  }
-
+  // The partition's slots, once (whole tiles; -1 = not loaded: past the keys
+  // or hidden from every row).
   const int32_t* table =
-      a.block_tables + static_cast<int64_t>(a.token_seq[t0]) * a.max_blocks_per_seq;
-  // A key the window hides from the run's first row is hidden from all rows
-  // (positions grow along the run): it is not loaded at all.
-  const int64_t hidden_for_all = static_cast<int64_t>(a.token_pos[t0]) - a.sliding_window;
-  const int64_t kv_row = static_cast<int64_t>(a.n_kv_heads) * kHeadDim;
-  const bf16* k_head = a.k_cache + static_cast<int64_t>(kvh) * kHeadDim;
-  const bf16* v_head = a.v_cache + static_cast<int64_t>(kvh) * kHeadDim;
-  const float q_scale = a.scale * kLog2e;
-
-  // 2. The partition's slots, once (rounded up to whole sub-tiles; -1 =
-  // not loaded: past the keys or hidden from every row).
-  const int32_t n_padded = (n_keys + kSub - 1) / kSub * kSub;
-  for (int i = tid; i < n_padded; i += kThreads) {
+      a.block_tables + static_cast<int64_t>(a.token_seq[c.t0]) * a.max_blocks_per_seq;
+  const int64_t hidden_for_all = static_cast<int64_t>(a.token_pos[c.t0]) - a.sliding_window;
+  for (int i = tid; i < c.n_tiles * kTile; i += kThreads) {
     int32_t flat = -1;
     int32_t kpos = 0;
-    if (i < n_keys) {
-      const int32_t j = start + i;
+    if (i < c.n_keys) {
+      const int32_t j = c.start + i;
       const int32_t f = table[j / a.block_size] * a.block_size + j % a.block_size;
-      kpos = a.slot_positions[f];
-      if (a.sliding_window <= 0 || kpos > hidden_for_all) flat = f;
+      flat = f;
+      if (a.sliding_window > 0) {  // positions matter only to windows (one dependent load less)
+        kpos = a.slot_positions[f];
+        if (kpos <= hidden_for_all) flat = -1;
+      }
     }
     s_flat[i] = flat;
     s_kpos[i] = kpos;
   }
   __syncthreads();
-
-  // K and V rows of a sub-tile go through registers: the next sub-tile's
-  // loads are issued before this one's math, so their latency overlaps it.
-  constexpr int kLoads = kSub * kChunks / kThreads;  // per thread, per matrix
-  static_assert(kSub * kChunks % kThreads == 0, "whole loads");
-  uint4 kr[kLoads], vr[kLoads];
-  auto load_sub = [&](int32_t sub) {
 #pragma unroll
-    for (int u = 0; u < kLoads; ++u) {
-      const int i = tid + u * kThreads;
-      const int32_t flat = s_flat[sub + i / kChunks];
-      const int c = (i % kChunks) * 8;
-      kr[u] = flat >= 0 ? __ldg(reinterpret_cast<const uint4*>(k_head + flat * kv_row + c))
-                        : uint4{0, 0, 0, 0};
-      vr[u] = flat >= 0 ? __ldg(reinterpret_cast<const uint4*>(v_head + flat * kv_row + c))
-                        : uint4{0, 0, 0, 0};
-    }
-  };
-  load_sub(0);
-
-  for (int32_t sub = 0; sub < n_keys; sub += kSub) {
-    const int32_t n_sub = min(kSub, n_keys - sub);
-    __syncthreads();  // the previous sub-tile's readers are done
-#pragma unroll
-    for (int u = 0; u < kLoads; ++u) {
-      const int i = tid + u * kThreads;
-      const int off = (i / kChunks) * kKv + (i % kChunks) * 8;
-      *reinterpret_cast<uint4*>(s_k + off) = kr[u];
-      *reinterpret_cast<uint4*>(s_v + off) = vr[u];
-    }
-    __syncthreads();
-    if (sub + kSub < n_keys) load_sub(sub + kSub);
-
-    // 3. S = Q K^T, masked.
-    for (int tile = warp; tile < m_tiles * (kSub / 8); tile += kWarps) {
-      const int mi = tile / (kSub / 8);
-      const int ni = tile % (kSub / 8);
-      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      // ldmatrix row addresses: A rows mi * 16 + lane % 16, column half
-      // lane / 16; B (K rows = keys) rows ni * 8 + lane % 8, half (lane / 8) % 2.
-      const bf16* qa = s_q + (mi * 16 + lane % 16) * kKv + (lane / 16) * 8;
-      const bf16* kb = s_k + (ni * 8 + lane % 8) * kKv + ((lane / 8) % 2) * 8;
-#pragma unroll
-      for (int k0 = 0; k0 < kHeadDim; k0 += 16) {
-        uint32_t a0, a1, a2, a3, b0, b1;
-        ldmatrix_x4(qa + k0, a0, a1, a2, a3);
-        ldmatrix_x2(kb + k0, b0, b1);
-        mma_bf16(c, a0, a1, a2, a3, b0, b1);
-      }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int m = mi * 16 + gr + (e >= 2 ? 8 : 0);
-        const int key = ni * 8 + tq * 2 + (e & 1);
-        float s = 0.0f;  // padding query vectors: finite, never written out
-        if (m < n_q) {
-          const int r = m / g;
-          const bool visible =
-              key < n_sub && s_flat[sub + key] >= 0 && start + sub + key <= s_rslot[r] &&
-              (a.sliding_window <= 0 ||
-               s_kpos[sub + key] > static_cast<int64_t>(s_rpos[r]) - a.sliding_window);
-          s = visible ? c[e] * q_scale : -INFINITY;
-        }
-        s_s[m * kS + key] = s;
-      }
-    }
-    __syncthreads();
-
-    // 4. Online softmax, one warp per query vector. P is written as bf16
-    // over the start of the row's own scores (every lane has read its
-    // scores before the shuffles, and writes only after them).
-    static_assert(kSub == 64, "two scores per lane");
-    for (int m = warp; m < n_q; m += kWarps) {
-      const float s0 = s_s[m * kS + lane];
-      const float s1 = s_s[m * kS + lane + 32];
-      const float mx = warp_max(fmaxf(s0, s1));
-      const float m_old = s_max[m];
-      const float m_new = fmaxf(m_old, mx);
-      const float p0 = m_new == -INFINITY ? 0.0f : exp2f(s0 - m_new);
-      const float p1 = m_new == -INFINITY ? 0.0f : exp2f(s1 - m_new);
-      const float l = warp_sum(p0 + p1);
-      bf16* p_row = reinterpret_cast<bf16*>(s_s + m * kS);
-      p_row[lane] = __float2bfloat16(p0);
-      p_row[lane + 32] = __float2bfloat16(p1);
-      if (lane == 0) {
-        const float rescale = m_old == -INFINITY ? 0.0f : exp2f(m_old - m_new);
-        s_rescale[m] = rescale;
-        s_sum[m] = s_sum[m] * rescale + l;
-        s_max[m] = m_new;
-      }
-    }
-    __syncthreads();
-
-    // 5. O = O * rescale + P V.
-    for (int tile = warp; tile < m_tiles * kChunks; tile += kWarps) {
-      const int mi = tile / kChunks;
-      const int ni = tile % kChunks;
-      const int m_lo = mi * 16 + gr;
-      const int m_hi = m_lo + 8;
-      const int n = ni * 8 + tq * 2;
-      float* o_lo = s_o + m_lo * kO + n;
-      float* o_hi = s_o + m_hi * kO + n;
-      const float f_lo = m_lo < n_q ? s_rescale[m_lo] : 0.0f;
-      const float f_hi = m_hi < n_q ? s_rescale[m_hi] : 0.0f;
-      float c[4] = {o_lo[0] * f_lo, o_lo[1] * f_lo, o_hi[0] * f_hi, o_hi[1] * f_hi};
-      // P (bf16, row stride 2 * kS) as A; V rows (keys) k0 + lane % 16 at
-      // dims ni * 8, transposed by ldmatrix into the col-major B fragment.
-      const bf16* pa =
-          reinterpret_cast<const bf16*>(s_s) + (mi * 16 + lane % 16) * (2 * kS) + (lane / 16) * 8;
-      const bf16* vb = s_v + (lane % 16) * kKv + ni * 8;
-#pragma unroll
-      for (int k0 = 0; k0 < kSub; k0 += 16) {
-        uint32_t a0, a1, a2, a3, b0, b1;
-        ldmatrix_x4(pa + k0, a0, a1, a2, a3);
-        ldmatrix_x2_trans(vb + k0 * kKv, b0, b1);
-        mma_bf16(c, a0, a1, a2, a3, b0, b1);
-      }
-      o_lo[0] = c[0];
-      o_lo[1] = c[1];
-      o_hi[0] = c[2];
-      o_hi[1] = c[3];
-    }
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < c.n_tiles) load_tile<kHeadDim>(a, c, smem, s, s);
+    cp_async_commit();
   }
-  __syncthreads();
 
-  // Write out (one partition) or the partials.
-  for (int i = tid; i < n_q * kHeadDim; i += kThreads) {
-    const int32_t m = i / kHeadDim;
-    const int32_t d = i % kHeadDim;
-    const int32_t t = t0 + m / g;
-    const int32_t head = kvh * g + m % g;
-    if (n_parts == 1) {
-      const float l = s_sum[m];
-      a.out[t * a.out_stride + static_cast<int64_t>(head) * kHeadDim + d] =
-          __float2bfloat16(l > 0.0f ? s_o[m * kO + d] / l : 0.0f);
-    } else {
-      float* w = a.workspace + workspace_entry(t, head, part, a.n_heads, n_parts, kHeadDim);
-      w[d] = s_o[m * kO + d];
-      if (d == 0) {
-        w[kHeadDim] = s_max[m];
-        w[kHeadDim + 1] = s_sum[m];
-      }
-    }
+  const int32_t m_tiles = (c.n_q + 15) / 16;
+  if (m_tiles == 1) {
+    run_partition<kHeadDim, 4>(a, c, smem, n_parts);
+  } else if (m_tiles == 2) {
+    run_partition<kHeadDim, 2>(a, c, smem, n_parts);
+  } else {
+    run_partition<kHeadDim, 1>(a, c, smem, n_parts);
   }
 }
 
@@ -373,15 +476,40 @@ void launch(const PagedAttentionArgs& a, int32_t n_parts, cudaStream_t stream) {
 
 }  // namespace
 
+int32_t run_attention_partition_size(const PagedAttentionArgs& a) {
+  if (a.run_partition_size > 0) {
+    SS_CHECK_MSG(a.run_partition_size % kTile == 0 && a.run_partition_size <= kRunMaxPartition &&
+                     a.run_partition_size >= a.partition_size,
+                 "run attention: run_partition_size must be a multiple of 64 in "
+                 "[partition_size, 1024]");
+    return a.run_partition_size;
+  }
+  // The longest partition that still gives about a wave of CTAs (2 per SM
+  // on a 132-SM part), and never under 256 keys: longer partitions amortise
+  // the slot resolve and the pipeline's fill and write fewer split-K
+  // partials. H100, attention_bench, 5-row runs: 32 x 16K 701 / 561 / 499 us
+  // at 256 / 512 / 1024; 8 x 8K 108 / 96 / 83 us (256 CTAs at 1024); 1 x 8K
+  // 28 / 37 / 59 us (128 / 64 / 32 CTAs), and 55 us at 64.
+  const int64_t runs = a.n_runs > 0 ? a.n_runs : a.n_tokens;
+  constexpr int64_t kMinCtas = 256;
+  constexpr int32_t kMinPartition = 256;
+  for (int32_t p = kRunMaxPartition; p > kMinPartition; p /= 2) {
+    const int64_t parts = (a.max_context + p - 1) / p;
+    if (p >= a.partition_size && runs * a.n_kv_heads * parts >= kMinCtas) return p;
+  }
+  return std::max(kMinPartition, a.partition_size);
+}
+
 bool run_attention_supported(int32_t head_dim) {
   return head_dim == 64 || head_dim == 128;
 }
 
 void launch_run_attention(const PagedAttentionArgs& a, int32_t n_parts, cudaStream_t stream) {
   SS_CHECK(a.token_run != nullptr);
-  SS_CHECK_EQ(a.partition_size % kSub, 0);
-  // Q rows are read with 16-byte loads.
-  SS_CHECK(reinterpret_cast<uintptr_t>(a.q) % 16 == 0 && a.q_stride % 8 == 0);
+  SS_CHECK_EQ(a.partition_size % kTile, 0);
+  SS_CHECK_LE(a.partition_size, kRunMaxPartition);
+  // Q is read as bf16 pairs, K/V rows with 16-byte copies.
+  SS_CHECK(reinterpret_cast<uintptr_t>(a.q) % 4 == 0 && a.q_stride % 2 == 0);
   switch (a.head_dim) {
     case 64:
       launch<64>(a, n_parts, stream);

@@ -25,6 +25,15 @@ namespace specstack::cuda {
 // Query vectors (rows x heads of the group) one CTA handles: 4 MMA row tiles.
 constexpr int32_t kRunMaxQueries = 64;
 
+// The largest partition (key slots) the run kernel takes: a CTA resolves its
+// partition's slots into shared memory once.
+constexpr int32_t kRunMaxPartition = 1024;
+
+// The run kernel's partition for these args: args.run_partition_size when
+// set, else the size measured best for the batch (at least
+// args.partition_size, so a workspace sized for that suffices).
+int32_t run_attention_partition_size(const PagedAttentionArgs& args);
+
 // Head dims the run kernel supports (others use the per-row kernel).
 bool run_attention_supported(int32_t head_dim);
 

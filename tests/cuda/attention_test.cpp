@@ -91,6 +91,7 @@ struct AttnCase {
   // ending at its last slot, a decode row of another sequence, and a
   // 20-row prefill chunk, with token_run from paged_attention_runs.
   int32_t verify_rows = 0;
+  int32_t run_partition_size = 0;  // the run kernel's own partition (0: its default)
 };
 
 // Verify runs, decode rows and prefill chunks interleaved as a step lays
@@ -220,6 +221,7 @@ void run_paged_case(const AttnCase& c, uint32_t seed) {
   args.sliding_window = c.window;
   args.max_context = max_context;
   args.partition_size = c.partition_size;
+  args.run_partition_size = c.run_partition_size;
   args.out = d_out.data();
   args.out_stride = out_stride;
   args.workspace = d_ws.data();
@@ -326,6 +328,16 @@ TEST(CudaAttention, RunsMatchCpu) {
   run_paged_case({128, 7, 4, 16, 50, {1000, 40, 300}, 0, 128, 9}, seed++);
   run_paged_case({64, 4, 2, 5, 0, {200, 30, 17, 100}, 0, kPartitionSize, 5}, seed++);
   run_paged_case({128, 2, 2, 16, 0, {200, 30, 17}, 700, kPartitionSize, 5}, seed++);
+  // The run kernel's own longer partitions (split-K partials of 512 / 1024
+  // keys; contexts ending mid-tile and mid-partition; partitions of fewer
+  // tiles than the pipeline has stages at 64).
+  for (int32_t run_partition : {512, 1024}) {
+    run_paged_case(
+        {128, 7, 4, 16, 0, {3000, 40, 1100, 2049, 700, 1025}, 0, kPartitionSize, 5, run_partition},
+        seed++);
+    run_paged_case({64, 4, 2, 16, 100, {2100, 33, 1500}, 300, 128, 9, run_partition}, seed++);
+    run_paged_case({128, 1, 2, 5, 0, {1500, 9, 130}, 0, 64, 17, run_partition}, seed++);
+  }
 }
 
 // The host-side run split (no GPU needed).

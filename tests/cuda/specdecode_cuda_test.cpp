@@ -43,11 +43,12 @@ struct EngineRun {
 
 // Four greedy requests at once, so plain and verify rows share steps with
 // other sequences' rows.
-EngineRun run_all(Engine& engine, bool speculate, int32_t max_tokens) {
+EngineRun run_all(Engine& engine, bool speculate, int32_t max_tokens, int n_requests = 4) {
   std::vector<std::shared_ptr<RequestStream>> streams;
-  for (int r = 0; r < 4; ++r) {
+  for (int r = 0; r < n_requests; ++r) {
     std::vector<int32_t> prompt;
-    for (int j = 0; j < 30 + 41 * r; ++j) prompt.push_back(3 + (j * 29 + r * 13) % 500);
+    for (int j = 0; j < 30 + 41 * (r % 4) + r / 4; ++j)
+      prompt.push_back(3 + (j * 29 + r * 13) % 500);
     SamplingParams params;
     params.temperature = 0;
     params.max_tokens = max_tokens;
@@ -194,6 +195,52 @@ TEST(SpecDecodeCuda, RunAttentionGreedyEqualsPlainUpToANearTie) {
   std::printf("[specdecode-cuda] run attention: %zu/%d tokens identical before any fork\n",
               identical, 4 * kTokens);
   expect_pools_free(engine);
+}
+
+// Decode steps of >= 32 rows take the run kernel too, graph replays
+// included: 32 greedy requests on a head-dim-64 dummy qwen2 decode through
+// batch-32 graphs with it and agree with the per-token kernel
+// (--no-run-attention) up to a bf16 near-tie.
+TEST(SpecDecodeCuda, DecodeGraphsOnTheRunKernelEqualPerTokenUpToANearTie) {
+  SS_REQUIRE_GPU();
+  CpuBackend backend(CpuBackendOptions{1});
+  constexpr int32_t kTokens = 24, kRequests = 32;
+  EngineRun runs[2];
+  for (int run_kernel = 0; run_kernel < 2; ++run_kernel) {
+    ModelInstanceOptions options;
+    options.config_path = testing::test_data("configs/qwen2.5-draft-tiny.json");
+    options.dummy_weights = true;
+    options.kv_tokens = 16384;
+    options.device = Device::kCuda;
+    options.graph_max_context = 1024;
+    options.run_attention = run_kernel == 1;
+    auto created = ModelInstance::create(options, backend);
+    ASSERT_TRUE(created.ok()) << created.message();
+    std::unique_ptr<ModelInstance> model = std::move(created).value();
+    ASSERT_EQ(model->config().head_dim, 64);
+    Engine engine(*model, EngineOptions{});
+    runs[run_kernel] = run_all(engine, false, kTokens, kRequests);
+    auto* cuda_model = dynamic_cast<cuda::CudaModel*>(&model->model());
+    ASSERT_NE(cuda_model, nullptr);
+    EXPECT_GT(cuda_model->graph_replays(), 0);
+    expect_pools_free(engine);
+  }
+  size_t identical = 0;
+  for (size_t r = 0; r < runs[0].tokens.size(); ++r) {
+    ASSERT_EQ(runs[1].tokens[r].size(), size_t(kTokens));
+    size_t i = 0;
+    while (i < runs[0].tokens[r].size() && runs[1].tokens[r][i] == runs[0].tokens[r][i]) ++i;
+    identical += i;
+    if (i == runs[0].tokens[r].size()) continue;
+    const TokenLogprob& at = runs[0].logprobs[r][i];
+    ASSERT_GE(at.top.size(), 2u);
+    EXPECT_LT(at.top[0].second - at.top[1].second, kTieMargin)
+        << "request " << r << " forked at token " << i;
+  }
+  std::printf(
+      "[specdecode-cuda] decode on the run kernel: %zu/%d tokens identical before any fork\n",
+      identical, kRequests * kTokens);
+  EXPECT_GT(identical * 10, size_t(kRequests * kTokens) * 8);
 }
 
 // Sampling with speculation on the GPU: seeded runs reproduce themselves and

@@ -1,0 +1,181 @@
+// attention_bench: the paged attention kernels alone (cuda/attention.h,
+// cuda/verify_attention.h) at the qwen2.5-7b shape (28 heads, 4 kv heads,
+// head dim 128, block 16): B sequences of context L, each with `rows` query
+// rows at its last slots (5 = a K = 4 verify run, 1 = a decode row), block
+// tables shuffled over the pool as a serving pool is. Per point: the
+// per-token kernel and the run kernel at several partition sizes, 3 warm-up
+// calls, then the median of 5 batches of 10 calls timed with CUDA events.
+// Prints microseconds per call (one layer) and the effective KV bandwidth:
+// the bytes of K and V the batch attends over (B x L x kv heads x head dim
+// x 2 x 2 bytes) per second.
+//   build/bench/attention_bench [--points B:L:rows,...]
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/attention.h"
+#include "cuda/cuda_check.h"
+#include "cuda/device_buffer.h"
+#include "cuda/verify_attention.h"
+
+using namespace specstack::cuda;
+
+namespace {
+
+constexpr int32_t kHeads = 28, kKvHeads = 4, kHeadDim = 128, kBlock = 16;
+
+struct Point {
+  int32_t batch, context, rows;
+};
+
+std::vector<Point> parse_points(const char* text) {
+  std::vector<Point> points;
+  std::string s(text);
+  size_t at = 0;
+  while (at < s.size()) {
+    size_t end = s.find(',', at);
+    if (end == std::string::npos) end = s.size();
+    Point p{};
+    if (std::sscanf(s.substr(at, end - at).c_str(), "%d:%d:%d", &p.batch, &p.context, &p.rows) !=
+        3) {
+      std::fprintf(stderr, "attention_bench: --points wants B:L:rows,... (got '%s')\n", text);
+      std::exit(2);
+    }
+    points.push_back(p);
+    at = end + 1;
+  }
+  return points;
+}
+
+template <typename Call>
+double time_us(Call call) {
+  constexpr int kBatch = 10, kBatches = 5;
+  for (int i = 0; i < 3; ++i) call();
+  cudaEvent_t start, stop;
+  SS_CUDA_CHECK(cudaEventCreate(&start));
+  SS_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> per_call;
+  for (int b = 0; b < kBatches; ++b) {
+    SS_CUDA_CHECK(cudaEventRecord(start));
+    for (int i = 0; i < kBatch; ++i) call();
+    SS_CUDA_CHECK(cudaEventRecord(stop));
+    SS_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    SS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    per_call.push_back(1000.0 * ms / kBatch);
+  }
+  SS_CUDA_CHECK(cudaEventDestroy(start));
+  SS_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(per_call.begin(), per_call.end());
+  return per_call[per_call.size() / 2];
+}
+
+void run_point(const Point& p, std::mt19937& rng) {
+  const int32_t blocks_per_seq = (p.context + kBlock - 1) / kBlock;
+  const int32_t n_blocks = p.batch * blocks_per_seq;
+  const size_t kv_elems = size_t(n_blocks) * kBlock * kKvHeads * kHeadDim;
+  // K and V: small random values (the same for every point: only bandwidth matters).
+  std::vector<__nv_bfloat16> host(kv_elems);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (size_t i = 0; i < std::min<size_t>(kv_elems, 1 << 20); ++i)
+    host[i] = __float2bfloat16(dist(rng));
+  for (size_t i = 1 << 20; i < kv_elems; ++i) host[i] = host[i % (1 << 20)];
+  DeviceBuffer<__nv_bfloat16> k(kv_elems), v(kv_elems);
+  k.upload(host);
+  v.upload(host);
+  std::vector<int32_t> positions(size_t(n_blocks) * kBlock);
+  std::vector<int32_t> tables(static_cast<size_t>(n_blocks));
+  std::iota(tables.begin(), tables.end(), 0);
+  std::shuffle(tables.begin(), tables.end(), rng);
+  for (int32_t s = 0; s < p.batch; ++s) {
+    for (int32_t j = 0; j < p.context; ++j) {
+      const int32_t b = tables[size_t(s) * blocks_per_seq + j / kBlock];
+      positions[size_t(b) * kBlock + j % kBlock] = j;
+    }
+  }
+  const int32_t n_tokens = p.batch * p.rows;
+  std::vector<int32_t> seq(n_tokens), slot(n_tokens), run(n_tokens);
+  for (int32_t t = 0; t < n_tokens; ++t) {
+    seq[t] = t / p.rows;
+    slot[t] = p.context - p.rows + t % p.rows;
+  }
+  paged_attention_runs(seq.data(), slot.data(), n_tokens, kHeads / kKvHeads, run.data());
+  const auto n_runs =
+      static_cast<int32_t>(std::count(run.begin(), run.end(), p.rows > 1 ? p.rows : 1));
+  std::vector<__nv_bfloat16> q_host(size_t(n_tokens) * kHeads * kHeadDim);
+  for (auto& x : q_host) x = __float2bfloat16(dist(rng));
+  DeviceBuffer<__nv_bfloat16> q(q_host.size()), out(q_host.size());
+  q.upload(q_host);
+  DeviceBuffer<int32_t> d_pos(positions.size()), d_tables(tables.size()), d_seq(seq.size()),
+      d_slot(slot.size()), d_run(run.size());
+  d_pos.upload(positions);
+  d_tables.upload(tables);
+  d_seq.upload(seq);
+  d_slot.upload(slot);
+  d_run.upload(run);
+  const int32_t partition = paged_attention_partition_size(n_tokens, kKvHeads);
+  DeviceBuffer<float> ws(std::max<size_t>(
+      1, paged_attention_workspace_floats(n_tokens, kHeads, kHeadDim, p.context, partition)));
+
+  PagedAttentionArgs a;
+  a.q = q.data();
+  a.q_stride = int64_t{kHeads} * kHeadDim;
+  a.k_cache = k.data();
+  a.v_cache = v.data();
+  a.slot_positions = d_pos.data();
+  a.block_tables = d_tables.data();
+  a.max_blocks_per_seq = blocks_per_seq;
+  a.token_seq = d_seq.data();
+  a.token_slot = d_slot.data();
+  a.token_pos = d_slot.data();  // positions = slots here
+  a.n_tokens = n_tokens;
+  a.n_heads = kHeads;
+  a.n_kv_heads = kKvHeads;
+  a.head_dim = kHeadDim;
+  a.block_size = kBlock;
+  a.scale = 0.088f;
+  a.max_context = p.context;
+  a.partition_size = partition;
+  a.out = out.data();
+  a.out_stride = int64_t{kHeads} * kHeadDim;
+  a.workspace = ws.data();
+  a.pdl = false;
+  const double bytes = double(p.batch) * p.context * kKvHeads * kHeadDim * 2 * 2;
+  auto report = [&](const char* kernel, int32_t part, double us) {
+    std::printf("| %d | %d | %d | %s | %d | %.1f | %.2f |\n", p.batch, p.context, p.rows, kernel,
+                part, us, bytes / us / 1e6);
+    std::fflush(stdout);
+  };
+  a.token_run = nullptr;
+  report("per-token", partition, time_us([&] { paged_attention(a, nullptr); }));
+  a.token_run = d_run.data();
+  a.n_runs = n_runs;
+  a.run_partition_size = 0;
+  report("run (default)", run_attention_partition_size(a),
+         time_us([&] { paged_attention(a, nullptr); }));
+  for (int32_t part : {256, 512, 1024}) {
+    if (part < partition) continue;
+    a.run_partition_size = part;
+    report("run", part, time_us([&] { paged_attention(a, nullptr); }));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* points = "32:16384:5,64:8192:5,32:8192:5,8:8192:5,1:8192:5,32:16384:1,64:8192:1";
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--points") == 0) points = argv[i + 1];
+  }
+  std::mt19937 rng(1);
+  std::printf("| batch | context | rows | kernel | partition | us | KV TB/s |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  for (const Point& p : parse_points(points)) run_point(p, rng);
+  return 0;
+}
