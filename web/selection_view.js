@@ -31,13 +31,18 @@ function drawHeatStrip(canvas, importance, kept) {
   const context = /** @type {CanvasRenderingContext2D} */ (canvas.getContext("2d"));
   const height = canvas.height;
   context.clearRect(0, 0, width, height);
-  const lo = Math.min(...importance);
-  const hi = Math.max(...importance);
+  // Log scale when every score is positive (attention mass: a few chunks
+  // such as a needle can hold most of it, which a linear scale would leave
+  // as one bright cell on a flat field); linear otherwise.
+  const log = importance.every((v) => v > 0);
+  const scaled = importance.map((v) => (log ? Math.log(v) : v));
+  const lo = Math.min(...scaled);
+  const hi = Math.max(...scaled);
   const n = importance.length;
   for (let i = 0; i < n; ++i) {
     const x0 = Math.floor((i * width) / n);
     const x1 = Math.floor(((i + 1) * width) / n);
-    context.fillStyle = heat(hi > lo ? (importance[i] - lo) / (hi - lo) : 1);
+    context.fillStyle = heat(hi > lo ? (scaled[i] - lo) / (hi - lo) : 1);
     context.fillRect(x0, 6, Math.max(1, x1 - x0), height - 6);
     if (kept[i]) {  // a bright bar over every kept chunk
       context.fillStyle = "#3ddc84";
@@ -92,7 +97,7 @@ export function showSelection(usage) {
   canvas.hidden = false;
   drawHeatStrip(canvas, selection.importance, selection.kept);
   $("selection-legend").textContent =
-    "Heat strip: one cell per chunk, blue = low draft importance, yellow = high; a green bar marks a kept chunk. Below, kept chunks are highlighted.";
+    "Heat strip: one cell per chunk, blue = low draft importance, yellow = high (log scale); a green bar marks a kept chunk. Below, kept chunks are highlighted.";
   /** @type {string[]} */
   const texts = selection.token_texts;
   const nodes = [];
