@@ -39,6 +39,7 @@ struct ServeFlags {
   int64_t kv_blocks = 0;
   double kv_memory_gb = 2.0;
   bool no_access_log = false;
+  bool no_web_ui = false;
   bool chat_content_special_tokens = false;
   int http_threads = 0;  // 0: enough for every running and waiting request
   int stats_interval_s = 10;
@@ -300,6 +301,7 @@ int run_serve(ServeFlags& flags) {
     flags.http.specdecode_usage = flags.draft.specdecode.enabled;
   }
   flags.http.access_log = !flags.no_access_log;
+  flags.http.web_ui = !flags.no_web_ui;
   flags.http.chat_content = flags.chat_content_special_tokens ? ChatContentTokens::kSpecial
                                                               : ChatContentTokens::kPlainText;
   // A request holds its HTTP thread until it ends, and requests beyond the
@@ -487,6 +489,8 @@ std::function<int()> add_serve_command(CLI::App& app) {
                    "are cancelled (default 30; 0: cancel at once)")
       ->check(CLI::Range(0.0, kMaxTimeoutSeconds));
   command->add_flag("--no-access-log", flags->no_access_log, "no stderr line per HTTP response");
+  command->add_flag("--no-web-ui", flags->no_web_ui,
+                    "do not serve the web UI at / (it then answers 404 like any unknown route)");
   command->add_flag("--chat-content-special-tokens", flags->chat_content_special_tokens,
                     "let the text of chat requests (messages, tools, chat_template_kwargs) produce "
                     "special/control "

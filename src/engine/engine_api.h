@@ -69,6 +69,17 @@ struct RequestEvent {
   std::optional<FinishReason> finish;  // set on the choice's last event
 };
 
+// Which chunks speculative prefill kept for one request: what the web UI's
+// SpecPrefill view draws (usage.specprefill.selection, on request). The stage
+// fills it whenever it applies; it is n_chunks floats, nothing next to the
+// scoring that produced them, so no flag has to reach the engine.
+struct SpecPrefillSelection {
+  int64_t chunk = 0;           // tokens per chunk; only the last may be short
+  int64_t first_position = 0;  // P: chunk i covers [P + i * chunk, min(P + (i + 1) * chunk, M))
+  std::vector<float> chunk_scores;   // [n_chunks] mean draft importance per chunk
+  std::vector<int32_t> kept_chunks;  // ascending chunk indices the target prefilled
+};
+
 // What speculative prefill did for one request (usage.specprefill).
 struct SpecPrefillStats {
   bool applied = false;         // the target prefilled only the kept tokens
@@ -76,6 +87,8 @@ struct SpecPrefillStats {
   int64_t kept_tokens = 0;      // of those, prefilled by the target
   double scoring_ms = 0;        // draft prefill + lookahead + scoring wall time
   std::string fallback_reason;  // non-empty when it was attempted and fell back to full prefill
+  // Set when applied. Shared: stats are copied on every stats() read.
+  std::shared_ptr<const SpecPrefillSelection> selection;
 };
 
 // What speculative decoding did for one request, over all choices

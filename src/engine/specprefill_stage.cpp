@@ -122,6 +122,12 @@ SpecPrefillOutcome SpecPrefillStage::finish_job(Job& job) {
   outcome.stats.kept_tokens = static_cast<int64_t>(selection->kept_positions.size());
   outcome.stats.scoring_ms =
       std::chrono::duration<double, std::milli>(Clock::now() - job.start).count();
+  auto chosen = std::make_shared<SpecPrefillSelection>();
+  chosen->chunk = options_.chunk;
+  chosen->first_position = p;
+  chosen->chunk_scores = std::move(selection->chunk_scores);
+  chosen->kept_chunks = std::move(selection->kept_chunks);
+  outcome.stats.selection = std::move(chosen);
   // The lookahead tokens' KV never serves decoding. The prompt's KV goes on
   // to speculative decoding when asked for, else it is freed.
   if (job.keep_draft_kv) {

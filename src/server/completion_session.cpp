@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "server/specprefill_selection.h"
 
 namespace specstack {
 
@@ -266,6 +267,10 @@ UsageCounts CompletionSession::usage() const {
           ended_at_.value_or(std::chrono::steady_clock::now()) - options_.submitted_at)
           .count();
   if (options_.specprefill_usage) usage.specprefill = stats.specprefill;
+  if (options_.specprefill_usage && options_.specprefill_selection) {
+    usage.specprefill_selection =
+        specprefill_selection_json(stats.specprefill, options_.prompt, *tokenizer_);
+  }
   if (options_.specdecode_usage) usage.speculative = stats.speculative;
   return usage;
 }

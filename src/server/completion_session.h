@@ -38,6 +38,10 @@ struct SessionOptions {
   int64_t prompt_tokens = 0;
   bool specprefill_usage = false;  // usage carries the engine's SpecPrefillStats
   bool specdecode_usage = false;   // usage carries the engine's SpecDecodeStats
+  // usage.specprefill carries the selection (with specprefill_usage); `prompt`
+  // is then the prompt's ids, for the selection's token texts.
+  bool specprefill_selection = false;
+  std::vector<int32_t> prompt;
   // The request ends with kFinishTimeout at this time; timeout_seconds is the
   // budget it came from (for the error message). Unset: no deadline.
   std::optional<std::chrono::steady_clock::time_point> deadline;

@@ -21,6 +21,7 @@
 #include "server/process_memory.h"
 #include "server/staged_server.h"
 #include "server/structured_output.h"
+#include "server/web_assets.h"
 
 namespace specstack {
 namespace {
@@ -212,6 +213,12 @@ void HttpServer::Impl::handle_completion(ApiEndpoint endpoint, const httplib::Re
   SessionOptions session_options = session_options_for(*request, std::move(header));
   session_options.specprefill_usage = options.specprefill_usage;
   session_options.specdecode_usage = options.specdecode_usage;
+  if (options.specprefill_usage && request->specprefill_return_selection) {
+    session_options.specprefill_selection = true;
+    session_options.prompt = request->options.prompt;
+    // The selection rides in the usage chunk, so a stream that asks for it gets one.
+    session_options.include_usage = true;
+  }
   const double timeout = request->timeout_seconds.value_or(options.request_timeout_seconds);
   if (timeout > 0) {
     session_options.timeout_seconds = timeout;
@@ -338,6 +345,22 @@ void HttpServer::Impl::setup_routes() {
     res.set_content(render_prometheus(metrics, counters.snapshot(), rates, memory, connections),
                     "text/plain; version=0.0.4; charset=utf-8");
   });
+
+  // The web UI. Open like /health: the page itself holds no secret, and it
+  // asks for the API key before its first /v1 call.
+  if (options.web_ui) {
+    server.Get(R"(/|/assets/[A-Za-z0-9_.-]+)", [](const httplib::Request& req,
+                                                  httplib::Response& res) {
+      const WebAsset* asset = find_web_asset(req.path);
+      if (asset == nullptr) {
+        return send_error(res, make_api_error(404, fmt::format("Unknown route: GET {}", req.path)));
+      }
+      WebResponse web = web_asset_response(*asset, req.get_header_value("If-None-Match"));
+      res.status = web.status;
+      for (auto& [name, value] : web.headers) res.set_header(name, value);
+      if (web.status == 200) res.set_content(std::string(web.body), std::string(web.content_type));
+    });
+  }
 
   // Known paths with the wrong method get 405 instead of httplib's 404.
   auto not_allowed = [](const char* allow) {

@@ -1,8 +1,8 @@
 // The OpenAI-compatible HTTP server (cpp-httplib): POST /v1/completions,
 // POST /v1/chat/completions (SSE when stream is true), GET /v1/models,
-// GET /health and GET /metrics. Worker threads parse and tokenize requests,
-// submit them to the InferenceEngine and turn its token streams into text;
-// they never touch model state. httplib stays out of this header.
+// GET /health and GET /metrics, and the web UI at / (web_assets.h). Worker threads parse and
+// tokenize requests, submit them to the InferenceEngine and turn its token streams into text; they
+// never touch model state. httplib stays out of this header.
 #pragma once
 
 #include <chrono>
@@ -53,6 +53,10 @@ struct HttpServerOptions {
   // request cancelled even while it waits in the queue.
   std::chrono::milliseconds heartbeat_interval{1000};
   bool access_log = false;  // one stderr line per response
+  // Serve the built-in web UI (web_assets.h) at / and /assets/. Off here so a
+  // server built in a test answers only the API; `serve` turns it on unless
+  // --no-web-ui.
+  bool web_ui = false;
   // The engine has a draft for speculative prefill: usage gains `specprefill`.
   bool specprefill_usage = false;
   // The engine runs speculative decoding (--spec-decode): usage gains `speculative`.

@@ -276,6 +276,9 @@ Result<OpenAiRequest> parse_openai_request(ApiEndpoint endpoint, std::string_vie
   if (n) SS_TRY(check_integer_range("n", *n, 1, kMaxChoices));
   options.n = static_cast<int32_t>(n.value_or(1));
   SS_TRY(parse_specprefill(body, options.specprefill));
+  SS_ASSIGN_OR_RETURN(std::optional<bool> return_selection,
+                      get_bool(body, "specprefill_return_selection"));
+  request.specprefill_return_selection = return_selection.value_or(false);
   SS_TRY(parse_specdecode(body, options.specdecode));
   SS_ASSIGN_OR_RETURN(request.timeout_seconds, parse_timeout(body));
   std::string structured_param;

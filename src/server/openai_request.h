@@ -52,6 +52,13 @@ struct OpenAiRequest {
   // `timeout` (seconds, top level or extra_body): the request's own deadline,
   // in place of the server's --request-timeout. Unset: the server's.
   std::optional<double> timeout_seconds;
+  // `specprefill_return_selection` (top level or extra_body): usage.specprefill
+  // gains `selection`, the chunks speculative prefill kept (specprefill_selection.h).
+  // Accepted and ignored on a server without a draft, like the other
+  // speculative controls: there is nothing to select, and usage.specprefill
+  // (where it would go) is absent there too. A stream that asks for it gets
+  // the usage chunk even without stream_options.include_usage.
+  bool specprefill_return_selection = false;
 };
 
 // Limits on what one request may ask for.

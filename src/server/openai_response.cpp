@@ -127,7 +127,10 @@ OrderedJson usage_json(const UsageCounts& usage) {
   OrderedJson details = OrderedJson::object();
   details["cached_tokens"] = usage.cached_tokens;
   out["prompt_tokens_details"] = std::move(details);
-  if (usage.specprefill) out["specprefill"] = specprefill_json(*usage.specprefill);
+  if (usage.specprefill) {
+    out["specprefill"] = specprefill_json(*usage.specprefill);
+    if (usage.specprefill_selection) out["specprefill"]["selection"] = *usage.specprefill_selection;
+  }
   if (usage.speculative) out["speculative"] = speculative_json(*usage.speculative);
   // Rounded to the microsecond: enough for a latency, short on the wire.
   auto ms = [](const std::optional<double>& value) {

@@ -45,6 +45,9 @@ struct UsageCounts {
   // Set only when the server has a draft (speculative prefill configured):
   // usage.specprefill is absent otherwise, so plain servers keep OpenAI's shape.
   std::optional<SpecPrefillStats> specprefill{};
+  // usage.specprefill.selection, set only when the request asked for it
+  // (specprefill_selection.h); beside specprefill, never without it.
+  std::optional<OrderedJson> specprefill_selection{};
   // Set only when the server runs speculative decoding (--spec-decode), for
   // the same reason: usage.speculative is absent otherwise.
   std::optional<SpecDecodeStats> speculative{};
@@ -69,7 +72,8 @@ const char* finish_reason_name(FinishReason reason);
 
 // {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details:
 // {cached_tokens}} plus, when usage.specprefill is set, specprefill: {applied,
-// prompt_tokens, kept_tokens, scoring_ms, fallback_reason (string or null)},
+// prompt_tokens, kept_tokens, scoring_ms, fallback_reason (string or null),
+// selection (only when specprefill_selection is set)},
 // and when usage.speculative is set, speculative: {draft_tokens,
 // accepted_tokens, acceptance_rate} (acceptance_rate 0 when nothing was drafted),
 // and always, last, timing: {queue_ms, ttft_ms, total_ms} (null until known).

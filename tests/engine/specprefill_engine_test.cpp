@@ -119,6 +119,14 @@ TEST(SpecPrefillEngine, SparsePrefillKeepsTheReferenceChunksAtOriginalPositions)
   EXPECT_EQ(run(engine, request, &stats), expected);
   EXPECT_TRUE(stats.specprefill.applied);
   EXPECT_EQ(stats.specprefill.kept_tokens, 109);
+  // The selection the web UI draws: the same reference chunks, one score per
+  // chunk of the 333-token prompt.
+  ASSERT_NE(stats.specprefill.selection, nullptr);
+  const SpecPrefillSelection& selection = *stats.specprefill.selection;
+  EXPECT_EQ(selection.chunk, 32);
+  EXPECT_EQ(selection.first_position, 0);
+  EXPECT_EQ(selection.chunk_scores.size(), 11u);
+  EXPECT_EQ(selection.kept_chunks, golden_ids("score.kept_chunks_union_first_last"));
   EXPECT_EQ(engine.metrics().specprefill_applied_total, 1);
   EXPECT_EQ(engine.metrics().specprefill_tokens_saved_total, 333 - 109);
   expect_pools_free(engine, *pair.draft);
@@ -170,6 +178,7 @@ TEST(SpecPrefillEngine, FailuresFallBackToFullPrefillWithAReason) {
     RequestStats stats;
     EXPECT_EQ(run(engine, request, &stats), expected);
     EXPECT_FALSE(stats.specprefill.applied);
+    EXPECT_EQ(stats.specprefill.selection, nullptr);  // nothing was selected
     EXPECT_NE(stats.specprefill.fallback_reason.find("injected"), std::string::npos);
     EXPECT_EQ(engine.metrics().specprefill_fallback_total, 1);
     expect_pools_free(engine, *pair.draft);
@@ -220,6 +229,18 @@ TEST(SpecPrefillEngine, CachedPrefixIsReusedAndOnlyTheSuffixIsScored) {
   EXPECT_EQ(stats.specprefill.prompt_tokens, 333 - 192);
   EXPECT_EQ(stats.cached_tokens, 192);
   EXPECT_LT(stats.specprefill.kept_tokens, 333 - 192);
+  // The selection's chunks start after the cached prefix, and the kept ones
+  // add up to kept_tokens (only the last chunk is short).
+  ASSERT_NE(stats.specprefill.selection, nullptr);
+  const SpecPrefillSelection& selection = *stats.specprefill.selection;
+  EXPECT_EQ(selection.first_position, 192);
+  EXPECT_EQ(selection.chunk_scores.size(), static_cast<size_t>((333 - 192 + 31) / 32));
+  int64_t kept = 0;
+  for (int32_t c : selection.kept_chunks) {
+    const int64_t start = 192 + int64_t{c} * 32;
+    kept += std::min<int64_t>(start + 32, 333) - start;
+  }
+  EXPECT_EQ(kept, stats.specprefill.kept_tokens);
   expect_pools_free(engine, *pair.draft);
 }
 
