@@ -74,16 +74,16 @@ class SchemaCompiler {
     if (!root.ok()) return root.error();
     std::string out = options_.root_rule + " ::= " + *root + "\n";
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
-    return out + kPrimitives;
+    return options_.with_primitives ? out + kPrimitives : out;
   }
 
  private:
   std::string new_rule(const std::string& hint, std::string body) {
     std::string base;
     for (char c : hint) base += std::isalnum(static_cast<unsigned char>(c)) ? c : '-';
-    std::string name = "s-" + base;
+    std::string name = options_.rule_prefix + base;
     for (int i = 2; rules_.count(name) != 0 || reserved_.count(name) != 0; ++i) {
-      name = fmt::format("s-{}-{}", base, i);
+      name = fmt::format("{}{}-{}", options_.rule_prefix, base, i);
     }
     rules_[name] = std::move(body);
     return name;
@@ -514,6 +514,10 @@ class SchemaCompiler {
 Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema,
                                         const JsonSchemaOptions& options) {
   return SchemaCompiler(schema, options).compile();
+}
+
+std::string json_schema_primitives_gbnf() {
+  return kPrimitives;
 }
 
 std::string json_object_gbnf() {

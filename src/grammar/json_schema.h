@@ -36,11 +36,19 @@ struct JsonSchemaOptions {
   // The rule matching the document. Another name lets a caller embed the
   // document in a grammar of its own (tool calls wrap it in markers).
   std::string root_rule = "root";
+  std::string rule_prefix = "s-";  // of the rules made for the schema
+  // Append the shared rules (ws, string, value, ...). Off when several
+  // schemas go into one grammar, which then appends
+  // json_schema_primitives_gbnf() once.
+  bool with_primitives = true;
 };
 
 // The grammar text; errors name the keyword and its JSON pointer.
 Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema,
                                         const JsonSchemaOptions& options = {});
+
+// The shared rules every schema grammar refers to.
+std::string json_schema_primitives_gbnf();
 
 // Any JSON object (response_format json_object).
 std::string json_object_gbnf();

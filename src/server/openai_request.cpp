@@ -5,6 +5,7 @@
 #include "server/chat_prompt.h"
 #include "server/request_fields.h"
 #include "server/structured_output.h"
+#include "server/tool_request.h"
 #include "specprefill/policy.h"
 
 namespace specstack {
@@ -288,7 +289,36 @@ Result<OpenAiRequest> parse_openai_request(ApiEndpoint endpoint, std::string_vie
 
   // The prompt last: tokenizing and rendering are the expensive part.
   if (endpoint == ApiEndpoint::kApiChatCompletions) {
-    SS_ASSIGN_OR_RETURN(options.prompt, chat_prompt_ids(body, model));
+    std::string param;
+    auto tools = parse_tool_request(body, param);
+    auto prompt = tools.ok() ? chat_prompt_ids(body, model, *tools, &param)
+                             : Result<std::vector<int32_t>>(tools.error());
+    if (prompt.ok() && tools->active()) {
+      param = "tools";
+      if (!model.tool_format) prompt = make_error("'tools': " + model.tool_format_error);
+    }
+    if (prompt.ok() && tools->forced()) {
+      param = "tool_choice";
+      if (options.constraint != nullptr) {
+        prompt = make_error(
+            "'tool_choice' required or a named function cannot be combined with a "
+            "'response_format' other than text or a 'grammar'");
+      } else if (model.grammars == nullptr) {
+        prompt = make_error("'tool_choice' required or a named function is not supported here");
+      } else if (auto gbnf = tool_call_gbnf(*tools, *model.tool_format); !gbnf.ok()) {
+        prompt = gbnf.error();
+      } else if (auto forced = model.grammars->get(*gbnf); !forced.ok()) {
+        prompt = errorf("the tool-call grammar does not compile: {}", forced.message());
+      } else {
+        options.constraint = std::move(forced).value();
+      }
+    }
+    if (!prompt.ok()) {
+      if (error_param != nullptr && !param.empty()) *error_param = param;
+      return prompt.error();
+    }
+    if (tools->active()) request.tool_calls = model.tool_format;
+    options.prompt = std::move(prompt).value();
   } else {
     SS_ASSIGN_OR_RETURN(options.prompt, completion_prompt_ids(body, model));
   }
