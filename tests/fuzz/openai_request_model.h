@@ -15,6 +15,7 @@
 #include "base/status.h"
 #include "chat/chat_template.h"
 #include "server/openai_request.h"
+#include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace specstack::fuzzing {
@@ -54,6 +55,8 @@ inline Result<std::unique_ptr<FuzzServedModel>> make_fuzz_served_model(
   }
   SS_ASSIGN_OR_RETURN(ChatTemplate chat_template,
                       ChatTemplate::parse(config["chat_template"].get<std::string>()));
+  SS_ASSIGN_OR_RETURN(ToolCallFormat tool_format,
+                      detect_tool_call_format(config["chat_template"].get<std::string>()));
 
   auto model = std::make_unique<FuzzServedModel>();
   model->tokenizer = std::make_unique<Tokenizer>(std::move(tokenizer));
@@ -63,6 +66,7 @@ inline Result<std::unique_ptr<FuzzServedModel>> make_fuzz_served_model(
   model->served.name = "tiny";
   model->served.max_context = kFuzzMaxContext;
   model->served.vocab_size = model->tokenizer->vocab_size();
+  model->served.tool_format = tool_format;
   return model;
 }
 
