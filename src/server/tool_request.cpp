@@ -65,8 +65,11 @@ Result<ToolFunction> parse_tool(const OrderedJson& tool, size_t i) {
   out.strict = strict.value_or(false);
   SS_ASSIGN_OR_RETURN(const OrderedJson* parameters, get_object(*function, "parameters"));
   out.parameters = parameters != nullptr ? *parameters : OrderedJson{{"type", "object"}};
-  // Compile now: a schema the compiler refuses is the request's error.
-  auto compiled = compile_call(out, ToolCallFormat::kToolCallHermes, "tool-call");
+  // Compile now, alone (so errors point into it): a schema the compiler
+  // refuses is the request's error even when nothing forces a call.
+  grammar::JsonSchemaOptions options;
+  options.strict = out.strict;
+  auto compiled = grammar::json_schema_to_gbnf(out.parameters, options);
   if (!compiled.ok()) {
     return errorf("Invalid 'tools[{}].function.parameters': {}", i, compiled.message());
   }
