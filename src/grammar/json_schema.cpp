@@ -481,7 +481,7 @@ class SchemaCompiler {
   const std::set<std::string> reserved_ = {
       "root",   "ws",      "char",    "string", "integral-part", "decimal-part",
       "number", "integer", "boolean", "null",   "value",         "object",
-      "array",  "date",    "time",    "hex",    "uuid",          "tool-call"};
+      "array",  "date",    "time",    "hex",    "uuid"};
   const std::set<std::string, std::less<>> known_ = {"type",
                                                      "properties",
                                                      "required",

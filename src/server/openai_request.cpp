@@ -258,6 +258,35 @@ Status resolve_max_tokens(const OrderedJson& body, ApiEndpoint endpoint, int64_t
   return Status::ok_status();
 }
 
+// Chat: the tools, the rendered prompt and, when a call is forced, its
+// grammar. On error, `param` names the field at fault ("" for others).
+Status parse_chat_prompt(const OrderedJson& body, const ServedModel& model, OpenAiRequest& request,
+                         std::string& param) {
+  SS_ASSIGN_OR_RETURN(ToolRequest tools, parse_tool_request(body, param));
+  SS_ASSIGN_OR_RETURN(request.options.prompt, chat_prompt_ids(body, model, tools, &param));
+  if (!tools.active()) return Status::ok_status();
+  param = "tools";
+  if (!model.tool_format) return make_error("'tools': " + model.tool_format_error);
+  request.tool_calls = model.tool_format;
+  param = "tool_choice";
+  if (tools.forced()) {
+    if (request.options.constraint != nullptr) {
+      return make_error(
+          "'tool_choice' required or a named function cannot be combined with a "
+          "'response_format' other than text or a 'grammar'");
+    }
+    if (model.grammars == nullptr) {
+      return make_error("'tool_choice' required or a named function is not supported here");
+    }
+    SS_ASSIGN_OR_RETURN(std::string gbnf, tool_call_gbnf(tools, *model.tool_format));
+    auto forced = model.grammars->get(gbnf);
+    if (!forced.ok()) return errorf("the tool-call grammar does not compile: {}", forced.message());
+    request.options.constraint = std::move(forced).value();
+  }
+  param.clear();
+  return Status::ok_status();
+}
+
 }  // namespace
 
 Result<OpenAiRequest> parse_openai_request(ApiEndpoint endpoint, std::string_view body_text,
@@ -290,35 +319,10 @@ Result<OpenAiRequest> parse_openai_request(ApiEndpoint endpoint, std::string_vie
   // The prompt last: tokenizing and rendering are the expensive part.
   if (endpoint == ApiEndpoint::kApiChatCompletions) {
     std::string param;
-    auto tools = parse_tool_request(body, param);
-    auto prompt = tools.ok() ? chat_prompt_ids(body, model, *tools, &param)
-                             : Result<std::vector<int32_t>>(tools.error());
-    if (prompt.ok() && tools->active()) {
-      param = "tools";
-      if (!model.tool_format) prompt = make_error("'tools': " + model.tool_format_error);
-    }
-    if (prompt.ok() && tools->forced()) {
-      param = "tool_choice";
-      if (options.constraint != nullptr) {
-        prompt = make_error(
-            "'tool_choice' required or a named function cannot be combined with a "
-            "'response_format' other than text or a 'grammar'");
-      } else if (model.grammars == nullptr) {
-        prompt = make_error("'tool_choice' required or a named function is not supported here");
-      } else if (auto gbnf = tool_call_gbnf(*tools, *model.tool_format); !gbnf.ok()) {
-        prompt = gbnf.error();
-      } else if (auto forced = model.grammars->get(*gbnf); !forced.ok()) {
-        prompt = errorf("the tool-call grammar does not compile: {}", forced.message());
-      } else {
-        options.constraint = std::move(forced).value();
-      }
-    }
-    if (!prompt.ok()) {
+    if (Status status = parse_chat_prompt(body, model, request, param); !status.ok()) {
       if (error_param != nullptr && !param.empty()) *error_param = param;
-      return prompt.error();
+      return status.error();
     }
-    if (tools->active()) request.tool_calls = model.tool_format;
-    options.prompt = std::move(prompt).value();
   } else {
     SS_ASSIGN_OR_RETURN(options.prompt, completion_prompt_ids(body, model));
   }
