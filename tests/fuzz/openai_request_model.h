@@ -15,6 +15,7 @@
 #include "base/status.h"
 #include "chat/chat_template.h"
 #include "server/openai_request.h"
+#include "server/structured_output.h"
 #include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
@@ -25,7 +26,8 @@ inline constexpr int64_t kFuzzMaxContext = 1024;
 struct FuzzServedModel {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<ChatTemplate> chat_template;
-  ServedModel served;  // points into the two above
+  std::unique_ptr<GrammarCache> grammars;  // response_format, grammar, forced tool calls
+  ServedModel served;                      // points into the three above
 };
 
 inline Result<std::string> read_fuzz_data_file(const std::string& path) {
@@ -67,6 +69,8 @@ inline Result<std::unique_ptr<FuzzServedModel>> make_fuzz_served_model(
   model->served.max_context = kFuzzMaxContext;
   model->served.vocab_size = model->tokenizer->vocab_size();
   model->served.tool_format = tool_format;
+  model->grammars = std::make_unique<GrammarCache>(*model->tokenizer);
+  model->served.grammars = model->grammars.get();
   return model;
 }
 
