@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "grammar/matcher.h"
 #include "server/errors.h"
 #include "server/openai_request.h"
 #include "server_test_util.h"
@@ -85,6 +86,25 @@ TEST_F(StructuredOutputTest, JsonSchemaAndJsonObjectAndGrammarCompile) {
   auto third = parse(schema);
   ASSERT_TRUE(third.ok());
   EXPECT_NE(third->options.constraint, first->options.constraint);
+}
+
+// OpenAI's strict flag: true forbids undeclared properties unless the schema
+// allows them; false, or absent (OpenAI's default), follows JSON schema and
+// allows them unless additionalProperties says otherwise.
+TEST_F(StructuredOutputTest, StrictDecidesAdditionalProperties) {
+  auto admits_extra = [&](const std::string& strict) {
+    auto request = parse(R"({"prompt": "x", "response_format": {"type": "json_schema",
+        "json_schema": {"name": "p", )" +
+                         strict + R"("schema": {"type": "object",
+        "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}})");
+    EXPECT_TRUE(request.ok()) << request.message();
+    if (!request.ok()) return false;
+    grammar::GrammarMatcher m(request->options.constraint->grammar());
+    return m.accept_bytes(R"({"a": 1, "b": [true]})") && m.can_end();
+  };
+  EXPECT_FALSE(admits_extra(R"("strict": true, )"));
+  EXPECT_TRUE(admits_extra(R"("strict": false, )"));
+  EXPECT_TRUE(admits_extra(""));
 }
 
 TEST_F(StructuredOutputTest, ErrorsNameTheParam) {
