@@ -2,9 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <functional>
 #include <map>
 #include <set>
 
+#include "grammar/integer_range.h"
+#include "grammar/schema_disjoint.h"
 #include "grammar/schema_pattern.h"
 
 namespace specstack::grammar {
@@ -14,18 +18,20 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 // The primitives every schema grammar shares (llama.cpp's definitions).
+// Values end at their last byte: whitespace belongs to the containers (after
+// a key, a value, an opening bracket), so nothing may follow the root value.
 constexpr const char* kPrimitives = R"(ws ::= ("" | " " | "\n" [ \t]{0,20})
 char ::= [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})
-string ::= "\"" char* "\"" ws
+string ::= "\"" char* "\""
 integral-part ::= [0] | [1-9] [0-9]{0,15}
 decimal-part ::= [0-9]{1,16}
-number ::= "-"? integral-part ("." decimal-part)? ([eE] [-+]? [0-9]{1,2})? ws
-integer ::= "-"? integral-part ws
-boolean ::= ("true" | "false") ws
-null ::= "null" ws
+number ::= "-"? integral-part ("." decimal-part)? ([eE] [-+]? [0-9]{1,2})?
+integer ::= "-"? integral-part
+boolean ::= ("true" | "false")
+null ::= "null"
 value ::= object | array | string | number | boolean | null
-object ::= "{" ws (string ":" ws value ("," ws string ":" ws value)*)? "}" ws
-array ::= "[" ws (value ("," ws value)*)? "]" ws
+object ::= "{" ws (string ws ":" ws value ws ("," ws string ws ":" ws value ws)*)? "}"
+array ::= "[" ws (value ws ("," ws value ws)*)? "]"
 date ::= [0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [1-2] [0-9] | "3" [0-1])
 time ::= ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? ("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9])
 hex ::= [0-9a-fA-F]
@@ -60,23 +66,24 @@ std::string literal(const std::string& text) {
 
 class SchemaCompiler {
  public:
-  explicit SchemaCompiler(const Json& root) : root_(root) {}
+  SchemaCompiler(const Json& root, const JsonSchemaOptions& options)
+      : root_(root), options_(options) {}
 
   Result<std::string> compile() {
     auto root = visit(root_, "root-value", "#");
     if (!root.ok()) return root.error();
-    std::string out = "root ::= " + *root + "\n";
+    std::string out = options_.root_rule + " ::= " + *root + "\n";
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
-    return out + kPrimitives;
+    return options_.with_primitives ? out + kPrimitives : out;
   }
 
  private:
   std::string new_rule(const std::string& hint, std::string body) {
     std::string base;
     for (char c : hint) base += std::isalnum(static_cast<unsigned char>(c)) ? c : '-';
-    std::string name = "s-" + base;
+    std::string name = options_.rule_prefix + base;
     for (int i = 2; rules_.count(name) != 0 || reserved_.count(name) != 0; ++i) {
-      name = fmt::format("s-{}-{}", base, i);
+      name = fmt::format("{}{}-{}", options_.rule_prefix, base, i);
     }
     rules_[name] = std::move(body);
     return name;
@@ -115,6 +122,7 @@ class SchemaCompiler {
       if (!list.is_array() || list.empty()) {
         return errorf("JSON schema '{}' at '{}' must be a non-empty array", key, pointer);
       }
+      if (std::string_view(key) == "oneOf") SS_TRY(check_one_of(list, pointer));
       std::string alts;
       for (size_t i = 0; i < list.size(); ++i) {
         auto alt = visit(list[i], hint, fmt::format("{}/{}/{}", pointer, key, i));
@@ -123,7 +131,7 @@ class SchemaCompiler {
       }
       return "(" + alts + ")";
     }
-    if (schema.contains("const")) return literal(schema["const"].dump()) + " ws";
+    if (schema.contains("const")) return literal(schema["const"].dump());
     if (schema.contains("enum")) {
       const Json& list = schema["enum"];
       if (!list.is_array() || list.empty()) {
@@ -131,9 +139,13 @@ class SchemaCompiler {
       }
       std::string alts;
       for (size_t i = 0; i < list.size(); ++i) alts += (i ? " | " : "") + literal(list[i].dump());
-      return "(" + alts + ") ws";
+      return "(" + alts + ")";
     }
     if (!schema.contains("type")) {
+      for (const char* key :
+           {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}) {
+        if (schema.contains(key)) return unsupported(pointer, key, "needs \"type\": \"integer\"");
+      }
       if (schema.contains("properties")) return visit_object(schema, hint, pointer);
       if (schema.contains("items")) return visit_array(schema, hint, pointer);
       return std::string("value");
@@ -160,7 +172,8 @@ class SchemaCompiler {
     if (type == "object") return visit_object(schema, hint, pointer);
     if (type == "array") return visit_array(schema, hint, pointer);
     if (type == "string") return visit_string(schema, hint, pointer);
-    if (type == "number" || type == "integer" || type == "boolean" || type == "null") {
+    if (type == "integer") return visit_integer(schema, pointer);
+    if (type == "number" || type == "boolean" || type == "null") {
       for (const char* key :
            {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}) {
         if (schema.contains(key)) return unsupported(pointer, key);
@@ -168,6 +181,57 @@ class SchemaCompiler {
       return type;
     }
     return errorf("JSON schema 'type' at '{}': unknown type '{}'", pointer, type);
+  }
+
+  // oneOf compiles as alternation, which is exact only when no document can
+  // match two branches; otherwise the request is refused (anyOf says what
+  // the grammar can promise).
+  Status check_one_of(const Json& list, const std::string& pointer) const {
+    for (size_t i = 0; i < list.size(); ++i) {
+      for (size_t j = i + 1; j < list.size(); ++j) {
+        if (schemas_disjoint(list[i], list[j], root_)) continue;
+        return errorf(
+            "JSON schema 'oneOf' at '{}': branches {} and {} may both match a document, and "
+            "exactly-one cannot be enforced; oneOf is supported when its branches differ in "
+            "type, in const/enum values or in a required property's const/enum values (use "
+            "anyOf otherwise)",
+            pointer, i, j);
+      }
+    }
+    return Status::ok_status();
+  }
+
+  // minimum / maximum / exclusiveMinimum / exclusiveMaximum (draft 6+
+  // numbers) compile into the digits themselves (grammar/integer_range.h).
+  Result<std::string> visit_integer(const Json& schema, const std::string& pointer) {
+    if (schema.contains("multipleOf")) return unsupported(pointer, "multipleOf");
+    std::optional<int64_t> lo, hi;
+    for (const char* key : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+      if (!schema.contains(key)) continue;
+      const Json& v = schema[key];
+      if (!v.is_number() || std::abs(v.get<double>()) > double(kMaxJsonInteger)) {
+        return errorf("JSON schema '{}' at '{}' must be a number within +-{}", key, pointer,
+                      kMaxJsonInteger);
+      }
+      const double d = v.get<double>();
+      const std::string_view name = key;
+      if (name == "minimum" || name == "exclusiveMinimum") {
+        // The smallest integer allowed: ceil(d), or the next one when exclusive.
+        const double c = std::ceil(d);
+        const int64_t bound = int64_t(c) + (name == "exclusiveMinimum" && c == d ? 1 : 0);
+        lo = lo ? std::max(*lo, bound) : bound;
+      } else {
+        const double f = std::floor(d);
+        const int64_t bound = int64_t(f) - (name == "exclusiveMaximum" && f == d ? 1 : 0);
+        hi = hi ? std::min(*hi, bound) : bound;
+      }
+    }
+    if (!lo && !hi) return std::string("integer");
+    if (std::max(lo.value_or(-kMaxJsonInteger), -kMaxJsonInteger) >
+        std::min(hi.value_or(kMaxJsonInteger), kMaxJsonInteger)) {
+      return errorf("JSON schema at '{}': the integer bounds admit no value", pointer);
+    }
+    return integer_range_gbnf(lo, hi);
   }
 
   Result<std::string> visit_ref(const Json& schema, const std::string& pointer) {
@@ -241,7 +305,7 @@ class SchemaCompiler {
       for (const auto& [key, sub] : p.items()) {
         auto value = visit(sub, hint + "-" + key, pointer + "/properties/" + key);
         if (!value.ok()) return value;
-        props.emplace_back(literal(Json(key).dump()) + " ws \":\" ws " + *value, key);
+        props.emplace_back(literal(Json(key).dump()) + " ws \":\" ws " + *value + " ws", key);
         required.push_back(required_names.count(key) != 0);
       }
     }
@@ -254,14 +318,21 @@ class SchemaCompiler {
       }
     }
     std::string extra;  // one additional key-value pair, or empty when not allowed
+    std::vector<std::string> names;
+    for (const auto& [unused, key] : props) names.push_back(key);
+    // Non-strict (OpenAI's strict: false) follows JSON schema's own default:
+    // extra keys are allowed unless the schema says otherwise.
+    if (!options_.strict && !schema.contains("additionalProperties")) {
+      extra = extra_key(names, hint) + " ws \":\" ws value ws";
+    }
     if (schema.contains("additionalProperties")) {
       const Json& a = schema["additionalProperties"];
       if (a.is_boolean()) {
-        if (a.get<bool>()) extra = "string \":\" ws value";
+        if (a.get<bool>()) extra = extra_key(names, hint) + " ws \":\" ws value ws";
       } else {
         auto value = visit(a, hint + "-additional", pointer + "/additionalProperties");
         if (!value.ok()) return value;
-        extra = "string \":\" ws " + *value;
+        extra = extra_key(names, hint) + " ws \":\" ws " + *value + " ws";
       }
     }
     // S_i: properties i.. when none was written yet; T_i: after at least one
@@ -284,7 +355,46 @@ class SchemaCompiler {
       const std::string s_body = kv + " " + t[i + 1] + (required[i] ? "" : " | " + s[i + 1]);
       s[i] = new_rule(hint + "-from-" + props[i].second, s_body);
     }
-    return new_rule(hint, "\"{\" ws " + s[0] + " \"}\" ws");
+    return new_rule(hint, "\"{\" ws " + s[0] + " \"}\"");
+  }
+
+  // The key of an additional property: any string but a declared name (a
+  // declared property must match its own schema, not the extras'). A trie
+  // over the names: at each node the key may go on into a child, leave the
+  // trie with any other character, or close where no name ends. Escapes are
+  // not allowed in extra keys, so "\u0061" cannot spell a declared "a".
+  std::string extra_key(const std::vector<std::string>& names, const std::string& hint) {
+    // The trie steps bytes and the class below is over code points, which
+    // agree for printable ASCII only; other names keep the plain string (an
+    // extra key may then repeat such a name).
+    bool ascii = true;
+    for (const std::string& name : names) {
+      for (unsigned char c : name) ascii = ascii && c >= 0x20 && c < 0x7F && c != '"' && c != '\\';
+    }
+    if (names.empty() || !ascii) return "string";
+    const std::string free = new_rule(hint + "-key-free", "[^\"\\\\\\x7F\\x00-\\x1F]* \"\\\"\"");
+    std::function<std::string(const std::string&)> node = [&](const std::string& prefix) {
+      std::map<unsigned char, bool> next;  // child byte -> a name continues through it
+      bool ends = false;
+      for (const std::string& name : names) {
+        if (name.compare(0, prefix.size(), prefix) != 0) continue;
+        if (name.size() == prefix.size())
+          ends = true;
+        else
+          next[static_cast<unsigned char>(name[prefix.size()])] = true;
+      }
+      std::string alts, excluded;
+      for (const auto& [c, unused] : next) {
+        alts += (alts.empty() ? "" : " | ") + literal(std::string(1, char(c))) + " " +
+                node(prefix + char(c));
+        excluded += fmt::format("\\x{:02X}", c);
+      }
+      alts += std::string(alts.empty() ? "" : " | ") + "[^\"\\\\\\x7F\\x00-\\x1F" + excluded +
+              "] " + free;
+      if (!ends) alts += " | \"\\\"\"";
+      return new_rule(hint + "-key", alts);
+    };
+    return "\"\\\"\" " + node("");
   }
 
   Result<std::string> visit_array(const Json& schema, const std::string& hint,
@@ -317,14 +427,14 @@ class SchemaCompiler {
     const std::string item_rule = new_rule(hint + "-item", item);
     std::string body = "\"[\" ws ";
     if (*max == 0) {
-      body += "\"]\" ws";
+      body += "\"]\"";
       return new_rule(hint, body);
     }
     const std::string rest_min = std::to_string(std::max<int64_t>(*min - 1, 0));
     const std::string rest_max = *max < 0 ? "" : std::to_string(*max - 1);
     const std::string list =
-        item_rule + " (\",\" ws " + item_rule + "){" + rest_min + "," + rest_max + "}";
-    body += (*min == 0 ? "(" + list + ")?" : list) + " \"]\" ws";
+        item_rule + " ws (\",\" ws " + item_rule + " ws){" + rest_min + "," + rest_max + "}";
+    body += (*min == 0 ? "(" + list + ")?" : list) + " \"]\"";
     return new_rule(hint, body);
   }
 
@@ -334,9 +444,9 @@ class SchemaCompiler {
       const Json& f = schema["format"];
       const std::string format = f.is_string() ? f.get<std::string>() : "";
       if (format == "date" || format == "time" || format == "uuid") {
-        return "\"\\\"\" " + format + " \"\\\"\" ws";
+        return "\"\\\"\" " + format + " \"\\\"\"";
       }
-      if (format == "date-time") return std::string("\"\\\"\" date \"T\" time \"\\\"\" ws");
+      if (format == "date-time") return std::string("\"\\\"\" date \"T\" time \"\\\"\"");
       return unsupported(
           pointer, "format",
           fmt::format("'{}' is not supported (date, time, date-time, uuid are)", f.dump()));
@@ -347,7 +457,7 @@ class SchemaCompiler {
       }
       auto expr = pattern_to_gbnf(schema["pattern"].get<std::string>());
       if (!expr.ok()) return errorf("JSON schema 'pattern' at '{}': {}", pointer, expr.message());
-      return new_rule(hint, "\"\\\"\" " + *expr + " \"\\\"\" ws");
+      return new_rule(hint, "\"\\\"\" " + *expr + " \"\\\"\"");
     }
     int64_t min = 0, max = -1;
     for (const char* key : {"minLength", "maxLength"}) {
@@ -361,30 +471,53 @@ class SchemaCompiler {
     if (max >= 0 && max < min)
       return errorf("JSON schema at '{}': maxLength is below minLength", pointer);
     if (min == 0 && max < 0) return std::string("string");
-    return fmt::format("\"\\\"\" char{{{},{}}} \"\\\"\" ws", min,
-                       max < 0 ? "" : std::to_string(max));
+    return fmt::format("\"\\\"\" char{{{},{}}} \"\\\"\"", min, max < 0 ? "" : std::to_string(max));
   }
 
   const Json& root_;
+  const JsonSchemaOptions& options_;
   std::map<std::string, std::string> rules_;
   std::map<std::string, std::string> ref_rules_;
   const std::set<std::string> reserved_ = {
       "root",   "ws",      "char",    "string", "integral-part", "decimal-part",
       "number", "integer", "boolean", "null",   "value",         "object",
       "array",  "date",    "time",    "hex",    "uuid"};
-  const std::set<std::string, std::less<>> known_ = {
-      "type",     "properties",  "required",  "additionalProperties",
-      "enum",     "const",       "items",     "minItems",
-      "maxItems", "minLength",   "maxLength", "format",
-      "pattern",  "anyOf",       "oneOf",     "$ref",
-      "$defs",    "definitions", "strict"};
+  const std::set<std::string, std::less<>> known_ = {"type",
+                                                     "properties",
+                                                     "required",
+                                                     "additionalProperties",
+                                                     "enum",
+                                                     "const",
+                                                     "items",
+                                                     "minItems",
+                                                     "maxItems",
+                                                     "minLength",
+                                                     "maxLength",
+                                                     "format",
+                                                     "pattern",
+                                                     "anyOf",
+                                                     "oneOf",
+                                                     "$ref",
+                                                     "$defs",
+                                                     "definitions",
+                                                     "strict",
+                                                     "minimum",
+                                                     "maximum",
+                                                     "exclusiveMinimum",
+                                                     "exclusiveMaximum",
+                                                     "multipleOf"};
   int depth_ = 0;
 };
 
 }  // namespace
 
-Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema) {
-  return SchemaCompiler(schema).compile();
+Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema,
+                                        const JsonSchemaOptions& options) {
+  return SchemaCompiler(schema, options).compile();
+}
+
+std::string json_schema_primitives_gbnf() {
+  return kPrimitives;
 }
 
 std::string json_object_gbnf() {

@@ -56,6 +56,42 @@ Status cut_after_final_content(ChatRender& rendered, const OrderedJson& messages
   return {};
 }
 
+// An assistant message's tool_calls as the templates expect them:
+// function.arguments an object (clients send the JSON string OpenAI returned).
+Status normalize_tool_calls(OrderedJson& message, size_t index) {
+  const auto calls = message.find("tool_calls");
+  if (calls == message.end() || calls->is_null()) return {};
+  if (!calls->is_array()) return errorf("'messages[{}].tool_calls' must be an array", index);
+  for (size_t j = 0; j < calls->size(); ++j) {
+    OrderedJson& call = (*calls)[j];
+    const auto function = call.is_object() ? call.find("function") : call.end();
+    if (!call.is_object() || function == call.end() || !function->is_object() ||
+        !function->contains("name") || !(*function)["name"].is_string()) {
+      return errorf(
+          "'messages[{}].tool_calls[{}]' must be {{\"function\": {{\"name\": ..., "
+          "\"arguments\": ...}}}}",
+          index, j);
+    }
+    auto arguments = function->find("arguments");
+    if (arguments != function->end() && arguments->is_string()) {
+      OrderedJson parsed =
+          OrderedJson::parse(arguments->get_ref<const std::string&>(), nullptr, false);
+      if (!parsed.is_object()) {
+        return errorf(
+            "'messages[{}].tool_calls[{}].function.arguments' must be a JSON object encoded as a "
+            "string",
+            index, j);
+      }
+      *arguments = std::move(parsed);
+    }
+  }
+  if (const auto content = message.find("content");
+      content == message.end() || content->is_null()) {
+    message["content"] = "";
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<OrderedJson> normalize_messages(const OrderedJson& body) {
@@ -79,12 +115,23 @@ Result<OrderedJson> normalize_messages(const OrderedJson& body) {
     if (const auto content = message.find("content"); content != message.end()) {
       SS_ASSIGN_OR_RETURN(copy["content"], flatten_content(*content, i));
     }
+    if (*role == "assistant") SS_TRY(normalize_tool_calls(copy, i));
+    if (*role == "tool") {
+      // OpenAI sends it; the templates of the supported families do not
+      // print it, so a client that leaves it out is not refused.
+      const auto id = message.find("tool_call_id");
+      if (id != message.end() && !id->is_string()) {
+        return errorf("'messages[{}].tool_call_id' must be a string (the id of the call answered)",
+                      i);
+      }
+    }
     normalized.push_back(std::move(copy));
   }
   return normalized;
 }
 
-Result<std::vector<int32_t>> chat_prompt_ids(const OrderedJson& body, const ServedModel& model) {
+Result<std::vector<int32_t>> chat_prompt_ids(const OrderedJson& body, const ServedModel& model,
+                                             const ToolRequest& tools, std::string* error_param) {
   if (model.chat_template == nullptr) {
     return errorf("this model cannot serve chat completions: {}", model.chat_template_error.empty()
                                                                       ? "it has no chat template"
@@ -105,12 +152,7 @@ Result<std::vector<int32_t>> chat_prompt_ids(const OrderedJson& body, const Serv
   context["add_generation_prompt"] = add_generation_prompt.value_or(!continue_final_message);
   context["bos_token"] = model.tokenizer->bos_token();
   context["eos_token"] = model.tokenizer->eos_token();
-  if (const auto tools = body.find("tools"); tools != body.end() && !tools->is_null()) {
-    if (!tools->is_array()) {
-      return errorf("'tools' must be an array, got {}", json_type_name(*tools));
-    }
-    context["tools"] = *tools;
-  }
+  if (tools.active()) context["tools"] = body["tools"];
   // Every string the request supplies is user text; bos_token, eos_token and
   // add_generation_prompt come from the server.
   std::vector<std::string> kwarg_keys;
@@ -128,6 +170,19 @@ Result<std::vector<int32_t>> chat_prompt_ids(const OrderedJson& body, const Serv
   auto rendered = model.chat_template->render_marked(context, user_text_keys);
   if (!rendered.ok()) {
     return errorf("the chat template could not render these messages: {}", rendered.message());
+  }
+  if (tools.active()) {
+    // A template that ignores `tools` would hide them from the model, which
+    // then could only be forced into calls it was never told about.
+    OrderedJson without = context;
+    without.erase("tools");
+    auto plain = model.chat_template->render(without);
+    if (plain.ok() && *plain == rendered->text) {
+      if (error_param != nullptr) *error_param = "tools";
+      return make_error(
+          "'tools': this model's chat template does not render tools, so it cannot do tool "
+          "calling");
+    }
   }
   if (continue_final_message) SS_TRY(cut_after_final_content(*rendered, messages));
   EncodeOptions encode;  // the template writes BOS itself

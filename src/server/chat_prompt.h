@@ -13,14 +13,24 @@
 #include "base/status.h"
 #include "server/openai_request.h"
 #include "server/request_fields.h"
+#include "server/tool_request.h"
 
 namespace specstack {
 
 // Content given as an array of parts is flattened to one string: text parts
 // joined with "\n" (as vLLM does for templates that expect strings); any other
-// part type is rejected.
+// part type is rejected. Assistant `tool_calls` have their JSON-string
+// `function.arguments` parsed into objects (the Qwen and Llama templates
+// print them with tojson, as vLLM passes them), a null content becomes ""
+// there; a `role: "tool"` message's `tool_call_id`, if any, is a string.
 Result<OrderedJson> normalize_messages(const OrderedJson& body);
 
-Result<std::vector<int32_t>> chat_prompt_ids(const OrderedJson& body, const ServedModel& model);
+// The prompt. Tools are rendered when `tools.active()` (tool_choice "none"
+// offers none, as OpenAI). A template that renders active tools no
+// differently from no tools cannot do tool calling: an error, with
+// *error_param set to "tools".
+Result<std::vector<int32_t>> chat_prompt_ids(const OrderedJson& body, const ServedModel& model,
+                                             const ToolRequest& tools = {},
+                                             std::string* error_param = nullptr);
 
 }  // namespace specstack

@@ -9,7 +9,9 @@ namespace specstack {
 
 struct CompletionSession::Choice {
   Choice(const Tokenizer& tokenizer, const SessionOptions& options)
-      : decoder(tokenizer, options.skip_special_tokens), stops(options.stop_strings) {}
+      : decoder(tokenizer, options.skip_special_tokens), stops(options.stop_strings) {
+    if (options.tool_calls) tools = std::make_unique<ToolCallStream>(*options.tool_calls);
+  }
 
   StreamDecoder decoder;
   StopStringMatcher stops;
@@ -19,6 +21,8 @@ struct CompletionSession::Choice {
   int64_t n_tokens = 0;                    // consumed tokens (up to the stop string)
   std::optional<FinishReason> finish;      // as the client sees it
   bool engine_finished = false;            // the engine sent this choice's last event
+  std::unique_ptr<ToolCallStream> tools;   // chat with tools: holds back calls
+  std::vector<ToolCall> tool_calls;        // parsed when the choice ended
 };
 
 SessionOptions session_options_for(const OpenAiRequest& request, ResponseHeader header) {
@@ -31,6 +35,7 @@ SessionOptions session_options_for(const OpenAiRequest& request, ResponseHeader 
   options.skip_special_tokens = request.skip_special_tokens;
   options.stop_strings = request.options.params.stop_strings;
   options.prompt_tokens = static_cast<int64_t>(request.options.prompt.size());
+  options.tool_calls = request.tool_calls;
   return options;
 }
 
@@ -82,9 +87,10 @@ ChoiceOutput CompletionSession::finish_unfinished(size_t index, FinishReason rea
   ChoiceOutput out;
   out.index = static_cast<int32_t>(index);
   out.text = choice.stops.push(choice.decoder.flush()) + choice.stops.flush();
-  choice.text += out.text;
   choice.finish = reason;
   out.finish = reason;
+  settle_tool_calls(choice, out);
+  choice.text += out.text;
   return out;
 }
 
@@ -143,6 +149,16 @@ void CompletionSession::append_logprobs(Choice& choice, const TokenLogprob& logp
   choice.logprobs.push_back(std::move(item));
 }
 
+void CompletionSession::settle_tool_calls(Choice& choice, ChoiceOutput& out) {
+  if (!choice.tools) return;
+  out.text = choice.tools->push(out.text);
+  if (!choice.finish) return;
+  ParsedToolOutput parsed = choice.tools->finish();
+  if (parsed.content) out.text += *parsed.content;
+  choice.tool_calls = parsed.calls;
+  out.tool_calls = std::move(parsed.calls);
+}
+
 ChoiceOutput CompletionSession::apply(const RequestEvent& event) {
   SS_CHECK_GE(event.choice, 0);
   SS_CHECK_LT(event.choice, options_.n);
@@ -171,8 +187,9 @@ ChoiceOutput CompletionSession::apply(const RequestEvent& event) {
     // A stop string completed by the flushed text still means "stop".
     choice.finish = choice.stops.stopped() ? FinishReason::kFinishStop : *event.finish;
   }
-  choice.text += out.text;
   out.finish = choice.finish;
+  settle_tool_calls(choice, out);
+  choice.text += out.text;
   if (choice.finish && all_choices_finished() && !all_engine_finished()) cancel();
   return out;
 }
@@ -227,7 +244,26 @@ std::string CompletionSession::poll_stream(std::chrono::milliseconds timeout) {
   for (const ChoiceOutput& delta : outputs) {
     // Events of a choice that already ended come back empty, without finish.
     if (delta.text.empty() && delta.logprobs.empty() && !delta.finish) continue;
-    out += sse_event(stream_chunk(options_.header, delta, want_logprobs, options_.include_usage));
+    if (delta.tool_calls.empty()) {
+      out += sse_event(stream_chunk(options_.header, delta, want_logprobs, options_.include_usage));
+      continue;
+    }
+    // Text before the calls, the calls, then the finish on a chunk of its own.
+    ChoiceOutput head = delta;
+    head.finish.reset();
+    head.tool_calls.clear();
+    if (!head.text.empty() || !head.logprobs.empty()) {
+      out += sse_event(stream_chunk(options_.header, head, want_logprobs, options_.include_usage));
+    }
+    for (const OrderedJson& chunk : tool_call_chunks(options_.header, delta.index, delta.tool_calls,
+                                                     0, options_.include_usage)) {
+      out += sse_event(chunk);
+    }
+    ChoiceOutput tail;
+    tail.index = delta.index;
+    tail.finish = delta.finish;
+    tail.tool_calls = delta.tool_calls;  // for finish_reason "tool_calls"
+    out += sse_event(stream_chunk(options_.header, tail, false, options_.include_usage));
   }
   if (all_choices_finished()) {
     note_end();
@@ -283,6 +319,7 @@ OrderedJson CompletionSession::response() const {
     out.text = choices_[i]->text;
     out.logprobs = choices_[i]->logprobs;
     out.finish = choices_[i]->finish;
+    out.tool_calls = choices_[i]->tool_calls;
     outputs.push_back(std::move(out));
   }
   return completion_response(options_.header, outputs, usage(), options_.top_logprobs >= 0);

@@ -23,6 +23,7 @@
 #include "engine/sampler.h"
 #include "server/errors.h"
 #include "server/openai_response.h"
+#include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace specstack {
@@ -46,6 +47,9 @@ struct SessionOptions {
   // budget it came from (for the error message). Unset: no deadline.
   std::optional<std::chrono::steady_clock::time_point> deadline;
   double timeout_seconds = 0;
+  // Chat with tools: each choice's output is parsed for calls in this format
+  // (message.tool_calls / delta.tool_calls, finish_reason "tool_calls").
+  std::optional<ToolCallFormat> tool_calls;
   // usage.timing.total_ms counts from here. Set before the engine submit, so
   // the total is never below the engine's queue_ms and ttft_ms, which count
   // from inside submit.
@@ -91,6 +95,9 @@ class CompletionSession {
   struct Choice;
   // Applies one event; returns the choice's new output (text, logprobs, finish).
   ChoiceOutput apply(const RequestEvent& event);
+  // Chat with tools: passes out.text through the choice's ToolCallStream
+  // and, once the choice has finished, adds the parsed calls to `out`.
+  void settle_tool_calls(Choice& choice, ChoiceOutput& out);
   void append_logprobs(Choice& choice, const TokenLogprob& logprob, ChoiceOutput& out) const;
   bool all_choices_finished() const;
   bool all_engine_finished() const;

@@ -22,6 +22,7 @@
 #include "server/staged_server.h"
 #include "server/structured_output.h"
 #include "server/web_assets.h"
+#include "server/tool_calls.h"
 
 namespace specstack {
 namespace {
@@ -77,6 +78,11 @@ struct HttpServer::Impl {
     } else if (auto parsed = ChatTemplate::parse(tokenizer.chat_template()); parsed.ok()) {
       chat_template.emplace(std::move(parsed).value());
       served.chat_template = &*chat_template;
+      if (auto format = detect_tool_call_format(tokenizer.chat_template()); format.ok()) {
+        served.tool_format = *format;
+      } else {
+        served.tool_format_error = format.message();
+      }
     } else {
       served.chat_template_error = "its chat template does not parse: " + parsed.message();
     }

@@ -5,6 +5,7 @@
 #include "server/chat_prompt.h"
 #include "server/request_fields.h"
 #include "server/structured_output.h"
+#include "server/tool_request.h"
 #include "specprefill/policy.h"
 
 namespace specstack {
@@ -257,6 +258,35 @@ Status resolve_max_tokens(const OrderedJson& body, ApiEndpoint endpoint, int64_t
   return Status::ok_status();
 }
 
+// Chat: the tools, the rendered prompt and, when a call is forced, its
+// grammar. On error, `param` names the field at fault ("" for others).
+Status parse_chat_prompt(const OrderedJson& body, const ServedModel& model, OpenAiRequest& request,
+                         std::string& param) {
+  SS_ASSIGN_OR_RETURN(ToolRequest tools, parse_tool_request(body, param));
+  SS_ASSIGN_OR_RETURN(request.options.prompt, chat_prompt_ids(body, model, tools, &param));
+  if (!tools.active()) return Status::ok_status();
+  param = "tools";
+  if (!model.tool_format) return make_error("'tools': " + model.tool_format_error);
+  request.tool_calls = model.tool_format;
+  param = "tool_choice";
+  if (tools.forced()) {
+    if (request.options.constraint != nullptr) {
+      return make_error(
+          "'tool_choice' required or a named function cannot be combined with a "
+          "'response_format' other than text or a 'grammar'");
+    }
+    if (model.grammars == nullptr) {
+      return make_error("'tool_choice' required or a named function is not supported here");
+    }
+    SS_ASSIGN_OR_RETURN(std::string gbnf, tool_call_gbnf(tools, *model.tool_format));
+    auto forced = model.grammars->get(gbnf);
+    if (!forced.ok()) return errorf("the tool-call grammar does not compile: {}", forced.message());
+    request.options.constraint = std::move(forced).value();
+  }
+  param.clear();
+  return Status::ok_status();
+}
+
 }  // namespace
 
 Result<OpenAiRequest> parse_openai_request(ApiEndpoint endpoint, std::string_view body_text,
@@ -291,7 +321,11 @@ Result<OpenAiRequest> parse_openai_request(ApiEndpoint endpoint, std::string_vie
 
   // The prompt last: tokenizing and rendering are the expensive part.
   if (endpoint == ApiEndpoint::kApiChatCompletions) {
-    SS_ASSIGN_OR_RETURN(options.prompt, chat_prompt_ids(body, model));
+    std::string param;
+    if (Status status = parse_chat_prompt(body, model, request, param); !status.ok()) {
+      if (error_param != nullptr && !param.empty()) *error_param = param;
+      return status.error();
+    }
   } else {
     SS_ASSIGN_OR_RETURN(options.prompt, completion_prompt_ids(body, model));
   }

@@ -12,6 +12,7 @@
 #include "base/status.h"
 #include "chat/chat_template.h"
 #include "engine/engine_api.h"
+#include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace specstack {
@@ -41,6 +42,10 @@ struct ServedModel {
   ChatContentTokens chat_content = ChatContentTokens::kPlainText;
   // Compiles response_format / grammar constraints; null: such requests get a 400.
   GrammarCache* grammars = nullptr;
+  // The chat template's tool-call format (server/tool_calls.h); unset: chat
+  // requests with tools get a 400 saying tool_format_error.
+  std::optional<ToolCallFormat> tool_format;
+  std::string tool_format_error = "this model's chat template has no tool-call format";
 };
 
 struct OpenAiRequest {
@@ -59,6 +64,9 @@ struct OpenAiRequest {
   // (where it would go) is absent there too. A stream that asks for it gets
   // the usage chunk even without stream_options.include_usage.
   bool specprefill_return_selection = false;
+  // Chat with tools offered (tool_choice not "none"): the output is parsed
+  // for calls in this format.
+  std::optional<ToolCallFormat> tool_calls;
 };
 
 // Limits on what one request may ask for.
@@ -71,8 +79,9 @@ inline constexpr double kMaxTimeoutSeconds = 604800;  // `timeout`: a week, far 
 // Errors: kErrorInvalidArgument (400) for malformed JSON, invalid UTF-8, wrong
 // types, out-of-range values and prompt + max_tokens over the context;
 // kErrorNotFound (404) for a `model` other than the served one. When the
-// error is about response_format or grammar, *error_param names that field
-// (OpenAI's error "param"); other errors leave it alone.
+// error is about response_format, grammar, tools, tool_choice or
+// parallel_tool_calls, *error_param names that field (OpenAI's error
+// "param"); other errors leave it alone.
 Result<OpenAiRequest> parse_openai_request(ApiEndpoint endpoint, std::string_view body,
                                            const ServedModel& model,
                                            std::string* error_param = nullptr);

@@ -69,7 +69,9 @@ OrderedJson completion_logprobs(const std::vector<TokenLogprobText>& logprobs,
   return out;
 }
 
-OrderedJson finish_json(const std::optional<FinishReason>& finish) {
+OrderedJson finish_json(const ChoiceOutput& choice) {
+  const std::optional<FinishReason>& finish = choice.finish;
+  if (finish == FinishReason::kFinishStop && !choice.tool_calls.empty()) return "tool_calls";
   return finish ? OrderedJson(finish_reason_name(*finish)) : OrderedJson(nullptr);
 }
 
@@ -162,13 +164,22 @@ OrderedJson completion_response(const ResponseHeader& header,
       OrderedJson message = OrderedJson::object();
       message["role"] = "assistant";
       message["content"] = choice.text;
+      if (!choice.tool_calls.empty()) {
+        // OpenAI: content is null when the answer is only calls.
+        const size_t first = choice.text.find_first_not_of(" \t\r\n");
+        const size_t last = choice.text.find_last_not_of(" \t\r\n");
+        message["content"] = first == std::string::npos
+                                 ? OrderedJson(nullptr)
+                                 : OrderedJson(choice.text.substr(first, last - first + 1));
+        message["tool_calls"] = tool_calls_json(choice.tool_calls);
+      }
       item["message"] = std::move(message);
     } else {
       item["text"] = choice.text;
     }
     item["logprobs"] =
         want_logprobs ? logprobs_json(header.endpoint, choice.logprobs, 0) : OrderedJson(nullptr);
-    item["finish_reason"] = finish_json(choice.finish);
+    item["finish_reason"] = finish_json(choice);
     list.push_back(std::move(item));
   }
   out["choices"] = std::move(list);
@@ -195,12 +206,51 @@ OrderedJson stream_chunk(const ResponseHeader& header, const ChoiceOutput& delta
   item["logprobs"] = want_logprobs && !delta.logprobs.empty()
                          ? logprobs_json(header.endpoint, delta.logprobs, delta.text_offset)
                          : OrderedJson(nullptr);
-  item["finish_reason"] = finish_json(delta.finish);
+  item["finish_reason"] = finish_json(delta);
   OrderedJson list = OrderedJson::array();
   list.push_back(std::move(item));
   out["choices"] = std::move(list);
   if (with_null_usage) out["usage"] = nullptr;
   return out;
+}
+
+std::vector<OrderedJson> tool_call_chunks(const ResponseHeader& header, int32_t index,
+                                          const std::vector<ToolCall>& calls, size_t first_call,
+                                          bool with_null_usage) {
+  std::vector<OrderedJson> chunks;
+  auto chunk_with = [&](OrderedJson call_delta) {
+    OrderedJson delta = OrderedJson::object();
+    delta["tool_calls"] = OrderedJson::array({std::move(call_delta)});
+    OrderedJson item = OrderedJson::object();
+    item["index"] = index;
+    item["delta"] = std::move(delta);
+    item["logprobs"] = nullptr;
+    item["finish_reason"] = nullptr;
+    OrderedJson out = header_json(header, "chat.completion.chunk");
+    out["choices"] = OrderedJson::array({std::move(item)});
+    if (with_null_usage) out["usage"] = nullptr;
+    chunks.push_back(std::move(out));
+  };
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const ToolCall& call = calls[i];
+    OrderedJson opening = OrderedJson::object();
+    opening["index"] = first_call + i;
+    opening["id"] = call.id;
+    opening["type"] = "function";
+    opening["function"] = OrderedJson{{"name", call.name}, {"arguments", ""}};
+    chunk_with(std::move(opening));
+    for (size_t at = 0; at < call.arguments.size();) {
+      size_t end = std::min(call.arguments.size(), at + kToolCallArgumentPiece);
+      // Never split a UTF-8 character between two pieces.
+      while (end < call.arguments.size() && (call.arguments[end] & 0xC0) == 0x80) ++end;
+      OrderedJson piece = OrderedJson::object();
+      piece["index"] = first_call + i;
+      piece["function"] = OrderedJson{{"arguments", call.arguments.substr(at, end - at)}};
+      chunk_with(std::move(piece));
+      at = end;
+    }
+  }
+  return chunks;
 }
 
 OrderedJson usage_chunk(const ResponseHeader& header, const UsageCounts& usage) {

@@ -13,6 +13,7 @@
 #include "engine/engine_api.h"
 #include "server/openai_request.h"
 #include "server/request_fields.h"
+#include "server/tool_calls.h"
 
 namespace specstack {
 
@@ -63,6 +64,12 @@ struct ChoiceOutput {
   std::vector<TokenLogprobText> logprobs;
   int64_t text_offset = 0;  // completions logprobs: offset of this output in the choice's text
   std::optional<FinishReason> finish;
+  // Chat with tools: the calls parsed out of the choice's output (whole
+  // response: all of them, message.content then null unless text came
+  // before them; streamed: the calls this output completes, sent by
+  // tool_call_chunks()). A choice that stopped with calls finishes with
+  // "tool_calls".
+  std::vector<ToolCall> tool_calls;
 };
 
 // "stop", "length"; "timeout" when the request's deadline cut it, "shutdown"
@@ -94,6 +101,16 @@ OrderedJson completion_response(const ResponseHeader& header,
 // was set, so every chunk but the last carries "usage": null.
 OrderedJson stream_chunk(const ResponseHeader& header, const ChoiceOutput& delta,
                          bool want_logprobs, bool with_null_usage);
+
+// The chunks that stream `calls` of choice `index` as OpenAI does: per call a
+// delta {tool_calls: [{index, id, type, function: {name, arguments: ""}}]},
+// then its arguments in pieces of at most kToolCallArgumentPiece bytes
+// ({tool_calls: [{index, function: {arguments}}]}); `first_call` is the
+// tool-call index of calls[0].
+inline constexpr size_t kToolCallArgumentPiece = 32;
+std::vector<OrderedJson> tool_call_chunks(const ResponseHeader& header, int32_t index,
+                                          const std::vector<ToolCall>& calls, size_t first_call,
+                                          bool with_null_usage);
 
 // The final usage chunk of a stream with include_usage: no choices.
 OrderedJson usage_chunk(const ResponseHeader& header, const UsageCounts& usage);

@@ -50,9 +50,13 @@ Result<std::string> response_format_grammar(const OrderedJson& format) {
     return param_error("'response_format.json_schema.schema' must be a JSON schema object",
                        "response_format");
   }
-  // Strict or not, the output follows the schema exactly (strict mode's
-  // additionalProperties: false is the default either way).
-  auto gbnf = grammar::json_schema_to_gbnf(*schema);
+  // OpenAI: strict (false unless given) forbids properties the schema does
+  // not declare unless it allows them; non-strict follows JSON schema's own
+  // default, so extra properties are allowed unless additionalProperties
+  // says otherwise. Either way the output matches the schema.
+  grammar::JsonSchemaOptions options;
+  options.strict = strict != spec->end() && strict->is_boolean() && strict->get<bool>();
+  auto gbnf = grammar::json_schema_to_gbnf(*schema, options);
   if (!gbnf.ok()) {
     return param_error("Invalid 'response_format': " + gbnf.message(), "response_format");
   }

@@ -6,6 +6,8 @@
 // schema and not the grammar. Speculative decoding turns itself off for them.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "backend/cpu/cpu_backend.h"
 #include "engine/engine.h"
 #include "golden_run.h"
@@ -174,6 +176,51 @@ TEST(GrammarEngine, IgnoreEosEndsWhenTheDocumentIsComplete) {
   const std::string text = f.tokenizer->decode(out.tokens[0], true);
   EXPECT_TRUE(text == R"({"k": true})" || text == R"({"k": false})") << text;
   EXPECT_EQ(out.finish[0], FinishReason::kFinishStop);
+}
+
+// Logprobs of a constrained request are the model's own (the unmasked
+// distribution, as vLLM reports them): they say how much the grammar had to
+// overrule the model. The first token of an object schema (one of the few
+// that start with "{") is not reported as near-certain, and the alternatives
+// include tokens the grammar rejected.
+TEST(GrammarEngine, LogprobsAreTheUnmaskedModels) {
+  Fixture& f = fixture();
+  Engine engine(*f.model, EngineOptions{});
+  RequestOptions options;
+  options.prompt = f.tokenizer->encode("Once upon a time", true);
+  options.params.max_tokens = 40;
+  options.params.temperature = 0;
+  options.top_logprobs = 5;
+  options.constraint = constraint_for(Json::parse(kSchemas[0]));
+  auto stream = engine.submit(options);
+  ASSERT_TRUE(stream.ok());
+  std::vector<TokenLogprob> logprobs;
+  std::vector<int32_t> tokens;
+  while (!(*stream)->done()) {
+    auto event = (*stream)->next(5000ms);
+    if (!event) continue;
+    tokens.insert(tokens.end(), event->tokens.begin(), event->tokens.end());
+    logprobs.insert(logprobs.end(), event->logprobs.begin(), event->logprobs.end());
+  }
+  ASSERT_EQ(logprobs.size(), tokens.size());
+  ASSERT_FALSE(logprobs.empty());
+  EXPECT_EQ(f.tokenizer->decode({tokens[0]}, true).substr(0, 1), "{");
+  // Masked, the few tokens starting with "{" would share (nearly) all the mass.
+  EXPECT_LT(logprobs[0].logprob, -1.0f);
+  int n_rejected_alternatives = 0;
+  for (const auto& [token, logprob] : logprobs[0].top) {
+    if (token == tokens[0]) continue;
+    EXPECT_TRUE(std::isfinite(logprob));  // masked, they would be -inf
+    ++n_rejected_alternatives;
+  }
+  EXPECT_GE(n_rejected_alternatives, 4);
+  // Greedy on the masked logits still picked the best allowed token, which
+  // the raw ranking need not put first.
+  bool overruled = false;
+  for (size_t i = 0; i < logprobs.size(); ++i) {
+    overruled = overruled || (!logprobs[i].top.empty() && logprobs[i].top[0].first != tokens[i]);
+  }
+  EXPECT_TRUE(overruled);
 }
 
 TEST(GrammarEngine, SpeculativeDecodingIsOffForConstrainedRequests) {

@@ -15,6 +15,8 @@
 #include "base/status.h"
 #include "chat/chat_template.h"
 #include "server/openai_request.h"
+#include "server/structured_output.h"
+#include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace specstack::fuzzing {
@@ -24,7 +26,8 @@ inline constexpr int64_t kFuzzMaxContext = 1024;
 struct FuzzServedModel {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<ChatTemplate> chat_template;
-  ServedModel served;  // points into the two above
+  std::unique_ptr<GrammarCache> grammars;  // response_format, grammar, forced tool calls
+  ServedModel served;                      // points into the three above
 };
 
 inline Result<std::string> read_fuzz_data_file(const std::string& path) {
@@ -54,6 +57,8 @@ inline Result<std::unique_ptr<FuzzServedModel>> make_fuzz_served_model(
   }
   SS_ASSIGN_OR_RETURN(ChatTemplate chat_template,
                       ChatTemplate::parse(config["chat_template"].get<std::string>()));
+  SS_ASSIGN_OR_RETURN(ToolCallFormat tool_format,
+                      detect_tool_call_format(config["chat_template"].get<std::string>()));
 
   auto model = std::make_unique<FuzzServedModel>();
   model->tokenizer = std::make_unique<Tokenizer>(std::move(tokenizer));
@@ -63,6 +68,9 @@ inline Result<std::unique_ptr<FuzzServedModel>> make_fuzz_served_model(
   model->served.name = "tiny";
   model->served.max_context = kFuzzMaxContext;
   model->served.vocab_size = model->tokenizer->vocab_size();
+  model->served.tool_format = tool_format;
+  model->grammars = std::make_unique<GrammarCache>(*model->tokenizer);
+  model->served.grammars = model->grammars.get();
   return model;
 }
 

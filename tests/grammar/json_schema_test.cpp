@@ -141,7 +141,11 @@ TEST(JsonSchema, AnyOfRefsAndRecursion) {
 }
 
 TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
-  EXPECT_NE(error_of(Json::parse(R"({"type":"integer","minimum":3})")).find("'minimum'"),
+  EXPECT_NE(error_of(Json::parse(R"({"type":"number","minimum":3})")).find("'minimum'"),
+            std::string::npos);
+  EXPECT_NE(error_of(Json::parse(R"({"minimum":3})")).find("needs \"type\": \"integer\""),
+            std::string::npos);
+  EXPECT_NE(error_of(Json::parse(R"({"type":"integer","multipleOf":3})")).find("'multipleOf'"),
             std::string::npos);
   EXPECT_NE(error_of(Json::parse(R"({"allOf":[{"type":"integer"}]})")).find("'allOf'"),
             std::string::npos);
@@ -189,6 +193,106 @@ TEST(JsonSchema, GeneratedDocumentsMatch) {
     const std::string text = gen.serialize(doc);
     EXPECT_TRUE(matches(g, text)) << text;
   }
+}
+
+// Nothing after the root value: the document ends at its last byte (the
+// random-weight model used to pad the end with the whitespace allowed there).
+TEST(JsonSchema, NoWhitespaceAroundTheRootValue) {
+  for (const char* schema : {R"({"type":"object","properties":{"a":{"type":"integer"}}})",
+                             R"({"type":"array"})", R"({"type":"string"})", R"({"enum":[1,2]})",
+                             R"({"type":"integer","minimum":1,"maximum":5})"}) {
+    auto g = compile(Json::parse(schema));
+    const std::string doc = std::string(schema).find("array") != std::string::npos    ? "[1]"
+                            : std::string(schema).find("string") != std::string::npos ? "\"x\""
+                            : std::string(schema).find("object") != std::string::npos ? "{\"a\":1}"
+                                                                                      : "1";
+    EXPECT_TRUE(matches(g, doc)) << schema;
+    EXPECT_FALSE(matches(g, doc + " ")) << schema;
+    EXPECT_FALSE(matches(g, doc + "\n")) << schema;
+    EXPECT_FALSE(matches(g, " " + doc)) << schema;
+    GrammarMatcher m(g);
+    ASSERT_TRUE(m.accept_bytes(doc));
+    EXPECT_TRUE(m.next_bytes().none()) << schema << ": something may follow the root";
+  }
+  auto o = std::make_shared<const Grammar>(parse_gbnf(json_object_gbnf()).value());
+  EXPECT_FALSE(matches(o, "{} "));
+  EXPECT_TRUE(matches(o, "{ \"a\" : [ 1 , 2 ] }"));  // inside, whitespace is as before
+}
+
+// Bounded integers: exactly the integers in range, for every bound kind.
+TEST(JsonSchema, IntegerBounds) {
+  struct Case {
+    const char* schema;
+    int64_t lo, hi;  // the admitted range, checked over [-1100, 1100]
+  };
+  for (const Case& c : {Case{R"({"type":"integer","minimum":-12,"maximum":305})", -12, 305},
+                        Case{R"({"type":"integer","exclusiveMinimum":0,"maximum":9})", 1, 9},
+                        Case{R"({"type":"integer","minimum":7.5,"exclusiveMaximum":100})", 8, 99},
+                        Case{R"({"type":"integer","minimum":-999,"maximum":-10})", -999, -10},
+                        Case{R"({"type":"integer","minimum":0,"maximum":0})", 0, 0},
+                        Case{R"({"type":"integer","minimum":95})", 95, 1100},
+                        Case{R"({"type":"integer","maximum":-3})", -1100, -3}}) {
+    auto g = compile(Json::parse(c.schema));
+    for (int64_t v = -1100; v <= 1100; ++v) {
+      EXPECT_EQ(matches(g, std::to_string(v)), v >= c.lo && v <= c.hi) << c.schema << " " << v;
+    }
+    EXPECT_FALSE(matches(g, "-0")) << c.schema;
+    EXPECT_FALSE(matches(g, "007")) << c.schema;
+  }
+  auto open_low = compile(Json::parse(R"({"type":"integer","minimum":95})"));
+  EXPECT_TRUE(matches(open_low, "9999999999999999"));    // 16 digits: the number limit
+  EXPECT_FALSE(matches(open_low, "99999999999999999"));  // 17
+  EXPECT_NE(error_of(Json::parse(R"({"type":"integer","minimum":5,"maximum":4})")).find("no value"),
+            std::string::npos);
+  EXPECT_NE(error_of(Json::parse(R"({"type":"integer","minimum":"5"})")).find("'minimum'"),
+            std::string::npos);
+}
+
+// oneOf compiles only when its branches are disjoint; overlap is a 400
+// naming the branches.
+TEST(JsonSchema, OneOfNeedsDisjointBranches) {
+  auto by_type = compile(Json::parse(R"({"oneOf":[{"type":"string"},{"type":"integer"}]})"));
+  EXPECT_TRUE(matches(by_type, "\"a\""));
+  EXPECT_TRUE(matches(by_type, "3"));
+  auto tagged = compile(Json::parse(R"({"$defs":{"cat":{"type":"object","properties":{
+      "kind":{"const":"cat"},"lives":{"type":"integer"}},"required":["kind"]}},
+      "oneOf":[{"$ref":"#/$defs/cat"},{"type":"object","properties":{"kind":{"enum":["dog","wolf"]},
+      "bark":{"type":"boolean"}},"required":["kind","bark"]}]})"));
+  EXPECT_TRUE(matches(tagged, R"({"kind":"cat","lives":9})"));
+  EXPECT_TRUE(matches(tagged, R"({"kind":"wolf","bark":true})"));
+  EXPECT_FALSE(matches(tagged, R"({"kind":"cat","bark":true})"));
+  auto values = compile(Json::parse(R"({"oneOf":[{"enum":[1,2]},{"const":3}]})"));
+  EXPECT_TRUE(matches(values, "3"));
+  for (const char* overlapping :
+       {R"({"oneOf":[{"type":"integer"},{"type":"number"}]})",
+        R"({"oneOf":[{"enum":[1,2]},{"enum":[2,3]}]})",
+        R"({"oneOf":[{"type":"object","properties":{"a":{"type":"string"}}},{"type":"object"}]})",
+        R"({"oneOf":[{"type":"string"},{}]})"}) {
+    const std::string error = error_of(Json::parse(overlapping));
+    EXPECT_NE(error.find("'oneOf' at '#': branches 0 and 1 may both match"), std::string::npos)
+        << overlapping << ": " << error;
+  }
+}
+
+// strict: false is JSON schema's own default: extra keys unless forbidden.
+TEST(JsonSchema, NonStrictAllowsAdditionalProperties) {
+  const Json schema = Json::parse(R"({"type":"object","properties":{"a":{"type":"integer"},
+      "o":{"type":"object","properties":{"b":{"type":"boolean"}},"additionalProperties":false}},
+      "required":["a"]})");
+  JsonSchemaOptions loose;
+  loose.strict = false;
+  auto text = json_schema_to_gbnf(schema, loose);
+  ASSERT_TRUE(text.ok()) << text.message();
+  auto g = std::make_shared<const Grammar>(parse_gbnf(*text).value());
+  EXPECT_TRUE(matches(g, R"({"a":1,"zz":[true]})"));
+  EXPECT_TRUE(matches(g, R"({"a":1,"o":{"b":true},"zz":null})"));
+  EXPECT_FALSE(matches(g, R"({"a":1,"o":{"b":true,"c":1}})"));  // stated false stays false
+  EXPECT_FALSE(matches(g, R"({"zz":1})"));                      // required still required
+  EXPECT_FALSE(matches(g, R"({"a":1,"a":"x"})"));  // an extra key is never a declared one
+  EXPECT_TRUE(matches(g, R"({"a":1,"ab":"x","":1,"oo":2})"));
+  EXPECT_FALSE(matches(g, R"({"a":1,"\u0061":"x"})"));  // nor spells one with escapes
+  auto strict = compile(schema);
+  EXPECT_FALSE(matches(strict, R"({"a":1,"zz":[true]})"));
 }
 
 TEST(JsonSchema, JsonObjectGrammar) {

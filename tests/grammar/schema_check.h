@@ -1,5 +1,6 @@
-// A small JSON-schema validator for the subset grammar/json_schema.h
-// compiles, written independently of the compiler (it reads the schema, not
+// A small JSON-schema validator (strict: additionalProperties false unless
+// given, as OpenAI strict mode; non-strict: JSON schema's default, true) for the subset
+// grammar/json_schema.h compiles, written independently of the compiler (it reads the schema, not
 // the grammar), so tests can check generated documents against the schema.
 #pragma once
 
@@ -17,7 +18,8 @@ inline size_t utf8_length(const std::string& s) {
 
 // True when `doc` validates; otherwise false with the reason in *why.
 inline bool schema_valid(const nlohmann::ordered_json& doc, const nlohmann::ordered_json& schema,
-                         const nlohmann::ordered_json& root, std::string* why, int depth = 0) {
+                         const nlohmann::ordered_json& root, std::string* why, int depth = 0,
+                         bool strict = true) {
   using Json = nlohmann::ordered_json;
   auto no = [&](const std::string& reason) {
     if (why) *why = reason + " in " + doc.dump();
@@ -27,16 +29,18 @@ inline bool schema_valid(const nlohmann::ordered_json& doc, const nlohmann::orde
   if (schema.is_boolean()) return schema.get<bool>() || no("false schema");
   if (schema.contains("$ref")) {
     const std::string ref = schema["$ref"];
-    if (ref == "#") return schema_valid(doc, root, root, why, depth + 1);
+    if (ref == "#") return schema_valid(doc, root, root, why, depth + 1, strict);
     const auto slash = ref.rfind('/');
     const std::string section = ref.substr(2, slash - 2);
-    return schema_valid(doc, root[section][ref.substr(slash + 1)], root, why, depth + 1);
+    return schema_valid(doc, root[section][ref.substr(slash + 1)], root, why, depth + 1, strict);
   }
   for (const char* key : {"anyOf", "oneOf"}) {
     if (!schema.contains(key)) continue;
     int n = 0;
-    for (const Json& alt : schema[key]) n += schema_valid(doc, alt, root, nullptr, depth + 1);
+    for (const Json& alt : schema[key])
+      n += schema_valid(doc, alt, root, nullptr, depth + 1, strict);
     if (n == 0) return no(std::string("no ") + key + " branch matches");
+    if (n > 1 && std::string(key) == "oneOf") return no("more than one oneOf branch matches");
     return true;
   }
   if (schema.contains("const") && doc != schema["const"]) return no("not the const");
@@ -72,17 +76,27 @@ inline bool schema_valid(const nlohmann::ordered_json& doc, const nlohmann::orde
     const Json props = schema.value("properties", Json::object());
     for (const auto& [key, value] : doc.items()) {
       if (props.contains(key)) {
-        if (!schema_valid(value, props[key], root, why, depth + 1)) return false;
-      } else if (!schema.contains("additionalProperties") ||
-                 schema["additionalProperties"] == false) {
+        if (!schema_valid(value, props[key], root, why, depth + 1, strict)) return false;
+      } else if ((strict && !schema.contains("additionalProperties")) ||
+                 schema.value("additionalProperties", Json(true)) == false) {
         return no("additional property " + key);
-      } else if (!schema_valid(value, schema["additionalProperties"], root, why, depth + 1)) {
+      } else if (!schema_valid(value, schema["additionalProperties"], root, why, depth + 1,
+                               strict)) {
         return false;
       }
     }
     for (const Json& r : schema.value("required", Json::array())) {
       if (!doc.contains(r.get<std::string>())) return no("missing " + r.get<std::string>());
     }
+  }
+  if (doc.is_number()) {
+    const double v = doc.get<double>();
+    if (schema.contains("minimum") && v < schema["minimum"].get<double>()) return no("< minimum");
+    if (schema.contains("maximum") && v > schema["maximum"].get<double>()) return no("> maximum");
+    if (schema.contains("exclusiveMinimum") && v <= schema["exclusiveMinimum"].get<double>())
+      return no("<= exclusiveMinimum");
+    if (schema.contains("exclusiveMaximum") && v >= schema["exclusiveMaximum"].get<double>())
+      return no(">= exclusiveMaximum");
   }
   if (doc.is_array()) {
     if (schema.contains("minItems") && doc.size() < schema["minItems"].get<size_t>())
@@ -91,7 +105,7 @@ inline bool schema_valid(const nlohmann::ordered_json& doc, const nlohmann::orde
       return no("too many items");
     if (schema.contains("items")) {
       for (const Json& item : doc) {
-        if (!schema_valid(item, schema["items"], root, why, depth + 1)) return false;
+        if (!schema_valid(item, schema["items"], root, why, depth + 1, strict)) return false;
       }
     }
   }

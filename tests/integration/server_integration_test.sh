@@ -154,6 +154,31 @@ SPECSTACK_NPM_DIR="${SPECSTACK_NPM_DIR:-$root/.deps/npm}" node "$root/tests/inte
   "http://127.0.0.1:$port/v1" model || fail "structured outputs (openai client + ajv)"
 wait_pool_free "after structured outputs"
 
+# ------------------------------------------------- tool calling
+# The same random-weight model with Qwen3's chat template (Hermes
+# <tool_call>): forced calls must validate (ajv), streamed calls reassemble.
+mkdir -p "$work/tools-model"
+cp "$work/json-model/"* "$work/tools-model/"
+node -e '
+const fs = require("fs"); const [f, q] = process.argv.slice(1);
+const c = JSON.parse(fs.readFileSync(f, "utf8"));
+c.chat_template = JSON.parse(fs.readFileSync(q, "utf8")).chat_template;
+fs.writeFileSync(f, JSON.stringify(c, null, 2));' "$work/tools-model/tokenizer_config.json" \
+  "$root/tests/data/golden/tokenizers/qwen3/tokenizer_config.json"
+: > "$work/tools.log"
+port=
+"$bin" serve --model "$work/tools-model" --served-model-name model --port 0 --no-access-log 2>>"$work/tools.log" &
+pids+=($!)
+for _ in $(seq 1 300); do
+  port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/tools.log" | head -1)
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+[ -n "$port" ] || fail "tool-calling server did not start: $(cat "$work/tools.log")"
+SPECSTACK_NPM_DIR="${SPECSTACK_NPM_DIR:-$root/.deps/npm}" node "$root/tests/integration/openai_tools_client.mjs" \
+  "http://127.0.0.1:$port/v1" model || fail "tool calling (openai client + ajv)"
+wait_pool_free "after tool calling"
+
 # ------------------------------------------------- tiny KV pool: preemption
 start_server tiny --kv-blocks 12 --max-num-seqs 8
 for i in $(seq 1 8); do

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "grammar/matcher.h"
 #include "server/errors.h"
 #include "server/openai_request.h"
 #include "server_test_util.h"
@@ -87,6 +88,25 @@ TEST_F(StructuredOutputTest, JsonSchemaAndJsonObjectAndGrammarCompile) {
   EXPECT_NE(third->options.constraint, first->options.constraint);
 }
 
+// OpenAI's strict flag: true forbids undeclared properties unless the schema
+// allows them; false, or absent (OpenAI's default), follows JSON schema and
+// allows them unless additionalProperties says otherwise.
+TEST_F(StructuredOutputTest, StrictDecidesAdditionalProperties) {
+  auto admits_extra = [&](const std::string& strict) {
+    auto request = parse(R"({"prompt": "x", "response_format": {"type": "json_schema",
+        "json_schema": {"name": "p", )" +
+                         strict + R"("schema": {"type": "object",
+        "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}})");
+    EXPECT_TRUE(request.ok()) << request.message();
+    if (!request.ok()) return false;
+    grammar::GrammarMatcher m(request->options.constraint->grammar());
+    return m.accept_bytes(R"({"a": 1, "b": [true]})") && m.can_end();
+  };
+  EXPECT_FALSE(admits_extra(R"("strict": true, )"));
+  EXPECT_TRUE(admits_extra(R"("strict": false, )"));
+  EXPECT_TRUE(admits_extra(""));
+}
+
 TEST_F(StructuredOutputTest, ErrorsNameTheParam) {
   expect_400(R"({"prompt": "x", "response_format": {"type": "yaml"}})", "response_format",
              "got 'yaml'");
@@ -103,7 +123,7 @@ TEST_F(StructuredOutputTest, ErrorsNameTheParam) {
       "response_format", "'response_format.json_schema.name' must be a string");
   expect_400(
       R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "n",
-          "schema": {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}}}}})",
+          "schema": {"type": "object", "properties": {"a": {"type": "number", "minimum": 0}}}}}})",
       "response_format", "keyword 'minimum' at '#/properties/a' is not supported");
   expect_400(R"({"prompt": "x", "grammar": "root ::= [a-"})", "grammar", "line 1, column");
   expect_400(R"({"prompt": "x", "grammar": "root ::= undefined-rule"})", "grammar",
