@@ -156,20 +156,31 @@ TEST_P(QuantMatmulTest, MatchesDequantizedWeights) {
   }
 }
 
-// The public dispatch: matmul() with a quantized weight gives the same as
-// the kernel on the best isa, for decode and prefill row counts.
-TEST_P(QuantMatmulTest, DispatchUsesQuantizedKernel) {
+// The public dispatch: matmul() with a quantized weight is the int8 kernel
+// on the best isa up to matmul_quant_max_rows() rows, and beyond that the
+// f32 GEMM on the dequantized weight (no activation rounding: 1e-5).
+TEST_P(QuantMatmulTest, DispatchByRowCount) {
   const DType dtype = GetParam();
   ThreadPool pool(2);
   std::mt19937 rng(7);
   const int64_t in = 2 * dtype_block_elements(dtype), out = 41;
   Tensor w = random_quantized(rng, dtype, out, in);
-  for (int64_t n : {1, 5, 40}) {
+  Tensor wf = Tensor::zeros(DType::kF32, {out, in});
+  dequantize_rows(w, 0, out, wf.f32());
+  const int64_t max_rows = matmul_quant_max_rows();
+  for (int64_t n : {int64_t{1}, int64_t{5}, max_rows, max_rows + 1, int64_t{40}}) {
     Tensor x = random_f32(rng, {n, in});
     Tensor y = Tensor::zeros(DType::kF32, {n, out}), ref = Tensor::zeros(DType::kF32, {n, out});
     matmul(pool, x, w, nullptr, y);
-    matmul_quant(pool, x, w, nullptr, ref, quant_best_isa());
-    for (int64_t i = 0; i < n * out; ++i) ASSERT_EQ(y.f32()[i], ref.f32()[i]) << n;
+    if (n <= max_rows) {
+      matmul_quant(pool, x, w, nullptr, ref, quant_best_isa());
+      for (int64_t i = 0; i < n * out; ++i) ASSERT_EQ(y.f32()[i], ref.f32()[i]) << n;
+    } else {
+      matmul_large(pool, x, wf, nullptr, ref);
+      for (int64_t i = 0; i < n * out; ++i) {
+        ASSERT_NEAR(y.f32()[i], ref.f32()[i], 1e-5 * (1 + std::fabs(ref.f32()[i]))) << n;
+      }
+    }
   }
 }
 

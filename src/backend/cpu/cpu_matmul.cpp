@@ -33,11 +33,6 @@ constexpr int64_t kTileRowMultiple = 16;
 // ragged last tiles and cores that other processes are using.
 constexpr int64_t kTilesPerThread = 4;
 
-// Quantized weights: up to this many x rows the int8 kernels (matmul_quant);
-// beyond, dequantized tiles and sgemm (matmul_large). Measured: see
-// docs/DESIGN-NOTES.md.
-constexpr int64_t kQuantMaxRows = 1 << 30;
-
 struct Shapes {
   int64_t n;    // rows of x and y
   int64_t in;   // features in
@@ -300,7 +295,8 @@ void matmul_large(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tens
 void matmul(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
   SS_CHECK_EQ(x.dim(), 2);
   if (dtype_is_quantized(w.dtype())) {
-    if (x.size(0) <= kQuantMaxRows) return matmul_quant(pool, x, w, bias, y, quant_best_isa());
+    if (x.size(0) <= matmul_quant_max_rows())
+      return matmul_quant(pool, x, w, bias, y, quant_best_isa());
     return matmul_large(pool, x, w, bias, y);
   }
   if (x.size(0) <= matmul_small_max_rows(w.dtype())) {
