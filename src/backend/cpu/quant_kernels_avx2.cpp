@@ -53,37 +53,69 @@ inline __m256i dot_i8(__m256i x, __m256i y) {
   return _mm256_madd_epi16(_mm256_set1_epi16(1), p16);
 }
 
-// The shared loop of the 32-blocks: Σ_b d_w d_a Σ_j w_j a_j.
+// The shared loop of the 32-blocks: Σ_b d_w d_a Σ_j w_j a_j, two blocks per
+// iteration into two accumulators so consecutive FMAs do not wait on each
+// other.
 template <typename Block, typename Values>
 inline float dot_32(const void* w, const void* a, int64_t n_blocks, Values values) {
   const auto* x = static_cast<const Block*>(w);
   const auto* y = static_cast<const BlockQ8_0*>(a);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n_blocks; ++b) {
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  auto block = [&](int64_t b, __m256& into) {
     const __m256 d = _mm256_set1_ps(f16(x[b].d) * f16(y[b].d));
     const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(values(x[b]), q8)), acc);
+    into = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(values(x[b]), q8)), into);
+  };
+  int64_t b = 0;
+  for (; b + 2 <= n_blocks; b += 2) {
+    block(b, acc[0]);
+    block(b + 1, acc[1]);
   }
-  return hsum(acc);
+  if (b < n_blocks) block(b, acc[0]);
+  return hsum(_mm256_add_ps(acc[0], acc[1]));
 }
 
-// Scales of a Q4_K / Q5_K block, and the activation-sum dot of its mins.
-inline int k4_scales(const uint8_t* packed, const int16_t* bsums, int* sc) {
-  int min_dot = 0;
-  for (int j = 0; j < 8; ++j) {
-    int m;
-    scale_min_k4(j, packed, sc[j], m);
-    min_dot += m * (bsums[2 * j] + bsums[2 * j + 1]);
-  }
-  return min_dot;
+// The 8 six-bit scales (int16 lanes 0-7 of *scales, both 128-bit halves)
+// of a Q4_K / Q5_K block, and the dot of its 8 mins with the activation's
+// 32-value sums as 4 int32 lanes: ggml's bit shuffle of the 12 packed bytes
+// into scales[0..7], mins[0..7] (quant_blocks.h scale_min_k4 is the
+// per-index form).
+inline __m128i k4_scales_and_min_dot(const uint8_t* packed, const int16_t* bsums, __m256i* scales) {
+  constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+  uint32_t u[4];
+  std::memcpy(u, packed, 12);
+  u[3] = ((u[2] >> 4) & kmask2) | (((u[1] >> 6) & kmask3) << 4);
+  const uint32_t mins_lo = u[1] & kmask1;
+  u[1] = (u[2] & kmask2) | (((u[0] >> 6) & kmask3) << 4);
+  u[2] = mins_lo;
+  u[0] &= kmask1;
+  const __m256i mins_and_scales =
+      _mm256_cvtepu8_epi16(_mm_set_epi32(int(u[3]), int(u[2]), int(u[1]), int(u[0])));
+  const __m128i sc = _mm256_castsi256_si128(mins_and_scales);
+  *scales = _mm256_inserti128_si256(_mm256_castsi128_si256(sc), sc, 1);
+  const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bsums));
+  const __m128i pair_sums =
+      _mm_hadd_epi16(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
+  return _mm_madd_epi16(_mm256_extracti128_si256(mins_and_scales, 1), pair_sums);
 }
 
-// Σ_l q[l] * q8[l] for 32 unsigned q (< 64) times the sub-block scale, as
-// 8 int32 lanes.
-inline __m256i scaled_dot_u(__m256i q, const int8_t* q8, int scale) {
+// Scale j of k4_scales_and_min_dot's vector in every int16 lane.
+inline __m256i scale_lane(__m256i scales, int j) {
+  return _mm256_shuffle_epi8(scales,
+                             _mm256_set1_epi16(static_cast<int16_t>((2 * j + 1) << 8 | 2 * j)));
+}
+
+inline float hsum128(__m128 v) {
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  v = _mm_add_ss(v, _mm_movehdup_ps(v));
+  return _mm_cvtss_f32(v);
+}
+
+// Σ_l q[l] * q8[l] for 32 unsigned q (< 64) times the sub-block scale
+// (int16 lanes), as 8 int32 lanes.
+inline __m256i scaled_dot_u(__m256i q, const int8_t* q8, __m256i scale) {
   const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8));
-  return _mm256_madd_epi16(_mm256_set1_epi16(static_cast<int16_t>(scale)),
-                           _mm256_maddubs_epi16(q, y));
+  return _mm256_madd_epi16(scale, _mm256_maddubs_epi16(q, y));
 }
 
 }  // namespace
@@ -113,23 +145,24 @@ float dot_q4_k(const void* w, const void* a, int64_t n_blocks) {
   const auto* y = static_cast<const BlockQ8_K*>(a);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   __m256 acc = _mm256_setzero_ps();
-  float acc_min = 0.0f;
+  __m128 acc_min = _mm_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
-    int sc[8];
-    const int min_dot = k4_scales(x[b].scales, y[b].bsums, sc);
+    __m256i sc;
+    const __m128i min_dot = k4_scales_and_min_dot(x[b].scales, y[b].bsums, &sc);
     __m256i sumi = _mm256_setzero_si256();
     for (int j = 0; j < 4; ++j) {
       const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * j));
       const __m256i lo = _mm256_and_si256(bits, m4);
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-      sumi = _mm256_add_epi32(sumi, scaled_dot_u(lo, y[b].qs + 64 * j, sc[2 * j]));
-      sumi = _mm256_add_epi32(sumi, scaled_dot_u(hi, y[b].qs + 64 * j + 32, sc[2 * j + 1]));
+      sumi = _mm256_add_epi32(sumi, scaled_dot_u(lo, y[b].qs + 64 * j, scale_lane(sc, 2 * j)));
+      sumi = _mm256_add_epi32(sumi,
+                              scaled_dot_u(hi, y[b].qs + 64 * j + 32, scale_lane(sc, 2 * j + 1)));
     }
     const float d = y[b].d * f16(x[b].d);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-    acc_min += y[b].d * f16(x[b].dmin) * static_cast<float>(min_dot);
+    acc_min = _mm_fmadd_ps(_mm_set1_ps(y[b].d * f16(x[b].dmin)), _mm_cvtepi32_ps(min_dot), acc_min);
   }
-  return hsum(acc) - acc_min;
+  return hsum(acc) - hsum128(acc_min);
 }
 
 float dot_q5_k(const void* w, const void* a, int64_t n_blocks) {
@@ -137,10 +170,10 @@ float dot_q5_k(const void* w, const void* a, int64_t n_blocks) {
   const auto* y = static_cast<const BlockQ8_K*>(a);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   __m256 acc = _mm256_setzero_ps();
-  float acc_min = 0.0f;
+  __m128 acc_min = _mm_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
-    int sc[8];
-    const int min_dot = k4_scales(x[b].scales, y[b].bsums, sc);
+    __m256i sc;
+    const __m128i min_dot = k4_scales_and_min_dot(x[b].scales, y[b].bsums, &sc);
     const __m256i hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qh));
     __m256i sumi = _mm256_setzero_si256();
     for (int j = 0; j < 4; ++j) {
@@ -155,14 +188,15 @@ float dot_q5_k(const void* w, const void* a, int64_t n_blocks) {
           _mm256_srl_epi16(_mm256_and_si256(hbits, mhi), _mm_cvtsi32_si128(2 * j + 1)), 4);
       const __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, m4), h_lo);
       const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), h_hi);
-      sumi = _mm256_add_epi32(sumi, scaled_dot_u(lo, y[b].qs + 64 * j, sc[2 * j]));
-      sumi = _mm256_add_epi32(sumi, scaled_dot_u(hi, y[b].qs + 64 * j + 32, sc[2 * j + 1]));
+      sumi = _mm256_add_epi32(sumi, scaled_dot_u(lo, y[b].qs + 64 * j, scale_lane(sc, 2 * j)));
+      sumi = _mm256_add_epi32(sumi,
+                              scaled_dot_u(hi, y[b].qs + 64 * j + 32, scale_lane(sc, 2 * j + 1)));
     }
     const float d = y[b].d * f16(x[b].d);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-    acc_min += y[b].d * f16(x[b].dmin) * static_cast<float>(min_dot);
+    acc_min = _mm_fmadd_ps(_mm_set1_ps(y[b].d * f16(x[b].dmin)), _mm_cvtepi32_ps(min_dot), acc_min);
   }
-  return hsum(acc) - acc_min;
+  return hsum(acc) - hsum128(acc_min);
 }
 
 // q6 - 32 is signed, so as llama.cpp: maddubs(q6, a) - maddubs(32, a), both
