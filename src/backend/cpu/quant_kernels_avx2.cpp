@@ -3,6 +3,7 @@
 // signed bytes into int16 pairs, _mm256_madd_epi16 widens to int32. Built
 // with -mavx2 -mfma -mf16c (CMakeLists.txt) and only called after CPUID
 // says so, hence no shared inline code here: everything is file-local.
+#if SS_QUANT_AVX2  // x86 builds only (CMakeLists.txt)
 #include <immintrin.h>
 
 #include <cstdint>
@@ -10,7 +11,6 @@
 
 #include "backend/cpu/quant_blocks.h"
 
-#if SS_QUANT_AVX2
 namespace specstack::cpu::quant_avx2 {
 namespace {
 
