@@ -45,7 +45,8 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create(const ModelInstance
     weights = make_dummy_weights(config, options.dummy_seed, options.on_progress);
   } else {
     if (options.model_dir.empty()) return make_error("no model folder given");
-    SS_ASSIGN_OR_RETURN(weights, load_weights(config, options.model_dir, options.on_progress));
+    SS_ASSIGN_OR_RETURN(weights, load_weights(config, options.model_dir, options.on_progress,
+                                              WeightLoadOptions{!options.dequantize_gguf}));
   }
 
   std::unique_ptr<ModelInstance> instance(new ModelInstance());

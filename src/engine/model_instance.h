@@ -29,6 +29,9 @@ struct ModelInstanceOptions {
   int64_t kv_tokens = 4096;    // KV capacity in tokens when kv_blocks == 0
   int64_t block_size = 16;
   LoadProgress on_progress;  // optional: weight-loading progress (see load_weights)
+  // CPU with a GGUF model: dequantize its quantized matrices to f32 at load
+  // (the exact-arithmetic reference path) instead of running them quantized.
+  bool dequantize_gguf = false;
   // GPU (--device cuda): bf16 weights and KV on device 0. With kv_blocks == 0
   // and kv_tokens == 0 the KV pool takes gpu_memory_fraction of device memory
   // minus what is already used.

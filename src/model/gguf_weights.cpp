@@ -1,6 +1,7 @@
 #include "model/gguf_weights.h"
 
 #include <cstring>
+#include <optional>
 #include <regex>
 
 #include "gguf/gguf_dequant.h"
@@ -64,8 +65,8 @@ std::vector<uint8_t> unpermute_rows(const uint8_t* src, int64_t rows, int64_t ro
 
 class GgufSource final : public WeightSource {
  public:
-  GgufSource(gguf::GgufFile file, const ModelConfig& config)
-      : file_(std::move(file)), config_(config) {
+  GgufSource(gguf::GgufFile file, const ModelConfig& config, const WeightLoadOptions& options)
+      : file_(std::move(file)), config_(config), options_(options) {
     // One dtype for every matrix: the stored float type when all share it,
     // otherwise f32 (dequantized).
     DType common = DType::kF32;
@@ -139,6 +140,13 @@ class GgufSource final : public WeightSource {
   Result<Tensor> materialize(const TensorInfo& info, const uint8_t* src,
                              const std::vector<int64_t>& shape, int64_t nbytes, bool copied) {
     const bool vector = shape.size() == 1;
+    const std::optional<DType> kept = kept_quantized(info.type);
+    if (!vector && options_.keep_quantized && kept) {
+      if (!copied) return Tensor::view(const_cast<uint8_t*>(src), *kept, shape, file_.owner());
+      Tensor out = Tensor::zeros(*kept, shape);
+      std::memcpy(out.raw(), src, static_cast<size_t>(nbytes));
+      return out;
+    }
     const DType want = vector ? DType::kF32 : dtype_;
     const bool same = (want == DType::kF32 && info.type == 0) ||
                       (want == DType::kF16 && info.type == static_cast<uint32_t>(GgmlType::kF16)) ||
@@ -157,8 +165,29 @@ class GgufSource final : public WeightSource {
     return out;
   }
 
+  // The DType of a GGUF type the CPU quantized kernels run.
+  static std::optional<DType> kept_quantized(uint32_t type) {
+    switch (static_cast<GgmlType>(type)) {
+      case GgmlType::kQ8_0:
+        return DType::kQ8_0;
+      case GgmlType::kQ4_0:
+        return DType::kQ4_0;
+      case GgmlType::kQ5_0:
+        return DType::kQ5_0;
+      case GgmlType::kQ4_K:
+        return DType::kQ4_K;
+      case GgmlType::kQ5_K:
+        return DType::kQ5_K;
+      case GgmlType::kQ6_K:
+        return DType::kQ6_K;
+      default:
+        return std::nullopt;
+    }
+  }
+
   gguf::GgufFile file_;
   ModelConfig config_;
+  WeightLoadOptions options_;
   DType dtype_ = DType::kF32;
 };
 
@@ -187,9 +216,10 @@ std::string gguf_tensor_name(const std::string& hf_name, int64_t* expert) {
 }
 
 Result<ModelWeights> load_gguf_weights(const ModelConfig& config, const std::string& path,
-                                       const LoadProgress& on_progress) {
+                                       const LoadProgress& on_progress,
+                                       const WeightLoadOptions& options) {
   SS_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::open(path));
-  GgufSource source(std::move(file), config);
+  GgufSource source(std::move(file), config, options);
   auto weights = build_weights(config, source, on_progress);
   if (!weights.ok()) return errorf("{}: {}", path, weights.message());
   return weights;

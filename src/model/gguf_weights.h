@@ -3,8 +3,10 @@
 // blk.N.attn_q, ffn_gate_exps ...), llama's permuted q/k rows are put back in
 // HF order, and the data is handed over in one dtype for the backend: F16 or
 // BF16 views of the mapping when every matrix is stored that way, otherwise
-// f32 (quantized types are dequantized at load, so a Q4_K file takes as
-// much memory and time per token as an f32 one until quantized kernels land).
+// f32; with options.keep_quantized, matrices of a type the CPU kernels run
+// (Q8_0 Q4_0 Q5_0 Q4_K Q5_K Q6_K) stay in their blocks as quantized-dtype
+// views of the mapping (copies where llama's q/k rows are un-permuted), and
+// the rest (Q4_1, Q5_1) are dequantized to f32.
 #pragma once
 
 #include <string>
@@ -15,7 +17,8 @@
 namespace specstack {
 
 Result<ModelWeights> load_gguf_weights(const ModelConfig& config, const std::string& path,
-                                       const LoadProgress& on_progress = {});
+                                       const LoadProgress& on_progress = {},
+                                       const WeightLoadOptions& options = {});
 
 // The llama.cpp name of an HF tensor name ("model.layers.3.self_attn.q_proj.weight"
 // -> "blk.3.attn_q.weight"); for routed experts ("...mlp.experts.5.up_proj.weight")

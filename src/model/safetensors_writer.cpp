@@ -3,21 +3,25 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 namespace specstack {
 namespace {
 
 const char* safetensors_dtype(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "F32";
-    case DType::kBF16: return "BF16";
-    case DType::kF16: return "F16";
-    case DType::kI32: return "I32";
+    case DType::kF32:
+      return "F32";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF16:
+      return "F16";
+    case DType::kI32:
+      return "I32";
+    default:
+      return "?";  // block-quantized types have no safetensors dtype
   }
-  return "?";
 }
 
 }  // namespace
@@ -29,6 +33,10 @@ Status write_safetensors(const std::string& path,
   uint64_t offset = 0;
   for (const auto& [name, tensor] : tensors) {
     if (!names.insert(name).second) return errorf("duplicate tensor name '{}'", name);
+    if (dtype_is_quantized(tensor.dtype())) {
+      return errorf("tensor '{}' is {}: safetensors has no block-quantized dtypes", name,
+                    dtype_name(tensor.dtype()));
+    }
     header[name] = {{"dtype", safetensors_dtype(tensor.dtype())},
                     {"shape", tensor.shape()},
                     {"data_offsets", {offset, offset + tensor.nbytes()}}};
@@ -45,7 +53,8 @@ Status write_safetensors(const std::string& path,
   out.write(reinterpret_cast<const char*>(length_bytes), 8);
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
   for (const auto& [name, tensor] : tensors) {
-    out.write(static_cast<const char*>(tensor.raw()), static_cast<std::streamsize>(tensor.nbytes()));
+    out.write(static_cast<const char*>(tensor.raw()),
+              static_cast<std::streamsize>(tensor.nbytes()));
   }
   out.flush();
   if (!out) return errorf("error writing {}", path);

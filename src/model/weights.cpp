@@ -41,7 +41,8 @@ class SafetensorsSource final : public WeightSource {
       return errorf("weights: tensor '{}' has shape {}, expected {} from config.json", name,
                     tensor.shape_string(), shape_text(shape));
     }
-    if (tensor.dtype() == DType::kI32) return errorf("weights: tensor '{}' is not floating point", name);
+    if (tensor.dtype() == DType::kI32)
+      return errorf("weights: tensor '{}' is not floating point", name);
     return tensor;
   }
 
@@ -66,10 +67,12 @@ class DummySource final : public WeightSource {
 }  // namespace
 
 uint64_t dummy_stream_seed(uint64_t seed, const std::string& name) {
-  return seed ^ (std::hash<std::string>{}(name) * 0x9E3779B97F4A7C15ull);
+  return seed ^ (std::hash<std::string>{}(name)*0x9E3779B97F4A7C15ull);
 }
 
-float dummy_amplitude() { return 0.02f * std::sqrt(3.0f); }
+float dummy_amplitude() {
+  return 0.02f * std::sqrt(3.0f);
+}
 
 Tensor make_dummy_tensor(DType dtype, const std::vector<int64_t>& shape, uint64_t stream,
                          bool is_norm) {
@@ -91,10 +94,17 @@ Tensor make_dummy_tensor(DType dtype, const std::vector<int64_t>& shape, uint64_
         value = amplitude * (static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f);
       }
       switch (dtype) {
-        case DType::kF32: out.f32()[i] = value; break;
-        case DType::kBF16: out.data<uint16_t>()[i] = f32_to_bf16(value); break;
-        case DType::kF16: out.data<uint16_t>()[i] = f32_to_f16(value); break;
-        case DType::kI32: SS_CHECK(false);
+        case DType::kF32:
+          out.f32()[i] = value;
+          break;
+        case DType::kBF16:
+          out.data<uint16_t>()[i] = f32_to_bf16(value);
+          break;
+        case DType::kF16:
+          out.data<uint16_t>()[i] = f32_to_f16(value);
+          break;
+        case DType::kI32:
+          SS_CHECK(false);
       }
     }
   };
@@ -200,7 +210,6 @@ Result<ModelWeights> build_weights(const ModelConfig& config, WeightSource& sour
   return weights;
 }
 
-
 Tensor compute_rope_inv_freq(const ModelConfig& config) {
   // Mirrors transformers' fp32 arithmetic so angles match the references.
   const int64_t half = config.head_dim / 2;
@@ -235,8 +244,10 @@ Tensor compute_rope_inv_freq(const ModelConfig& config) {
 }
 
 Result<ModelWeights> load_weights(const ModelConfig& config, const std::string& model_dir,
-                                  const LoadProgress& on_progress) {
-  if (gguf::is_gguf_file(model_dir)) return load_gguf_weights(config, model_dir, on_progress);
+                                  const LoadProgress& on_progress,
+                                  const WeightLoadOptions& options) {
+  if (gguf::is_gguf_file(model_dir))
+    return load_gguf_weights(config, model_dir, on_progress, options);
   SS_ASSIGN_OR_RETURN(WeightFiles files, WeightFiles::open(model_dir));
   SafetensorsSource source(std::move(files));
   return build_weights(config, source, on_progress);

@@ -31,10 +31,10 @@ struct LayerWeights {
   Tensor bk;         // [n_kv_heads * head_dim] f32, only with attention_bias
   Tensor bv;         // [n_kv_heads * head_dim] f32, only with attention_bias
   Tensor wo;         // [hidden, n_heads * head_dim]
-  Tensor bo;         // [hidden] f32, only with attention_bias outside qwen2 (HF puts it on o_proj too)
-  Tensor q_norm;     // [head_dim] f32, only with qk_norm
-  Tensor k_norm;     // [head_dim] f32, only with qk_norm
-  Tensor ffn_norm;   // [hidden] f32
+  Tensor bo;      // [hidden] f32, only with attention_bias outside qwen2 (HF puts it on o_proj too)
+  Tensor q_norm;  // [head_dim] f32, only with qk_norm
+  Tensor k_norm;  // [head_dim] f32, only with qk_norm
+  Tensor ffn_norm;  // [hidden] f32
   // Dense MLP (non-MoE layers).
   Tensor w_gate;  // [intermediate, hidden]
   Tensor w_up;    // [intermediate, hidden]
@@ -45,12 +45,12 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
-  Tensor embed;       // [vocab, hidden]
+  Tensor embed;                      // [vocab, hidden]
   std::vector<LayerWeights> layers;  // [n_layers]
-  Tensor final_norm;  // [hidden] f32
-  Tensor lm_head;     // [vocab, hidden]; shares storage with embed when tied
-  Tensor rope_inv_freq;  // [head_dim / 2] f32, RoPE frequencies after any scaling
-  size_t weight_bytes = 0;  // bytes of all distinct weight tensors, for start-up reporting
+  Tensor final_norm;                 // [hidden] f32
+  Tensor lm_head;                    // [vocab, hidden]; shares storage with embed when tied
+  Tensor rope_inv_freq;              // [head_dim / 2] f32, RoPE frequencies after any scaling
+  size_t weight_bytes = 0;           // bytes of all distinct weight tensors, for start-up reporting
 };
 
 // Progress of a weight load, for a start-up progress bar: called on the
@@ -82,12 +82,21 @@ float dummy_amplitude();
 Tensor make_dummy_tensor(DType dtype, const std::vector<int64_t>& shape, uint64_t stream,
                          bool is_norm);
 
+struct WeightLoadOptions {
+  // GGUF: keep Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K / Q6_K matrices in their
+  // block format (views of the mapping) for the CPU backend's quantized
+  // kernels, instead of dequantizing them to f32 (what the CUDA backend and
+  // the f32 reference path take). Other quantized types are dequantized.
+  bool keep_quantized = false;
+};
+
 // Loads the weights of `config` from the safetensors in model_dir (mmap'd,
-// zero-copy), or from model_dir naming a GGUF file (model/gguf_weights.h). Every expected tensor must exist with the expected shape;
-// errors name the tensor and both shapes. On an error the progress stops short
-// of total.
+// zero-copy), or from model_dir naming a GGUF file (model/gguf_weights.h). Every expected tensor
+// must exist with the expected shape; errors name the tensor and both shapes. On an error the
+// progress stops short of total.
 Result<ModelWeights> load_weights(const ModelConfig& config, const std::string& model_dir,
-                                  const LoadProgress& on_progress = {});
+                                  const LoadProgress& on_progress = {},
+                                  const WeightLoadOptions& options = {});
 
 // Seeded random weights in config.weight_dtype (norm weights 1, others small
 // uniform noise), no files: for benchmarks on published shapes.

@@ -8,24 +8,92 @@
 
 namespace specstack {
 
-enum class DType : uint8_t { kF32, kBF16, kF16, kI32 };
+// The block-quantized types are ggml's block formats (GGUF weights kept as
+// stored; the layouts and kernels are in backend/cpu/quant_*). A tensor of
+// one is a matrix [rows, cols] whose rows are whole blocks, so only whole
+// rows can be sliced or viewed.
+enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kQ8_0, kQ4_0, kQ5_0, kQ4_K, kQ5_K, kQ6_K };
 
-inline size_t dtype_size(DType dtype) {
+inline bool dtype_is_quantized(DType dtype) {
+  return dtype >= DType::kQ8_0;
+}
+
+// Elements per block: 1 for plain types, 32 or 256 for the quantized ones.
+inline int64_t dtype_block_elements(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kBF16: return 2;
-    case DType::kF16: return 2;
-    case DType::kI32: return 4;
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ5_0:
+      return 32;
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      return 256;
+    default:
+      return 1;
+  }
+}
+
+// Bytes per block (= per element for plain types).
+inline size_t dtype_block_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return 4;
+    case DType::kBF16:
+      return 2;
+    case DType::kF16:
+      return 2;
+    case DType::kI32:
+      return 4;
+    case DType::kQ8_0:
+      return 34;  // f16 d, int8 q[32]
+    case DType::kQ4_0:
+      return 18;  // f16 d, 4-bit q[32]
+    case DType::kQ5_0:
+      return 22;  // f16 d, high bits u32, 4-bit q[32]
+    case DType::kQ4_K:
+      return 144;  // f16 d, dmin, 6-bit scales[12], 4-bit q[256]
+    case DType::kQ5_K:
+      return 176;  // Q4_K + high bits[32]
+    case DType::kQ6_K:
+      return 210;  // ql[128], qh[64], int8 scales[16], f16 d
   }
   return 0;
 }
 
+// Bytes of n elements (n a whole number of blocks for quantized types).
+inline size_t dtype_bytes(DType dtype, int64_t n) {
+  return static_cast<size_t>(n / dtype_block_elements(dtype)) * dtype_block_bytes(dtype);
+}
+
+// Bytes per element of a plain type; quantized types have none (use
+// dtype_bytes).
+inline size_t dtype_size(DType dtype) {
+  return dtype_is_quantized(dtype) ? 0 : dtype_block_bytes(dtype);
+}
+
 inline const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "f32";
-    case DType::kBF16: return "bf16";
-    case DType::kF16: return "f16";
-    case DType::kI32: return "i32";
+    case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "f16";
+    case DType::kI32:
+      return "i32";
+    case DType::kQ8_0:
+      return "q8_0";
+    case DType::kQ4_0:
+      return "q4_0";
+    case DType::kQ5_0:
+      return "q5_0";
+    case DType::kQ4_K:
+      return "q4_k";
+    case DType::kQ5_K:
+      return "q5_k";
+    case DType::kQ6_K:
+      return "q6_k";
   }
   return "?";
 }

@@ -48,7 +48,8 @@ Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
   int64_t row = shape_[0] == 0 ? 0 : numel() / shape_[0];
   Tensor t = *this;
   t.shape_[0] = end - begin;
-  t.data_ = static_cast<char*>(data_) + begin * row * static_cast<int64_t>(dtype_size(dtype_));
+  SS_CHECK_EQ(row % dtype_block_elements(dtype_), 0);  // rows of whole blocks
+  t.data_ = static_cast<char*>(data_) + static_cast<int64_t>(dtype_bytes(dtype_, begin * row));
   return t;
 }
 

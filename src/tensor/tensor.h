@@ -38,7 +38,7 @@ class Tensor {
     return shape_[static_cast<size_t>(axis)];
   }
   int64_t numel() const;
-  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  size_t nbytes() const { return dtype_bytes(dtype_, numel()); }
   std::string shape_string() const;
 
   void* raw() { return data_; }

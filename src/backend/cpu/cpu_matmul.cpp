@@ -7,6 +7,9 @@
 #include <cstring>
 #include <memory>
 
+#include "backend/cpu/quant_kernels.h"
+#include "backend/cpu/quant_matmul.h"
+
 namespace specstack::cpu {
 namespace {
 
@@ -42,7 +45,8 @@ Shapes check_shapes(const Tensor& x, const Tensor& w, const Tensor* bias, const 
   SS_CHECK_EQ(w.dim(), 2);
   SS_CHECK_EQ(y.dim(), 2);
   SS_CHECK(x.dtype() == DType::kF32 && y.dtype() == DType::kF32);
-  SS_CHECK_MSG(w.dtype() == DType::kF32 || w.dtype() == DType::kBF16 || w.dtype() == DType::kF16,
+  SS_CHECK_MSG(w.dtype() == DType::kF32 || w.dtype() == DType::kBF16 || w.dtype() == DType::kF16 ||
+                   dtype_is_quantized(w.dtype()),
                std::string("matmul weight dtype ") + dtype_name(w.dtype()));
   Shapes s{x.size(0), x.size(1), w.size(0)};
   SS_CHECK_EQ(w.size(1), s.in);
@@ -220,6 +224,7 @@ void convert_rows_to_f32(const Tensor& w, int64_t row_begin, int64_t row_end, fl
     case DType::kF16:
       return convert_rows<DType::kF16>(w.raw(), cols, row_begin, row_end, out, isa);
     default:
+      if (dtype_is_quantized(w.dtype())) return dequantize_rows(w, row_begin, row_end, out);
       SS_CHECK_MSG(false, std::string("cannot convert dtype ") + dtype_name(w.dtype()));
   }
 }
@@ -227,6 +232,7 @@ void convert_rows_to_f32(const Tensor& w, int64_t row_begin, int64_t row_end, fl
 void matmul_small(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
                   Isa isa) {
   const Shapes s = check_shapes(x, w, bias, y);
+  SS_CHECK_MSG(!dtype_is_quantized(w.dtype()), "matmul_small: quantized weights use matmul_quant");
   if (s.n == 0 || s.out == 0) return;
   SmallArgs args{s, x.f32(), w.raw(), bias ? bias->f32() : nullptr, y.f32()};
   const int64_t grain = std::max<int64_t>(1, kMinMacsPerShare / std::max<int64_t>(1, s.in * s.n));
@@ -288,6 +294,11 @@ void matmul_large(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tens
 
 void matmul(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
   SS_CHECK_EQ(x.dim(), 2);
+  if (dtype_is_quantized(w.dtype())) {
+    if (x.size(0) <= matmul_quant_max_rows())
+      return matmul_quant(pool, x, w, bias, y, quant_best_isa());
+    return matmul_large(pool, x, w, bias, y);
+  }
   if (x.size(0) <= matmul_small_max_rows(w.dtype())) {
     matmul_small(pool, x, w, bias, y);
   } else {

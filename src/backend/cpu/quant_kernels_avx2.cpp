@@ -1,0 +1,248 @@
+// AVX2 twins of the scalar quantized dot products (quant_kernels.cpp), after
+// llama.cpp's ggml_vec_dot_*: _mm256_maddubs_epi16 multiplies unsigned by
+// signed bytes into int16 pairs, _mm256_madd_epi16 widens to int32. Built
+// with -mavx2 -mfma -mf16c (CMakeLists.txt) and only called after CPUID
+// says so, hence no shared inline code here: everything is file-local.
+#if SS_QUANT_AVX2  // x86 builds only (CMakeLists.txt)
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "backend/cpu/quant_blocks.h"
+
+namespace specstack::cpu::quant_avx2 {
+namespace {
+
+using namespace quant;
+
+inline float f16(uint16_t bits) {
+  return _cvtsh_ss(bits);
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// 32 nibbles from 16 bytes: low nibbles in bytes 0-15, high in 16-31.
+inline __m256i nibbles_32(const uint8_t* p) {
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+  return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
+}
+
+// Byte j = 0xFF where bit j of the 32 bits at p is set.
+inline __m256i bits_32(const uint8_t* p) {
+  uint32_t x;
+  std::memcpy(&x, p, 4);
+  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101,
+                                         0x0000000000000000);
+  __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(x)), shuf);
+  bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+  return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
+}
+
+// Sum of x * y over signed bytes as 8 int32 lanes: maddubs needs one
+// unsigned operand, so move x's sign onto y (|x| * sign(x) y). Neither side
+// is -128 (our activations are within +-127).
+inline __m256i dot_i8(__m256i x, __m256i y) {
+  const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+  return _mm256_madd_epi16(_mm256_set1_epi16(1), p16);
+}
+
+// The shared loop of the 32-blocks: Σ_b d_w d_a Σ_j w_j a_j, two blocks per
+// iteration into two accumulators so consecutive FMAs do not wait on each
+// other.
+template <typename Block, typename Values>
+inline float dot_32(const void* w, const void* a, int64_t n_blocks, Values values) {
+  const auto* x = static_cast<const Block*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  auto block = [&](int64_t b, __m256& into) {
+    const __m256 d = _mm256_set1_ps(f16(x[b].d) * f16(y[b].d));
+    const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
+    into = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(values(x[b]), q8)), into);
+  };
+  int64_t b = 0;
+  for (; b + 2 <= n_blocks; b += 2) {
+    block(b, acc[0]);
+    block(b + 1, acc[1]);
+  }
+  if (b < n_blocks) block(b, acc[0]);
+  return hsum(_mm256_add_ps(acc[0], acc[1]));
+}
+
+// The 8 six-bit scales (int16 lanes 0-7 of *scales, both 128-bit halves)
+// of a Q4_K / Q5_K block, and the dot of its 8 mins with the activation's
+// 32-value sums as 4 int32 lanes: ggml's bit shuffle of the 12 packed bytes
+// into scales[0..7], mins[0..7] (quant_blocks.h scale_min_k4 is the
+// per-index form).
+inline __m128i k4_scales_and_min_dot(const uint8_t* packed, const int16_t* bsums, __m256i* scales) {
+  constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+  uint32_t u[4];
+  std::memcpy(u, packed, 12);
+  u[3] = ((u[2] >> 4) & kmask2) | (((u[1] >> 6) & kmask3) << 4);
+  const uint32_t mins_lo = u[1] & kmask1;
+  u[1] = (u[2] & kmask2) | (((u[0] >> 6) & kmask3) << 4);
+  u[2] = mins_lo;
+  u[0] &= kmask1;
+  const __m256i mins_and_scales =
+      _mm256_cvtepu8_epi16(_mm_set_epi32(int(u[3]), int(u[2]), int(u[1]), int(u[0])));
+  const __m128i sc = _mm256_castsi256_si128(mins_and_scales);
+  *scales = _mm256_inserti128_si256(_mm256_castsi128_si256(sc), sc, 1);
+  const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bsums));
+  const __m128i pair_sums =
+      _mm_hadd_epi16(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
+  return _mm_madd_epi16(_mm256_extracti128_si256(mins_and_scales, 1), pair_sums);
+}
+
+// Scale j of k4_scales_and_min_dot's vector in every int16 lane.
+inline __m256i scale_lane(__m256i scales, int j) {
+  return _mm256_shuffle_epi8(scales,
+                             _mm256_set1_epi16(static_cast<int16_t>((2 * j + 1) << 8 | 2 * j)));
+}
+
+inline float hsum128(__m128 v) {
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  v = _mm_add_ss(v, _mm_movehdup_ps(v));
+  return _mm_cvtss_f32(v);
+}
+
+// Σ_l q[l] * q8[l] for 32 unsigned q (< 64) times the sub-block scale
+// (int16 lanes), as 8 int32 lanes.
+inline __m256i scaled_dot_u(__m256i q, const int8_t* q8, __m256i scale) {
+  const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8));
+  return _mm256_madd_epi16(scale, _mm256_maddubs_epi16(q, y));
+}
+
+}  // namespace
+
+float dot_q8_0(const void* w, const void* a, int64_t n_blocks) {
+  return dot_32<BlockQ8_0>(w, a, n_blocks, [](const BlockQ8_0& b) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+  });
+}
+
+float dot_q4_0(const void* w, const void* a, int64_t n_blocks) {
+  return dot_32<BlockQ4_0>(w, a, n_blocks, [](const BlockQ4_0& b) {
+    return _mm256_sub_epi8(nibbles_32(b.qs), _mm256_set1_epi8(8));
+  });
+}
+
+// (nibble | bit << 4) - 16 == nibble | (bit ? 0 : 0xF0) as int8.
+float dot_q5_0(const void* w, const void* a, int64_t n_blocks) {
+  return dot_32<BlockQ5_0>(w, a, n_blocks, [](const BlockQ5_0& b) {
+    const __m256i hi = _mm256_andnot_si256(bits_32(b.qh), _mm256_set1_epi8(char(0xF0)));
+    return _mm256_or_si256(nibbles_32(b.qs), hi);
+  });
+}
+
+float dot_q4_k(const void* w, const void* a, int64_t n_blocks) {
+  const auto* x = static_cast<const BlockQ4_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256 acc = _mm256_setzero_ps();
+  __m128 acc_min = _mm_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    __m256i sc;
+    const __m128i min_dot = k4_scales_and_min_dot(x[b].scales, y[b].bsums, &sc);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int j = 0; j < 4; ++j) {
+      const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * j));
+      const __m256i lo = _mm256_and_si256(bits, m4);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+      sumi = _mm256_add_epi32(sumi, scaled_dot_u(lo, y[b].qs + 64 * j, scale_lane(sc, 2 * j)));
+      sumi = _mm256_add_epi32(sumi,
+                              scaled_dot_u(hi, y[b].qs + 64 * j + 32, scale_lane(sc, 2 * j + 1)));
+    }
+    const float d = y[b].d * f16(x[b].d);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    acc_min = _mm_fmadd_ps(_mm_set1_ps(y[b].d * f16(x[b].dmin)), _mm_cvtepi32_ps(min_dot), acc_min);
+  }
+  return hsum(acc) - hsum128(acc_min);
+}
+
+float dot_q5_k(const void* w, const void* a, int64_t n_blocks) {
+  const auto* x = static_cast<const BlockQ5_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256 acc = _mm256_setzero_ps();
+  __m128 acc_min = _mm_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    __m256i sc;
+    const __m128i min_dot = k4_scales_and_min_dot(x[b].scales, y[b].bsums, &sc);
+    const __m256i hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qh));
+    __m256i sumi = _mm256_setzero_si256();
+    for (int j = 0; j < 4; ++j) {
+      const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * j));
+      // Bit 2j / 2j + 1 of each qh byte, moved to bit 4 (a 16-bit shift is
+      // safe: only that one bit is left in each byte).
+      const __m256i mlo = _mm256_set1_epi8(static_cast<char>(1 << (2 * j)));
+      const __m256i mhi = _mm256_set1_epi8(static_cast<char>(1 << (2 * j + 1)));
+      const __m256i h_lo = _mm256_slli_epi16(
+          _mm256_srl_epi16(_mm256_and_si256(hbits, mlo), _mm_cvtsi32_si128(2 * j)), 4);
+      const __m256i h_hi = _mm256_slli_epi16(
+          _mm256_srl_epi16(_mm256_and_si256(hbits, mhi), _mm_cvtsi32_si128(2 * j + 1)), 4);
+      const __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, m4), h_lo);
+      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), h_hi);
+      sumi = _mm256_add_epi32(sumi, scaled_dot_u(lo, y[b].qs + 64 * j, scale_lane(sc, 2 * j)));
+      sumi = _mm256_add_epi32(sumi,
+                              scaled_dot_u(hi, y[b].qs + 64 * j + 32, scale_lane(sc, 2 * j + 1)));
+    }
+    const float d = y[b].d * f16(x[b].d);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    acc_min = _mm_fmadd_ps(_mm_set1_ps(y[b].d * f16(x[b].dmin)), _mm_cvtepi32_ps(min_dot), acc_min);
+  }
+  return hsum(acc) - hsum128(acc_min);
+}
+
+// q6 - 32 is signed, so as llama.cpp: maddubs(q6, a) - maddubs(32, a), both
+// within int16, then the int16 scales of each 16 values.
+float dot_q6_k(const void* w, const void* a, int64_t n_blocks) {
+  const auto* x = static_cast<const BlockQ6_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i m2 = _mm256_set1_epi8(3);
+  const __m256i m32 = _mm256_set1_epi8(32);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
+    __m256i sumi = _mm256_setzero_si256();
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* ql = x[b].ql + 64 * half;
+      const int8_t* q8 = y[b].qs + 128 * half;
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i l2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qh + 32 * half));
+      __m256i q[4];
+      q[0] =
+          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
+      q[1] = _mm256_or_si256(_mm256_and_si256(l2, m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
+      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
+      for (int k = 0; k < 4; ++k) {
+        const __m256i a8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * k));
+        const __m256i p16 =
+            _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], a8), _mm256_maddubs_epi16(m32, a8));
+        // Scales 8 * half + 2k and + 1, each for 16 values (8 int16 lanes).
+        const int s = 8 * half + 2 * k;
+        const __m128i pick =
+            _mm_set_epi64x(0x0101010101010101LL * (s + 1), 0x0101010101010101LL * s);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc16, p16));
+      }
+    }
+    const float d = y[b].d * f16(x[b].d);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+  }
+  return hsum(acc);
+}
+
+}  // namespace specstack::cpu::quant_avx2
+#endif  // SS_QUANT_AVX2

@@ -1,0 +1,101 @@
+#include "backend/cpu/quant_matmul.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "backend/cpu/quant_kernels.h"
+#include "gguf/gguf_dequant.h"
+#include "gguf/gguf_types.h"
+
+namespace specstack::cpu {
+namespace {
+
+// Weight rows per tile: every x row passes over a tile while it is in L1/L2
+// (16 rows of a 4096-wide Q8_0 matrix are 70 KB), so prefill reads each x
+// row from memory once per tile rather than once per output feature.
+constexpr int64_t kTileRows = 16;
+
+// Fewer multiply-adds than this per share cost more in fork-join overhead
+// than they gain (the f32 matvec uses the same figure).
+constexpr int64_t kMinMacsPerShare = 32768;
+
+gguf::GgmlType ggml_type(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0:
+      return gguf::GgmlType::kQ8_0;
+    case DType::kQ4_0:
+      return gguf::GgmlType::kQ4_0;
+    case DType::kQ5_0:
+      return gguf::GgmlType::kQ5_0;
+    case DType::kQ4_K:
+      return gguf::GgmlType::kQ4_K;
+    case DType::kQ5_K:
+      return gguf::GgmlType::kQ5_K;
+    case DType::kQ6_K:
+      return gguf::GgmlType::kQ6_K;
+    default:
+      SS_CHECK_MSG(false, std::string("not a quantized dtype: ") + dtype_name(dtype));
+  }
+  return gguf::GgmlType::kF32;
+}
+
+}  // namespace
+
+void dequantize_rows(const Tensor& w, int64_t row_begin, int64_t row_end, float* out) {
+  SS_CHECK_EQ(w.dim(), 2);
+  SS_CHECK(0 <= row_begin && row_begin <= row_end && row_end <= w.size(0));
+  const int64_t cols = w.size(1);
+  const auto* src = static_cast<const uint8_t*>(w.raw()) + dtype_bytes(w.dtype(), row_begin * cols);
+  const Status s = gguf::dequantize(static_cast<uint32_t>(ggml_type(w.dtype())), src,
+                                    (row_end - row_begin) * cols, out);
+  SS_CHECK_MSG(s.ok(), s.ok() ? "" : s.message());
+}
+
+void matmul_quant(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
+                  Isa isa) {
+  SS_CHECK(x.device() == Device::kCpu && w.device() == Device::kCpu && y.device() == Device::kCpu);
+  SS_CHECK(x.dim() == 2 && w.dim() == 2 && y.dim() == 2);
+  const int64_t n = x.size(0), in = x.size(1), out = w.size(0);
+  SS_CHECK_EQ(w.size(1), in);
+  SS_CHECK(y.size(0) == n && y.size(1) == out);
+  SS_CHECK_MSG(dtype_is_quantized(w.dtype()),
+               std::string("matmul_quant weight dtype ") + dtype_name(w.dtype()));
+  if (bias != nullptr) SS_CHECK_EQ(bias->numel(), out);
+  if (n == 0 || out == 0) return;
+  const QuantKernel k = quant_kernel(w.dtype(), isa);
+  SS_CHECK_EQ(in % k.act_block_elements, 0);  // rows are whole weight blocks
+  const int64_t n_blocks = in / k.act_block_elements;
+  const int64_t act_row_bytes = n_blocks * int64_t(k.act_block_bytes);
+  const int64_t w_row_bytes = int64_t(dtype_bytes(w.dtype(), in));
+
+  // act [n, n_blocks] activation blocks, quantized once for every output.
+  std::unique_ptr<uint8_t[]> act(new uint8_t[size_t(n * act_row_bytes)]);
+  const float* x_data = x.f32();
+  pool.parallel_for(n, std::max<int64_t>(1, kMinMacsPerShare / std::max<int64_t>(1, in)),
+                    [&](int64_t begin, int64_t end) {
+                      for (int64_t i = begin; i < end; ++i) {
+                        quantize_activations(k.act, x_data + i * in, in,
+                                             act.get() + i * act_row_bytes);
+                      }
+                    });
+
+  const auto* w_data = static_cast<const uint8_t*>(w.raw());
+  const float* b = bias ? bias->f32() : nullptr;
+  float* y_data = y.f32();
+  const int64_t grain = std::max<int64_t>(1, kMinMacsPerShare / std::max<int64_t>(1, in * n));
+  pool.parallel_for(out, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t o0 = begin; o0 < end; o0 += kTileRows) {
+      const int64_t o1 = std::min(o0 + kTileRows, end);
+      for (int64_t i = 0; i < n; ++i) {
+        const uint8_t* a = act.get() + i * act_row_bytes;
+        float* y_row = y_data + i * out;
+        for (int64_t o = o0; o < o1; ++o) {
+          y_row[o] = k.dot(w_data + o * w_row_bytes, a, n_blocks) + (b ? b[o] : 0.0f);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace specstack::cpu

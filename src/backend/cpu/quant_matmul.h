@@ -1,0 +1,26 @@
+// y = x · wᵀ (+ bias) for a block-quantized weight (DType kQ8_0 ... kQ6_K,
+// the GGUF blocks as stored): the rows of x are quantized to int8 blocks
+// once per call, then every output feature is an integer dot product per
+// block (quant_kernels.h). Parallel over output features on the backend's
+// ThreadPool, in tiles of weight rows that stay in cache while every x row
+// passes over them, so one path serves decode (1 row) and prefill.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/simd.h"
+#include "base/thread_pool.h"
+#include "tensor/tensor.h"
+
+namespace specstack::cpu {
+
+// x [n, in] f32, w [out, in] quantized, bias [out] f32 or null, y [n, out] f32.
+// isa: Isa::kScalar or Isa::kAvx2 (checked against CPUID).
+void matmul_quant(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
+                  Isa isa);
+
+// out[(r - row_begin) * cols + k] = w[r, k] as f32 for r in [row_begin, row_end),
+// exactly as ggml dequantizes. w [rows, cols] quantized.
+void dequantize_rows(const Tensor& w, int64_t row_begin, int64_t row_end, float* out);
+
+}  // namespace specstack::cpu
