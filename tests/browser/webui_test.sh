@@ -17,37 +17,12 @@ fi
 [ -f "$root/.deps/npm/node_modules/puppeteer-core/package.json" ] ||
   { echo "FAIL: puppeteer-core is not installed under .deps/npm (run scripts/setup.sh)" >&2; exit 1; }
 work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$work"/*.log; do echo "--- $f" >&2; tail -5 "$f" >&2; done; exit 1; }
-pass() { echo "ok: $*"; }
+source "$root/tests/lib/serve_harness.sh"
 
-# TinyStories has no chat template; give the copy a ChatML-style one.
-cp -r "$root/models/tinystories-656k" "$work/model"
-node -e '
-const fs = require("fs"); const f = process.argv[1];
-const c = JSON.parse(fs.readFileSync(f, "utf8"));
-c.chat_template = "{% for m in messages %}{{ m[\"role\"] }}: {{ m[\"content\"] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
-fs.writeFileSync(f, JSON.stringify(c, null, 2));' "$work/model/tokenizer_config.json"
+copy_with_chat_template "$root/models/tinystories-656k" "$work/model" "$tinystories_chat_template"
 
-# start_server NAME ARGS...: starts a server, waits for its port, sets $port.
-start_server() {
-  local name=$1; shift
-  : > "$work/$name.log"
-  "$bin" serve --model "$work/model" --port 0 --no-access-log "$@" 2>>"$work/$name.log" &
-  pids+=($!)
-  for _ in $(seq 1 300); do
-    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/$name.log" | head -1)
-    [ -n "$port" ] && return 0
-    sleep 0.1
-  done
-  fail "server $name did not start"
-}
+# start_server NAME ARGS...: a server on the TinyStories copy; sets $port.
+start_server() { start_server_on "$work/model" "$@"; }
 header() { curl -s -D - -o /dev/null "http://127.0.0.1:$port$1" | tr -d '\r' | sed -n "s/^$2: //Ip"; }
 status() { curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port$1"; }
 

@@ -11,30 +11,11 @@ set -euo pipefail
 bin=$1
 root=$2
 work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; [ -f "$work/server.log" ] && tail -20 "$work/server.log" >&2; exit 1; }
-pass() { echo "ok: $*"; }
+SERVE_KILL_SIGNAL=KILL
+source "$root/tests/lib/serve_harness.sh"
 
-# start_server ARGS...: starts a server, waits for its port; sets $port and $server.
-start_server() {
-  : > "$work/server.log"
-  "$bin" serve --model "$root/models/tinystories-656k" --port 0 --no-access-log "$@" \
-    2>>"$work/server.log" &
-  server=$!
-  pids+=("$server")
-  for _ in $(seq 1 300); do
-    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/server.log" | head -1)
-    [ -n "$port" ] && return 0
-    sleep 0.1
-  done
-  fail "the server did not start"
-}
+# start_server ARGS...: a server on TinyStories, log $work/server.log; sets $port and $server.
+start_server() { start_server_on "$root/models/tinystories-656k" server "$@"; }
 
 # launch_stream I MAX_TOKENS: one streaming completion in the background into
 # $work/stream.I, its curl's pid appended to stream_pids.

@@ -10,40 +10,12 @@ set -euo pipefail
 bin=$1
 root=$2
 work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; [ -f "$work/server.log" ] && tail -20 "$work/server.log" >&2; exit 1; }
-pass() { echo "ok: $*"; }
+source "$root/tests/lib/serve_harness.sh"
 
-# TinyStories has no chat template; give the copy a ChatML-style one.
-cp -r "$root/models/tinystories-656k" "$work/model"
-node -e '
-const fs = require("fs"); const f = process.argv[1];
-const c = JSON.parse(fs.readFileSync(f, "utf8"));
-c.chat_template = "{% for m in messages %}{{ m[\"role\"] }}: {{ m[\"content\"] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
-fs.writeFileSync(f, JSON.stringify(c, null, 2));' "$work/model/tokenizer_config.json"
+copy_with_chat_template "$root/models/tinystories-656k" "$work/model" "$tinystories_chat_template"
 
-# start_server NAME ARGS...: starts a server, waits for its port, sets $port.
-start_server() {
-  local name=$1; shift
-  # Created here: the background shell opens it asynchronously, and a first
-  # sed on a missing file would end the script (set -e, pipefail).
-  : > "$work/$name.log"
-  "$bin" serve --model "$work/model" --port 0 --no-access-log "$@" 2>>"$work/$name.log" &
-  pids+=($!)
-  for _ in $(seq 1 300); do
-    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/$name.log" | head -1)
-    [ -n "$port" ] && return 0
-    sleep 0.1
-  done
-  cat "$work/$name.log" >&2
-  fail "server $name did not start"
-}
+# start_server NAME ARGS...: a server on the TinyStories copy; sets $port.
+start_server() { start_server_on "$work/model" "$@"; }
 
 # request METHOD PATH [BODY] [extra curl args]: prints "STATUS\nBODY".
 request() {
@@ -141,15 +113,7 @@ pass "speculative decoding: the draft's block pool is fully free too"
 mkdir -p "$work/json-model"
 cp "$root/tests/data/golden/models/llama-gqa/config.json" "$root/tests/data/golden/models/llama-gqa/model.safetensors" \
   "$root/tests/data/grammar/json-bytes-512/tokenizer.json" "$root/tests/data/grammar/json-bytes-512/tokenizer_config.json" "$work/json-model/"
-: > "$work/structured.log"
-"$bin" serve --model "$work/json-model" --served-model-name model --port 0 --no-access-log 2>>"$work/structured.log" &
-pids+=($!)
-for _ in $(seq 1 300); do
-  port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/structured.log" | head -1)
-  [ -n "$port" ] && break
-  sleep 0.1
-done
-[ -n "$port" ] || fail "structured-output server did not start: $(cat "$work/structured.log")"
+start_server_on "$work/json-model" structured --served-model-name model
 SPECSTACK_NPM_DIR="${SPECSTACK_NPM_DIR:-$root/.deps/npm}" node "$root/tests/integration/openai_structured_client.mjs" \
   "http://127.0.0.1:$port/v1" model || fail "structured outputs (openai client + ajv)"
 wait_pool_free "after structured outputs"
@@ -157,24 +121,9 @@ wait_pool_free "after structured outputs"
 # ------------------------------------------------- tool calling
 # The same random-weight model with Qwen3's chat template (Hermes
 # <tool_call>): forced calls must validate (ajv), streamed calls reassemble.
-mkdir -p "$work/tools-model"
-cp "$work/json-model/"* "$work/tools-model/"
-node -e '
-const fs = require("fs"); const [f, q] = process.argv.slice(1);
-const c = JSON.parse(fs.readFileSync(f, "utf8"));
-c.chat_template = JSON.parse(fs.readFileSync(q, "utf8")).chat_template;
-fs.writeFileSync(f, JSON.stringify(c, null, 2));' "$work/tools-model/tokenizer_config.json" \
-  "$root/tests/data/golden/tokenizers/qwen3/tokenizer_config.json"
-: > "$work/tools.log"
-port=
-"$bin" serve --model "$work/tools-model" --served-model-name model --port 0 --no-access-log 2>>"$work/tools.log" &
-pids+=($!)
-for _ in $(seq 1 300); do
-  port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/tools.log" | head -1)
-  [ -n "$port" ] && break
-  sleep 0.1
-done
-[ -n "$port" ] || fail "tool-calling server did not start: $(cat "$work/tools.log")"
+copy_with_chat_template "$work/json-model" "$work/tools-model" \
+  "$(node -p 'require(process.argv[1]).chat_template' "$root/tests/data/golden/tokenizers/qwen3/tokenizer_config.json")"
+start_server_on "$work/tools-model" tools --served-model-name model
 SPECSTACK_NPM_DIR="${SPECSTACK_NPM_DIR:-$root/.deps/npm}" node "$root/tests/integration/openai_tools_client.mjs" \
   "http://127.0.0.1:$port/v1" model || fail "tool calling (openai client + ajv)"
 wait_pool_free "after tool calling"
