@@ -391,6 +391,7 @@ void CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool
     a.token_pos = meta.paged_pos;
     a.token_run = meta.paged_run;
     a.n_runs = meta.paged_n_runs;
+    a.run_partition_size = meta.paged_run_partition;
     a.n_tokens = meta.n_paged;
     a.n_heads = n_heads;
     a.n_kv_heads = n_kv_heads;
