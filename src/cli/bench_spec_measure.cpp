@@ -24,13 +24,15 @@ StepBreakdown breakdown(const std::vector<StepRecord>& records, int32_t batch, i
     b.step += r.seconds;
     b.draft += r.draft_seconds;
     b.draft_first += r.draft_first_seconds;
+    b.draft_forwards += r.draft_forward_seconds;
     b.schedule += r.schedule_seconds;
     b.forward += r.forward_seconds;
     b.gap += records[i + 1].start_seconds - (r.start_seconds + r.seconds);
     b.draft_tokens += r.n_draft_tokens;
   }
   if (n == 0) return b;
-  for (double* v : {&b.step, &b.draft, &b.draft_first, &b.schedule, &b.forward, &b.gap})
+  for (double* v :
+       {&b.step, &b.draft, &b.draft_first, &b.draft_forwards, &b.schedule, &b.forward, &b.gap})
     *v *= 1e3 / n;
   b.draft_tokens /= n;
   b.n_steps = n;
