@@ -184,6 +184,7 @@ int32_t SpecDecodeStage::draft_sample(Sequence* seq, DraftState& state, const fl
 }
 
 SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequence*>& running) {
+  const auto propose_start = Clock::now();
   ModelInstance& draft = *options_.draft;
   // Who drafts this step: decoding (only the pending token left to compute),
   // not yet holding draft tokens, room for at least one more token. The
@@ -222,6 +223,7 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
   };
   std::vector<Row> rows;
   int32_t budget = max_batched_tokens_;
+  int32_t n_admitted = 0;
   // Emulated acceptance too: a greedy request's draft picks its tokens on the
   // device in real use, so the benchmark must not pay a host sampler instead.
   bool device_greedy = draft.device() != Device::kCpu;
@@ -238,6 +240,7 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
       }
     }
     int32_t first_slot = 0;
+    if (!state.admitted) ++n_admitted;
     if (!reserve_catch_up(seq, state, count, &first_slot)) {
       release(seq);  // the draft's pool is full: this one decodes plainly and retries later
       return;
@@ -292,6 +295,7 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
   if (plan.n_tokens() == 0) return {};
   plan.greedy_on_device = device_greedy;
   ProposeStats stats;
+  stats.n_admitted = n_admitted;
 
   std::vector<Row*> drafting;  // sequences still proposing
   for (Row& row : rows) {
@@ -319,6 +323,8 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
 
   for (int32_t step = 0;; ++step) {
     const auto start = Clock::now();
+    if (step == 0)
+      stats.setup_seconds = std::chrono::duration<double>(start - propose_start).count();
     StepOutput output = draft.runner().run(plan);
     stats.forward_seconds += seconds_since(start);
     stats.n_tokens += static_cast<int32_t>(plan.n_tokens());

@@ -61,6 +61,13 @@ class SpecDecodeStage {
     // tokens or logits on the host): propose's time minus this is the
     // host's bookkeeping between forwards.
     double forward_seconds = 0;
+    // Of the host's work: before the first forward (choosing who drafts,
+    // reserving catch-up slots, building the first plan).
+    double setup_seconds = 0;
+    // Sequences whose draft KV was first allocated this step: their prompt
+    // goes through the draft's prefix cache (hashing every prompt block), so
+    // such a step is no steady decode step (bench spec leaves it out).
+    int32_t n_admitted = 0;
   };
   // Draft forwards for the running sequences that speculate this step;
   // appends their draft tokens.
