@@ -2,13 +2,14 @@
 // cuda/verify_attention.h) at the qwen2.5-7b shape (28 heads, 4 kv heads,
 // head dim 128, block 16): B sequences of context L, each with `rows` query
 // rows at its last slots (5 = a K = 4 verify run, 1 = a decode row), block
-// tables shuffled over the pool as a serving pool is. Per point: the
+// tables shuffled over the pool as a serving pool is (--draft: the
+// qwen2.5-0.5b shape, 14 heads, 2 kv heads, head dim 64). Per point: the
 // per-token kernel and the run kernel at several partition sizes, 3 warm-up
 // calls, then the median of 5 batches of 10 calls timed with CUDA events.
 // Prints microseconds per call (one layer) and the effective KV bandwidth:
 // the bytes of K and V the batch attends over (B x L x kv heads x head dim
 // x 2 x 2 bytes) per second.
-//   build/bench/attention_bench [--points B:L:rows,...]
+//   build/bench/attention_bench [--points B:L:rows,...] [--draft]
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -28,7 +29,12 @@ using namespace specstack::cuda;
 
 namespace {
 
-constexpr int32_t kHeads = 28, kKvHeads = 4, kHeadDim = 128, kBlock = 16;
+constexpr int32_t kBlock = 16;
+
+// Attention shape: qwen2.5-7b (the target) or, with --draft, qwen2.5-0.5b.
+struct Shape {
+  int32_t heads = 28, kv_heads = 4, head_dim = 128;
+};
 
 struct Point {
   int32_t batch, context, rows;
@@ -76,7 +82,8 @@ double time_us(Call call) {
   return per_call[per_call.size() / 2];
 }
 
-void run_point(const Point& p, std::mt19937& rng) {
+void run_point(const Shape& shape, const Point& p, std::mt19937& rng) {
+  const int32_t kHeads = shape.heads, kKvHeads = shape.kv_heads, kHeadDim = shape.head_dim;
   const int32_t blocks_per_seq = (p.context + kBlock - 1) / kBlock;
   const int32_t n_blocks = p.batch * blocks_per_seq;
   const size_t kv_elems = size_t(n_blocks) * kBlock * kKvHeads * kHeadDim;
@@ -120,8 +127,9 @@ void run_point(const Point& p, std::mt19937& rng) {
   d_slot.upload(slot);
   d_run.upload(run);
   const int32_t partition = paged_attention_partition_size(n_tokens, kKvHeads);
+  // Sized for the smallest partition any variant below uses.
   DeviceBuffer<float> ws(std::max<size_t>(
-      1, paged_attention_workspace_floats(n_tokens, kHeads, kHeadDim, p.context, partition)));
+      1, paged_attention_workspace_floats(n_tokens, kHeads, kHeadDim, p.context, 64)));
 
   PagedAttentionArgs a;
   a.q = q.data();
@@ -159,8 +167,8 @@ void run_point(const Point& p, std::mt19937& rng) {
   a.run_partition_size = 0;
   report("run (default)", run_attention_partition_size(a),
          time_us([&] { paged_attention(a, nullptr); }));
-  for (int32_t part : {256, 512, 1024}) {
-    if (part < partition) continue;
+  for (int32_t part : {64, 128, 256, 512, 1024}) {
+    a.partition_size = std::min(partition, part);  // run partitions >= partition_size
     a.run_partition_size = part;
     report("run", part, time_us([&] { paged_attention(a, nullptr); }));
   }
@@ -170,12 +178,16 @@ void run_point(const Point& p, std::mt19937& rng) {
 
 int main(int argc, char** argv) {
   const char* points = "32:16384:5,64:8192:5,32:8192:5,8:8192:5,1:8192:5,32:16384:1,64:8192:1";
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--points") == 0) points = argv[i + 1];
+  Shape shape;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--points") == 0 && i + 1 < argc) points = argv[++i];
+    if (std::strcmp(argv[i], "--draft") == 0) shape = Shape{14, 2, 64};
   }
+  std::printf("shape: %d heads, %d kv heads, head dim %d\n", shape.heads, shape.kv_heads,
+              shape.head_dim);
   std::mt19937 rng(1);
   std::printf("| batch | context | rows | kernel | partition | us | KV TB/s |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
-  for (const Point& p : parse_points(points)) run_point(p, rng);
+  for (const Point& p : parse_points(points)) run_point(shape, p, rng);
   return 0;
 }

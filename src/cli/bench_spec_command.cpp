@@ -337,7 +337,9 @@ int run_bench_spec(const BenchSpecFlags& f) {
     std::printf(
         "\nWhere an engine step's time goes (ms, mean over the last run's steady decode steps: "
         "every sequence emits, no prompt rows): step = draft proposals (of which the first, "
-        "eager, catch-up forward) + schedule + target forward + rest (verification, sampling, "
+        "catch-up, forward, and the host's work outside the draft forwards: of that, before the "
+        "first) + schedule + target "
+        "forward + rest (verification, sampling, "
         "emission) (+ the loop's time between steps) [steps, tokens the draft forwarded per "
         "step: k per sequence when nothing is left to catch up]\n\n");
     std::printf(

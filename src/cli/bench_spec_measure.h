@@ -54,14 +54,17 @@ double time_step(ModelInstance& m, int32_t batch, int64_t context, int32_t rows,
 // time between steps.
 struct StepBreakdown {
   double step = 0, draft = 0, schedule = 0, forward = 0, rest = 0, gap = 0;
-  double draft_first = 0;   // of draft: the first (catch-up, eager) draft forward
-  double draft_tokens = 0;  // tokens the draft forwarded per step (k per sequence when caught up)
+  double draft_first = 0;     // of draft: the first (catch-up) draft forward
+  double draft_forwards = 0;  // of draft: all its forwards; draft minus this is host work
+  double draft_setup = 0;     // of the host work: before the first draft forward
+  double draft_tokens = 0;    // tokens the draft forwarded per step (k per sequence when caught up)
   int n_steps = 0;
   std::string str() const {
     return fmt::format(
-        "{:.2f} = {:.2f} ({:.2f} first) + {:.2f} + {:.2f} + {:.2f} (+{:.2f}) [{} steps, draft "
-        "{:.1f} tok]",
-        step + gap, draft, draft_first, schedule, forward, rest, gap, n_steps, draft_tokens);
+        "{:.2f} = {:.2f} ({:.2f} first, {:.2f} host: {:.2f} setup) + {:.2f} + {:.2f} + {:.2f} "
+        "(+{:.2f}) [{} steps, draft {:.1f} tok]",
+        step + gap, draft, draft_first, draft - draft_forwards, draft_setup, schedule, forward,
+        rest, gap, n_steps, draft_tokens);
   }
 };
 

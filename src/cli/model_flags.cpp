@@ -26,9 +26,10 @@ void ModelFlags::add_to(CLI::App& command) {
       ->check(CLI::Range(0.05, 1.0));
   command.add_flag("--no-cuda-graphs", no_cuda_graphs,
                    "with --device cuda: run decode steps eagerly");
-  command.add_flag("--no-run-attention", no_run_attention,
-                   "with --device cuda: verify rows use the per-token paged attention kernel "
-                   "instead of the run kernel (for comparison)");
+  command.add_flag(
+      "--no-run-attention", no_run_attention,
+      "with --device cuda: paged attention (verify and decode rows) uses the per-token kernel "
+      "instead of the run kernel (for comparison)");
 }
 
 Result<ModelInstanceOptions> ModelFlags::instance_options(int64_t kv_tokens) const {

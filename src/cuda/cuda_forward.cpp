@@ -20,14 +20,13 @@ namespace {
 // Chunks at least this long use the flash kernel; shorter ones (and decode
 // tokens) the paged kernel, whose per-query cost is lower for few rows.
 constexpr int32_t kFlashMinRows = 16;
-// The run kernel (verify rows) from this many paged rows on: below it a run
-// kernel's few CTAs (one per run, not per row) cannot fill the GPU; H100,
-// batch 1 x 5 verify rows at 1K: 6.48 ms with it vs 6.25 ms without.
-constexpr int32_t kRunMinPagedRows = 16;
-// Decode rows (runs of one) use the run kernel from this many rows on: the
-// FA2-style run kernel streams the KV at ~2.6 TB/s there against ~1.3 for the
-// per-token kernel (H100, 32 x 16K and 64 x 8K, bench/attention_bench).
-constexpr int32_t kRunMinDecodeRows = 32;
+// Every paged row goes through the run kernel when it is on, decode rows as
+// runs of one, graph steps included: the FA2-style kernel is faster at every
+// point measured (H100, bench/attention_bench, one qwen2.5-7b layer, us,
+// per-token -> run kernel): decode 1 x 1K 18.4 -> 11.5, 8 x 1K 29.2 -> 12.9,
+// 1 x 8K 34.3 -> 17.6, 32 x 16K 842 -> 411; 5-row verify runs 1 x 1K 21.0 ->
+// 20.9, 1 x 8K 89.8 -> 28.2, 32 x 16K 3357 -> 504. (The version before it
+// lost to the per-token kernel below 16 rows.)
 
 // Appends sections to the staged int32 buffer and remembers their offsets.
 struct Stager {
@@ -141,21 +140,16 @@ MetaOffsets plan_step(const ForwardBatch& batch, int64_t block_size, bool flash_
     }
   }
   meta.paged_max_context = graph ? graph_max_context : max_context;
-  // Decode rows (runs of one) take the run kernel too from kRunMinDecodeRows
-  // rows on, graph steps included (their layout depends only on the graph's
-  // batch, so capture and replay stage the same sections).
-  const bool decode_runs = meta.n_paged >= kRunMinDecodeRows;
-  if (run_group > 0 && (graph ? decode_runs : meta.n_paged >= kRunMinPagedRows)) {
+  // Graph steps stage runs at capture and at replay alike (the section's
+  // presence depends only on run_group), so the layouts match.
+  if (run_group > 0 && !paged.empty()) {
     std::vector<int32_t> run(paged.size());
-    const int32_t longest =
-        paged_attention_runs(staged.data() + o.paged_seq, staged.data() + o.paged_slot,
-                             static_cast<int32_t>(paged.size()), run_group, run.data());
-    if (longest > 1 || decode_runs) {
-      o.paged_run = s.add(paged.size());
-      std::copy(run.begin(), run.end(), staged.begin() + o.paged_run);
-      o.n_runs = static_cast<int32_t>(
-          std::count_if(run.begin(), run.end(), [](int32_t r) { return r > 0; }));
-    }
+    paged_attention_runs(staged.data() + o.paged_seq, staged.data() + o.paged_slot,
+                         static_cast<int32_t>(paged.size()), run_group, run.data());
+    o.paged_run = s.add(paged.size());
+    std::copy(run.begin(), run.end(), staged.begin() + o.paged_run);
+    o.n_runs = static_cast<int32_t>(
+        std::count_if(run.begin(), run.end(), [](int32_t r) { return r > 0; }));
   }
   meta.capture_rows.assign(batch.capture_rows.begin(), batch.capture_rows.end());
   return o;
@@ -397,6 +391,7 @@ void CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool
     a.token_pos = meta.paged_pos;
     a.token_run = meta.paged_run;
     a.n_runs = meta.paged_n_runs;
+    a.run_partition_size = meta.paged_run_partition;
     a.n_tokens = meta.n_paged;
     a.n_heads = n_heads;
     a.n_kv_heads = n_kv_heads;

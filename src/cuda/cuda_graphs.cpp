@@ -7,6 +7,7 @@
 
 #include "cuda/attention.h"
 #include "cuda/cuda_model_internal.h"
+#include "cuda/verify_attention.h"
 
 namespace specstack::cuda {
 
@@ -60,6 +61,8 @@ std::unique_ptr<CudaModel::Graph> CudaModel::capture_graph(CudaKvCache& kv, int3
   set_device_pointers(offsets, graph->meta.data(), graph->step);
   graph->step.paged_partition =
       paged_attention_partition_size(batch_size, static_cast<int32_t>(config_.n_kv_heads));
+  graph->step.paged_run_partition = run_attention_graph_partition_size(
+      batch_size, static_cast<int32_t>(config_.n_kv_heads), graph->step.paged_partition);
   graph->attn_workspace.resize(paged_attention_workspace_floats(
       batch_size, static_cast<int32_t>(config_.n_heads), static_cast<int32_t>(config_.head_dim),
       max_context, graph->step.paged_partition));

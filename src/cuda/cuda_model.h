@@ -34,10 +34,9 @@ struct CudaModelOptions {
   // Decode graphs: captured for these batch sizes once the KV cache exists
   // (capture_decode_graphs); empty disables them.
   std::vector<int32_t> graph_batch_sizes = {1, 2, 4, 8, 16, 32, 64, 128, 256};
-  // Eager steps with runs of rows of one sequence (speculative verify), and
-  // steps (graphs too) of at least 32 decode rows, use the run kernel of
-  // verify_attention.h; false keeps the per-token kernel (for comparing the
-  // two).
+  // Paged attention (verify runs and decode rows, eager and graph steps)
+  // uses the run kernel of verify_attention.h where the head dim allows;
+  // false keeps the per-token kernel (for comparing the two).
   bool run_attention = true;
 };
 

@@ -41,11 +41,11 @@ struct CudaModel::StepMeta {
   int32_t* paged_seq = nullptr;   // [n_paged]
   int32_t* paged_slot = nullptr;  // [n_paged]
   int32_t* paged_pos = nullptr;   // [n_paged]
-  // [n_paged] runs for the run kernel (paged_attention_runs); null when no
-  // paged row shares a run and the step has fewer than kRunMinDecodeRows
-  // rows: small decode steps keep the per-token kernel.
+  // [n_paged] runs for the run kernel (paged_attention_runs; a decode row
+  // is a run of one); null with the run kernel off.
   int32_t* paged_run = nullptr;
-  int32_t paged_n_runs = 0;  // runs in paged_run
+  int32_t paged_n_runs = 0;         // runs in paged_run
+  int32_t paged_run_partition = 0;  // the run kernel's partition (0: by the step's context)
   // Flash jobs; their q_slot / q_pos are the step's token arrays at row0.
   int32_t* token_slot = nullptr;  // [n_tokens]
   std::vector<FlashJob> flash;
@@ -80,8 +80,9 @@ struct MetaOffsets {
 // Fills `meta` (host fields) and `staged` for a batch. With graph_batch > 0
 // the layout is padded to that many tokens/sequences and graph_max_blocks
 // table columns, every row paged, so it matches the captured graph. With
-// run_group > 0 (query heads per kv head) an eager step whose paged rows
-// form runs of 2+ (speculative verify rows) also stages paged_run.
+// run_group > 0 (query heads per kv head) every step with paged rows also
+// stages paged_run (runs of a sequence's consecutive rows; decode rows are
+// runs of one).
 MetaOffsets plan_step(const ForwardBatch& batch, int64_t block_size, bool flash_ok,
                       int32_t run_group, int32_t graph_batch, int32_t graph_max_blocks,
                       int32_t graph_max_context, CudaModel::StepMeta& meta,

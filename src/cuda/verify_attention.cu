@@ -500,6 +500,17 @@ int32_t run_attention_partition_size(const PagedAttentionArgs& a) {
   return std::max(kMinPartition, a.partition_size);
 }
 
+int32_t run_attention_graph_partition_size(int32_t n_runs, int32_t n_kv_heads,
+                                           int32_t partition_size) {
+  // H100, attention_bench, decode rows, us at 256 / 512 / 1024: 7B shape
+  // (4 kv heads) 8 x 1K 13.0 / 17.1 / 23.8, 8 x 8K 73 / 69 / 63, 32 x 1K
+  // 41 / 38 / 35; 0.5B shape (2 kv heads) at 1.1K: 8 rows 10.3 / 13.9 / 20.0,
+  // 32 rows 16.9 / 15.0 / 20.5, 64 rows 26.0 / 23.0 / 22.8.
+  const int64_t groups = int64_t{n_runs} * n_kv_heads;
+  const int32_t p = groups >= 128 ? 1024 : groups >= 64 ? 512 : 256;
+  return std::max(p, partition_size);
+}
+
 bool run_attention_supported(int32_t head_dim) {
   return head_dim == 64 || head_dim == 128;
 }

@@ -34,6 +34,13 @@ constexpr int32_t kRunMaxPartition = 1024;
 // args.partition_size, so a workspace sized for that suffices).
 int32_t run_attention_partition_size(const PagedAttentionArgs& args);
 
+// The run kernel's partition for a decode graph of n_runs runs: its
+// max_context is a capacity, not the step's context (with the rule above, a
+// batch-8 graph for 32K contexts replayed at 1.1K ran 2 of its 32 partitions),
+// so the choice goes by the CTAs a partition column gives alone.
+int32_t run_attention_graph_partition_size(int32_t n_runs, int32_t n_kv_heads,
+                                           int32_t partition_size);
+
 // Head dims the run kernel supports (others use the per-row kernel).
 bool run_attention_supported(int32_t head_dim);
 

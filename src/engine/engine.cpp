@@ -590,6 +590,9 @@ void EngineCore::step() {
     record.n_tokens = static_cast<int32_t>(scheduled.plan.n_tokens());
     record.n_draft_tokens = proposed.n_tokens;
     record.draft_first_seconds = proposed.first_forward_seconds;
+    record.draft_forward_seconds = proposed.forward_seconds;
+    record.draft_setup_seconds = proposed.setup_seconds;
+    record.n_draft_admitted = proposed.n_admitted;
     record.n_decode = n_emitting;
     record.n_running = static_cast<int32_t>(scheduler_.n_running());
     std::lock_guard<std::mutex> lock(metrics_mutex_);

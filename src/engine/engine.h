@@ -68,16 +68,19 @@ struct EngineOptions {
 
 // One engine step, for benchmark phase analysis.
 struct StepRecord {
-  double start_seconds = 0;        // since the engine started
-  double seconds = 0;              // draft proposals + schedule + forward + sampling
-  double draft_seconds = 0;        // of those, speculative decoding's draft forwards (propose)
-  double schedule_seconds = 0;     // the scheduler
-  double forward_seconds = 0;      // the target's forward
-  int32_t n_draft_tokens = 0;      // tokens the draft forwarded in propose (catch-up included)
-  double draft_first_seconds = 0;  // of draft_seconds, its first (catch-up) forward
-  int32_t n_tokens = 0;            // tokens in the step's plan
-  int32_t n_decode = 0;            // sequences that produced a token
-  int32_t n_running = 0;           // running sequences after the step
+  double start_seconds = 0;          // since the engine started
+  double seconds = 0;                // draft proposals + schedule + forward + sampling
+  double draft_seconds = 0;          // of those, speculative decoding's draft forwards (propose)
+  double schedule_seconds = 0;       // the scheduler
+  double forward_seconds = 0;        // the target's forward
+  int32_t n_draft_tokens = 0;        // tokens the draft forwarded in propose (catch-up included)
+  double draft_first_seconds = 0;    // of draft_seconds, its first (catch-up) forward
+  double draft_forward_seconds = 0;  // of draft_seconds, all its forwards (the rest: host work)
+  double draft_setup_seconds = 0;    // of the host work, before the first draft forward
+  int32_t n_draft_admitted = 0;      // sequences the draft admitted (prefix lookup) this step
+  int32_t n_tokens = 0;              // tokens in the step's plan
+  int32_t n_decode = 0;              // sequences that produced a token
+  int32_t n_running = 0;             // running sequences after the step
 };
 
 class EngineCore;  // the loop thread's state (scheduler, sequences)

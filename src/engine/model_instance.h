@@ -37,10 +37,9 @@ struct ModelInstanceOptions {
   // minus what is already used.
   Device device = Device::kCpu;
   double gpu_memory_fraction = 0.9;
-  int64_t max_kv_blocks = 0;  // > 0: cap for the memory-sized GPU pool
-  bool cuda_graphs = true;    // capture decode graphs at start-up
-  bool run_attention =
-      true;  // verify rows, >= 32 decode rows: run kernel (cuda/verify_attention.h)
+  int64_t max_kv_blocks = 0;           // > 0: cap for the memory-sized GPU pool
+  bool cuda_graphs = true;             // capture decode graphs at start-up
+  bool run_attention = true;           // paged rows: run kernel (cuda/verify_attention.h)
   int64_t graph_max_context = 32768;   // contexts the decode graphs serve (longer run eagerly)
   int64_t max_tokens_per_step = 8192;  // activation scratch sized up front (GPU)
 };

@@ -184,6 +184,7 @@ int32_t SpecDecodeStage::draft_sample(Sequence* seq, DraftState& state, const fl
 }
 
 SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequence*>& running) {
+  const auto propose_start = Clock::now();
   ModelInstance& draft = *options_.draft;
   // Who drafts this step: decoding (only the pending token left to compute),
   // not yet holding draft tokens, room for at least one more token. The
@@ -216,10 +217,13 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
     Sequence* seq;
     DraftState* state;
     int32_t count;
-    bool drafts;  // reached the end: its last row gives draft token 1
+    int32_t first_slot;
+    bool drafts;             // reached the end: its last row gives draft token 1
+    int32_t logit_row = -1;  // its draft-token-1 row in the first forward's output
   };
   std::vector<Row> rows;
   int32_t budget = max_batched_tokens_;
+  int32_t n_admitted = 0;
   // Emulated acceptance too: a greedy request's draft picks its tokens on the
   // device in real use, so the benchmark must not pay a host sampler instead.
   bool device_greedy = draft.device() != Device::kCpu;
@@ -236,20 +240,14 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
       }
     }
     int32_t first_slot = 0;
+    if (!state.admitted) ++n_admitted;
     if (!reserve_catch_up(seq, state, count, &first_slot)) {
       release(seq);  // the draft's pool is full: this one decodes plainly and retries later
       return;
     }
     count = std::min(length - state.n_computed, count);  // a prefix hit may cover more
     const bool drafts = wants_draft && state.n_computed + count == length;
-    const auto s = static_cast<int32_t>(plan.block_tables.size());
-    for (int32_t i = 0; i < count; ++i) {
-      const int32_t index = state.n_computed + i;
-      plan.add_token(draft_token(*seq, index), index, s, first_slot + i, drafts && i == count - 1);
-    }
-    plan.block_tables.push_back(state.kv.blocks());
-    plan.seq_n_slots.push_back(state.kv.n_slots());
-    rows.push_back({seq, &state, count, drafts});
+    rows.push_back({seq, &state, count, first_slot, drafts});
     budget -= count;
     if (drafts) {
       const SamplingParams& p = seq->request->options.params;
@@ -263,9 +261,41 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
   for (Sequence* seq : catching_up) {
     if (budget > 0) add_catch_up(seq, false);
   }
+  // In steady decode every sequence catches up 1 row (a rejection: the
+  // target's correction) or 2 (all k accepted: draft token k and the bonus).
+  // Laid out as one sequence per row, each row wanting logits, the forward
+  // has the decode shape a CUDA graph replays; with a 2-row sequence as one
+  // run it went eager (H100, 0.5B draft, 32 x 16K sparse: this forward 2.80
+  // -> 2.21 ms; at 64 x 8K its ~89 rows pad to the 128-row graph, which costs
+  // what the eager run did). Two entries sharing a block table are the
+  // same computation: the causal mask is by slot, and the earlier row's
+  // entry sees its own slot and those before (seq_n_slots).
+  const bool one_row_per_entry =
+      std::all_of(rows.begin(), rows.end(), [](const Row& row) { return row.count <= 2; });
+  int32_t n_logit_rows = 0;
+  for (Row& row : rows) {
+    DraftState& state = *row.state;
+    const auto n_slots = static_cast<int32_t>(state.kv.n_slots());
+    for (int32_t i = 0; i < row.count; ++i) {
+      const int32_t index = state.n_computed + i;
+      const bool last = i == row.count - 1;
+      const bool wants_logits = one_row_per_entry || (row.drafts && last);
+      if (one_row_per_entry || i == 0) {
+        plan.block_tables.push_back(state.kv.blocks());
+        plan.seq_n_slots.push_back(one_row_per_entry ? n_slots - (row.count - 1 - i) : n_slots);
+      }
+      const auto s = static_cast<int32_t>(plan.block_tables.size()) - 1;
+      plan.add_token(draft_token(*row.seq, index), index, s, row.first_slot + i, wants_logits);
+      if (wants_logits) {
+        if (row.drafts && last) row.logit_row = n_logit_rows;
+        ++n_logit_rows;
+      }
+    }
+  }
   if (plan.n_tokens() == 0) return {};
   plan.greedy_on_device = device_greedy;
   ProposeStats stats;
+  stats.n_admitted = n_admitted;
 
   std::vector<Row*> drafting;  // sequences still proposing
   for (Row& row : rows) {
@@ -293,7 +323,10 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
 
   for (int32_t step = 0;; ++step) {
     const auto start = Clock::now();
+    if (step == 0)
+      stats.setup_seconds = std::chrono::duration<double>(start - propose_start).count();
     StepOutput output = draft.runner().run(plan);
+    stats.forward_seconds += seconds_since(start);
     stats.n_tokens += static_cast<int32_t>(plan.n_tokens());
     ++stats.n_forwards;
     if (step == 0) stats.first_forward_seconds = seconds_since(start);
@@ -318,15 +351,18 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
         if (!row.drafts) trim_window(*row.state);
       }
     }
-    // Logit rows are in plan order: one per drafting sequence.
+    // Logit rows are in plan order; after the first forward, one per drafting sequence.
     std::vector<Row*> next;
     for (size_t r = 0; r < drafting.size(); ++r) {
       Row& row = *drafting[r];
       DraftState& state = *row.state;
-      const float* logits = plan.greedy_on_device
-                                ? nullptr
-                                : output.logits.f32() + static_cast<int64_t>(r) * draft_vocab_;
-      const int32_t greedy_id = plan.greedy_on_device ? output.greedy_tokens[r] : -1;
+      const auto logit_row =
+          static_cast<size_t>(step == 0 ? row.logit_row : static_cast<int32_t>(r));
+      const float* logits =
+          plan.greedy_on_device
+              ? nullptr
+              : output.logits.f32() + static_cast<int64_t>(logit_row) * draft_vocab_;
+      const int32_t greedy_id = plan.greedy_on_device ? output.greedy_tokens[logit_row] : -1;
       state.proposed.push_back(draft_sample(row.seq, state, logits, greedy_id));
       if (static_cast<int32_t>(state.proposed.size()) < state.k) next.push_back(&row);
     }

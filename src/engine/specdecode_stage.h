@@ -55,8 +55,19 @@ class SpecDecodeStage {
   struct ProposeStats {
     int32_t n_tokens = 0;  // tokens forwarded, catch-up rows included (a prompt prefill shows)
     int32_t n_forwards = 0;
-    // The first forward: 1-2 catch-up rows a sequence, so eager unless every one has 1.
+    // The first forward: 1-2 catch-up rows a sequence (see propose for its layout).
     double first_forward_seconds = 0;
+    // Every draft forward's wall time, each to its sync (the runner returns
+    // tokens or logits on the host): propose's time minus this is the
+    // host's bookkeeping between forwards.
+    double forward_seconds = 0;
+    // Of the host's work: before the first forward (choosing who drafts,
+    // reserving catch-up slots, building the first plan).
+    double setup_seconds = 0;
+    // Sequences whose draft KV was first allocated this step: their prompt
+    // goes through the draft's prefix cache (hashing every prompt block), so
+    // such a step is no steady decode step (bench spec leaves it out).
+    int32_t n_admitted = 0;
   };
   // Draft forwards for the running sequences that speculate this step;
   // appends their draft tokens.

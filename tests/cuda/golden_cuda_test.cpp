@@ -272,6 +272,57 @@ TEST(GoldenCuda, CaptureGraphQueriesEqualEager) {
   EXPECT_LE(relative_error(logits[1].data(), logits[0].data(), int64_t(logits[0].size())), 1e-6);
 }
 
+// The speculative draft's catch-up forward (1-2 rows a sequence) laid out
+// one entry per row, each entry with its own slot count, replays a decode
+// graph; its logits equal the eager forward of each sequence's rows as one
+// run (the causal mask is by slot, so the two layouts are one computation).
+TEST(GoldenCuda, CatchUpRowsOnePerEntryGraphEqualOneRunEager) {
+  SS_REQUIRE_GPU();
+  CpuBackend backend(CpuBackendOptions{1});
+  constexpr int32_t kSeqs = 3, kPrompt = 40, kRows = 2;
+  std::vector<float> logits[2];
+  for (int graphs = 0; graphs < 2; ++graphs) {
+    auto model = load_gpu("qwen3", graphs == 1, backend);
+    KvManager& kv = model->kv_manager();
+    std::vector<KvSequence> seqs;
+    StepPlan prefill;
+    for (int32_t s = 0; s < kSeqs; ++s) {
+      seqs.push_back(kv.new_sequence(KvSequenceOptions{0, false}));
+      const int32_t first = kv.append(seqs.back(), kPrompt);
+      for (int32_t i = 0; i < kPrompt; ++i)
+        prefill.add_token(5 + (i * 7 + s * 13) % 400, i, s, first + i, false);
+      prefill.block_tables.push_back(seqs.back().blocks());
+      prefill.seq_n_slots.push_back(seqs.back().n_slots());
+    }
+    model->runner().run(prefill);
+    StepPlan plan;
+    for (int32_t s = 0; s < kSeqs; ++s) {
+      KvSequence& seq = seqs[size_t(s)];
+      const int32_t first = kv.append(seq, kRows);
+      for (int32_t i = 0; i < kRows; ++i) {
+        if (graphs == 1 || i == 0) {
+          plan.block_tables.push_back(seq.blocks());
+          plan.seq_n_slots.push_back(graphs == 1 ? first + i + 1 : seq.n_slots());
+        }
+        const auto entry = static_cast<int32_t>(plan.block_tables.size()) - 1;
+        plan.add_token(17 + s * 3 + i, kPrompt + i, entry, first + i, true);
+      }
+    }
+    StepOutput out = model->runner().run(plan);
+    logits[graphs].assign(out.logits.f32(), out.logits.f32() + out.logits.numel());
+    for (KvSequence& seq : seqs) kv.free(seq);
+    auto* cuda_model = dynamic_cast<cuda::CudaModel*>(&model->model());
+    ASSERT_NE(cuda_model, nullptr);
+    EXPECT_EQ(cuda_model->graph_replays(), graphs == 1 ? 1 : 0);
+  }
+  ASSERT_EQ(logits[0].size(), logits[1].size());
+  ASSERT_FALSE(logits[0].empty());
+  const double error =
+      relative_error(logits[1].data(), logits[0].data(), int64_t(logits[0].size()));
+  std::printf("catch-up layouts: relative logits error %.3g\n", error);
+  EXPECT_LE(error, 1e-2);  // bf16 activations; a different attention partition may round apart
+}
+
 }  // namespace
 }  // namespace specstack
 

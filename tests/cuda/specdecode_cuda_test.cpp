@@ -197,7 +197,7 @@ TEST(SpecDecodeCuda, RunAttentionGreedyEqualsPlainUpToANearTie) {
   expect_pools_free(engine);
 }
 
-// Decode steps of >= 32 rows take the run kernel too, graph replays
+// Decode steps take the run kernel too (rows as runs of one), graph replays
 // included: 32 greedy requests on a head-dim-64 dummy qwen2 decode through
 // batch-32 graphs with it and agree with the per-token kernel
 // (--no-run-attention) up to a bf16 near-tie.
