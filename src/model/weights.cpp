@@ -103,7 +103,7 @@ Tensor make_dummy_tensor(DType dtype, const std::vector<int64_t>& shape, uint64_
         case DType::kF16:
           out.data<uint16_t>()[i] = f32_to_f16(value);
           break;
-        case DType::kI32:
+        default:  // dummy weights are float tensors only (never int or block-quantized)
           SS_CHECK(false);
       }
     }

@@ -100,7 +100,9 @@ TEST_P(GoldenCudaTest, LogitsAtBf16ToleranceAndArgmaxAgreement) {
       worst = std::max(worst, err);
       ++rows;
       rows_within += err <= kBf16LogitTolerance;
-      if (!moe) EXPECT_LE(err, kBf16LogitTolerance) << "row " << first_row + row;
+      if (!moe) {
+        EXPECT_LE(err, kBf16LogitTolerance) << "row " << first_row + row;
+      }
     }
     const Tensor& margins = ref.get(std::string(p) + ".argmax_margin");
     const std::vector<int32_t> ref_argmax = ref.ids(std::string(p) + ".argmax");
@@ -129,7 +131,9 @@ TEST_P(GoldenCudaTest, LogitsAtBf16ToleranceAndArgmaxAgreement) {
       static_cast<long long>(agreement.decisive));
   EXPECT_GE(agreement.ratio(), kArgmaxAgreement);
   EXPECT_GT(agreement.decisive, rows / 2);  // the margin rule must leave most positions in
-  if (moe) EXPECT_GE(double(rows_within) / double(rows), kMoeRowsWithinTolerance);
+  if (moe) {
+    EXPECT_GE(double(rows_within) / double(rows), kMoeRowsWithinTolerance);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, GoldenCudaTest,
