@@ -32,7 +32,19 @@ struct BenchFlags {
   int repeats = 3;
   int threads = 0;
   std::string csv = "core_bench.csv";
+  std::string quantization;  // "", q8_0 or q4_k: quantize at load (CPU int8 kernels)
 };
+
+// Resident set size now (not the peak): after --quantization the source
+// weights are freed, and this is what the quantized model keeps.
+double resident_mib() {
+  long pages = 0, resident = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<double>(resident) * 4096.0 / 1048576.0;
+}
 
 std::vector<int32_t> random_prompt(int32_t length, int64_t vocab, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -79,6 +91,8 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", flags.repeats, "timed repeats (median reported)");
   app.add_option("-t,--threads", flags.threads, "CPU threads (default: all)");
   app.add_option("--csv", flags.csv, "CSV output path");
+  app.add_option("--quantization", flags.quantization,
+                 "q8_0 or q4_k: quantize the weights at load (as specstack --quantization)");
   CLI11_PARSE(app, argc, argv);
 
   CpuBackend backend(CpuBackendOptions{flags.threads});
@@ -95,6 +109,12 @@ int main(int argc, char** argv) {
       *std::max_element(flags.prefill_lengths.begin(), flags.prefill_lengths.end());
   options.kv_tokens = std::max<int64_t>(
       max_prefill + 64, max_batch * (flags.decode_context + flags.decode_steps + 32));
+  auto quantization = parse_weight_quantization(flags.quantization);
+  if (!quantization.ok()) {
+    std::fprintf(stderr, "core_bench: %s\n", quantization.message().c_str());
+    return 1;
+  }
+  options.quantization = *quantization;
   auto instance = ModelInstance::create(options, backend);
   if (!instance.ok()) {
     std::fprintf(stderr, "core_bench: %s\n", instance.message().c_str());
@@ -102,10 +122,14 @@ int main(int argc, char** argv) {
   }
   ModelInstance& model = **instance;
   const int64_t vocab = model.config().vocab_size;
-  std::fprintf(stderr, "core_bench: %s %s weights %.0f MiB, %d threads\n",
-               flags.model.empty() ? flags.config.c_str() : flags.model.c_str(),
-               flags.model.empty() ? flags.dtype.c_str() : "stored",
-               model.model().weight_bytes() / 1048576.0, backend.pool().n_threads());
+  if (!model.load_note().empty())
+    std::fprintf(stderr, "core_bench: %s\n", model.load_note().c_str());
+  std::fprintf(
+      stderr, "core_bench: %s %s%s%s weights %.0f MiB, RSS after load %.0f MiB, %d threads\n",
+      flags.model.empty() ? flags.config.c_str() : flags.model.c_str(),
+      flags.model.empty() ? flags.dtype.c_str() : "stored",
+      flags.quantization.empty() ? "" : " quantized ", flags.quantization.c_str(),
+      model.model().weight_bytes() / 1048576.0, resident_mib(), backend.pool().n_threads());
 
   std::vector<Row> rows;
   GeneratorOptions generator_options;

@@ -282,6 +282,8 @@ int run_eval(const std::string& task, const EvalFlags& f) {
   ModelInstanceOptions draft_options = *target_options;
   draft_options.model_dir = f.draft_dir;
   draft_options.config_path.clear();
+  // --quantization is the target's (ModelFlags); the draft loads as stored.
+  draft_options.quantization = WeightQuantization::kNone;
   // Every case's draft work runs at once: room for all of them (+ a block each).
   draft_options.kv_tokens = static_cast<int64_t>(f.n) *
                             static_cast<int64_t>(std::max<size_t>(1, f.depths.size())) *

@@ -221,6 +221,8 @@ int run_eval_spec(const EvalSpecFlags& f) {
   ModelInstanceOptions draft_options = *options;
   draft_options.model_dir = f.draft_dir;
   draft_options.config_path.clear();
+  // --quantization is the target's (ModelFlags); the draft loads as stored.
+  draft_options.quantization = WeightQuantization::kNone;
   auto draft = ModelInstance::create(draft_options, backend);
   if (!draft.ok()) return report_error(draft.message());
   if ((*draft)->config().vocab_size != (*target)->config().vocab_size)

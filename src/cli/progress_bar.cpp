@@ -63,6 +63,8 @@ Result<std::unique_ptr<ModelInstance>> create_model_with_progress(ModelInstanceO
   }
   auto instance = ModelInstance::create(options, backend);
   if (bar) bar->finish();
+  if (instance.ok() && !(*instance)->load_note().empty())
+    std::fprintf(stderr, "specstack: note: %s\n", (*instance)->load_note().c_str());
   return instance;
 }
 

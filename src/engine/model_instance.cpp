@@ -37,21 +37,34 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create(const ModelInstance
 
   if (options.block_size <= 0)
     return errorf("block size must be positive, got {}", options.block_size);
-  if (options.device == Device::kCuda) return create_on_gpu(std::move(config), options);
+  if (options.device == Device::kCuda) {
+    if (options.quantization != WeightQuantization::kNone) {
+      return make_error(
+          "--quantization runs on the CPU only (--device cuda loads bf16 weights; GGUF files "
+          "are dequantized there)");
+    }
+    return create_on_gpu(std::move(config), options);
+  }
 
   const auto weights_start = std::chrono::steady_clock::now();
   ModelWeights weights;
   if (options.dummy_weights) {
     weights = make_dummy_weights(config, options.dummy_seed, options.on_progress);
+    weights.load_note = quantize_weights(weights, options.quantization);
   } else {
     if (options.model_dir.empty()) return make_error("no model folder given");
-    SS_ASSIGN_OR_RETURN(weights, load_weights(config, options.model_dir, options.on_progress,
-                                              WeightLoadOptions{!options.dequantize_gguf}));
+    WeightLoadOptions load;
+    load.keep_quantized = !options.dequantize_gguf;
+    load.quantization = options.quantization;
+    SS_ASSIGN_OR_RETURN(weights,
+                        load_weights(config, options.model_dir, options.on_progress, load));
   }
+  std::string load_note = std::move(weights.load_note);
 
   std::unique_ptr<ModelInstance> instance(new ModelInstance());
   instance->model_ = std::make_unique<Transformer>(std::move(config), std::move(weights), backend);
   instance->startup_times_.weights_s = seconds_since(weights_start);
+  instance->load_note_ = std::move(load_note);
   const auto kv_start = std::chrono::steady_clock::now();
   int64_t n_blocks = options.kv_blocks;
   if (n_blocks <= 0) n_blocks = (options.kv_tokens + options.block_size - 1) / options.block_size;

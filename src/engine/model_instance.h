@@ -32,6 +32,10 @@ struct ModelInstanceOptions {
   // CPU with a GGUF model: dequantize its quantized matrices to f32 at load
   // (the exact-arithmetic reference path) instead of running them quantized.
   bool dequantize_gguf = false;
+  // CPU with a safetensors model (or dummy weights): quantize the matrices
+  // at load (--quantization; model/weights.h quantize_weights). An error with
+  // --device cuda or a GGUF model.
+  WeightQuantization quantization = WeightQuantization::kNone;
   // GPU (--device cuda): bf16 weights and KV on device 0. With kv_blocks == 0
   // and kv_tokens == 0 the KV pool takes gpu_memory_fraction of device memory
   // minus what is already used.
@@ -72,6 +76,8 @@ class ModelInstance {
   const BlockPool& pool() const { return kv_manager_->pool(); }
   ModelRunner& runner() { return *runner_; }
   const StartupTimes& startup_times() const { return startup_times_; }
+  // A line for the user about the load (quantization fallbacks), or empty.
+  const std::string& load_note() const { return load_note_; }
 
  private:
   ModelInstance() = default;
@@ -83,6 +89,7 @@ class ModelInstance {
   std::unique_ptr<KvManager> kv_manager_;  // owns the block pool of kv_
   std::unique_ptr<ModelRunner> runner_;
   StartupTimes startup_times_;
+  std::string load_note_;
 };
 
 }  // namespace specstack

@@ -246,11 +246,20 @@ Tensor compute_rope_inv_freq(const ModelConfig& config) {
 Result<ModelWeights> load_weights(const ModelConfig& config, const std::string& model_dir,
                                   const LoadProgress& on_progress,
                                   const WeightLoadOptions& options) {
-  if (gguf::is_gguf_file(model_dir))
+  if (gguf::is_gguf_file(model_dir)) {
+    if (options.quantization != WeightQuantization::kNone) {
+      return errorf(
+          "--quantization applies to safetensors models; {} is a GGUF file (already "
+          "quantized: its blocks run as stored)",
+          model_dir);
+    }
     return load_gguf_weights(config, model_dir, on_progress, options);
+  }
   SS_ASSIGN_OR_RETURN(WeightFiles files, WeightFiles::open(model_dir));
   SafetensorsSource source(std::move(files));
-  return build_weights(config, source, on_progress);
+  SS_ASSIGN_OR_RETURN(ModelWeights weights, build_weights(config, source, on_progress));
+  weights.load_note = quantize_weights(weights, options.quantization);
+  return weights;
 }
 
 ModelWeights make_dummy_weights(const ModelConfig& config, uint64_t seed,

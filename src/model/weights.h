@@ -51,6 +51,7 @@ struct ModelWeights {
   Tensor lm_head;                    // [vocab, hidden]; shares storage with embed when tied
   Tensor rope_inv_freq;              // [head_dim / 2] f32, RoPE frequencies after any scaling
   size_t weight_bytes = 0;           // bytes of all distinct weight tensors, for start-up reporting
+  std::string load_note;             // one line for the user (quantization fallbacks), or empty
 };
 
 // Progress of a weight load, for a start-up progress bar: called on the
@@ -82,13 +83,34 @@ float dummy_amplitude();
 Tensor make_dummy_tensor(DType dtype, const std::vector<int64_t>& shape, uint64_t stream,
                          bool is_norm);
 
+enum class WeightQuantization : uint8_t { kNone, kQ8_0, kQ4_K };
+
+// "q8_0" / "q4_k" (and "none"), for the --quantization flag.
+Result<WeightQuantization> parse_weight_quantization(const std::string& name);
+
 struct WeightLoadOptions {
   // GGUF: keep Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K / Q6_K matrices in their
   // block format (views of the mapping) for the CPU backend's quantized
   // kernels, instead of dequantizing them to f32 (what the CUDA backend and
   // the f32 reference path take). Other quantized types are dequantized.
   bool keep_quantized = false;
+  // Safetensors (and dummy weights) on the CPU: quantize the matrices at
+  // load (--quantization; see quantize_weights). A GGUF file with anything
+  // but kNone is an error: it is quantized already.
+  WeightQuantization quantization = WeightQuantization::kNone;
 };
+
+// Quantizes the matrices of `weights` in place for the CPU's quantized
+// kernels. kQ8_0: every matrix but the MoE router to Q8_0. kQ4_K: the
+// linear layers (attention, MLP, experts) to Q4_K, the embedding and an
+// untied LM head to Q8_0 (llama.cpp's Q4_K_M keeps the output at Q6_K, which
+// has no quantizer here; Q8_0 is the nearest finer format we write). Rows
+// not a multiple of 256 fall back to Q8_0, rows not a multiple of 32 stay in
+// their dtype; the return value is a one-line note of such fallbacks (empty
+// when there were none). Norms, biases and the router stay as they are:
+// llama-quantize leaves ffn_gate_inp unquantized too, and routing decisions
+// are sensitive to small logit errors. Tied embeddings stay shared.
+std::string quantize_weights(ModelWeights& weights, WeightQuantization quantization);
 
 // Loads the weights of `config` from the safetensors in model_dir (mmap'd,
 // zero-copy), or from model_dir naming a GGUF file (model/gguf_weights.h). Every expected tensor
