@@ -49,8 +49,8 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create(const ModelInstance
   const auto weights_start = std::chrono::steady_clock::now();
   ModelWeights weights;
   if (options.dummy_weights) {
-    weights = make_dummy_weights(config, options.dummy_seed, options.on_progress);
-    weights.load_note = quantize_weights(weights, options.quantization);
+    weights =
+        make_dummy_weights(config, options.dummy_seed, options.on_progress, options.quantization);
   } else {
     if (options.model_dir.empty()) return make_error("no model folder given");
     WeightLoadOptions load;

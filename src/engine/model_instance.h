@@ -33,7 +33,7 @@ struct ModelInstanceOptions {
   // (the exact-arithmetic reference path) instead of running them quantized.
   bool dequantize_gguf = false;
   // CPU with a safetensors model (or dummy weights): quantize the matrices
-  // at load (--quantization; model/weights.h quantize_weights). An error with
+  // at load (--quantization; model/weights.h build_quantized_weights). An error with
   // --device cuda or a GGUF model.
   WeightQuantization quantization = WeightQuantization::kNone;
   // GPU (--device cuda): bf16 weights and KV on device 0. With kv_blocks == 0

@@ -14,8 +14,8 @@ struct QuantizeTally {
   int64_t example_cols = 0;  // a row length of one fallback, for the note
 };
 
-// `w` as `want` where its rows allow, else the fallback; bytes adjusted.
-void quantize_one(Tensor& w, DType want, QuantizeTally& tally, size_t& bytes) {
+// `w` as `want` where its rows allow, else the fallback.
+void quantize_one(Tensor& w, DType want, QuantizeTally& tally) {
   if (w.dim() != 2 || w.numel() == 0 || dtype_is_quantized(w.dtype())) return;
   const int64_t cols = w.size(1);
   DType target = want;
@@ -29,9 +29,7 @@ void quantize_one(Tensor& w, DType want, QuantizeTally& tally, size_t& bytes) {
       return;
     }
   }
-  const size_t before = w.nbytes();
   w = cpu::quantize_matrix(w, target);
-  bytes = bytes - before + w.nbytes();
 }
 
 }  // namespace
@@ -43,33 +41,46 @@ Result<WeightQuantization> parse_weight_quantization(const std::string& name) {
   return errorf("unknown quantization '{}' (expected q8_0 or q4_k)", name);
 }
 
-std::string quantize_weights(ModelWeights& weights, WeightQuantization quantization) {
-  if (quantization == WeightQuantization::kNone) return "";
-  const DType linear = quantization == WeightQuantization::kQ4_K ? DType::kQ4_K : DType::kQ8_0;
-  QuantizeTally tally;
-  size_t& bytes = weights.weight_bytes;
-  const bool tied = weights.lm_head.numel() > 0 && weights.lm_head.raw() == weights.embed.raw();
-  quantize_one(weights.embed, DType::kQ8_0, tally, bytes);
-  if (tied) {
-    weights.lm_head = weights.embed;
-  } else {
-    quantize_one(weights.lm_head, DType::kQ8_0, tally, bytes);
-  }
-  for (LayerWeights& layer : weights.layers) {
-    for (Tensor* w :
-         {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w_gate, &layer.w_up, &layer.w_down}) {
-      quantize_one(*w, linear, tally, bytes);
+Result<ModelWeights> build_quantized_weights(const ModelConfig& config, WeightSource& source,
+                                             WeightQuantization quantization,
+                                             const LoadProgress& on_progress) {
+  if (quantization == WeightQuantization::kNone) return build_weights(config, source, on_progress);
+  // Each matrix is quantized as the loader takes it, so the model's bf16
+  // source (an mmap view or a dummy buffer) is dropped tensor by tensor and
+  // never exists next to the whole quantized model.
+  class QuantizingSource : public WeightSource {
+   public:
+    QuantizingSource(WeightSource& inner, DType linear) : inner_(inner), linear_(linear) {}
+    bool has(const std::string& name) const override { return inner_.has(name); }
+    Result<Tensor> get(const std::string& name, const std::vector<int64_t>& shape,
+                       bool is_norm) override {
+      SS_ASSIGN_OR_RETURN(Tensor t, inner_.get(name, shape, is_norm));
+      if (shape.size() != 2 || ends_with(name, ".mlp.gate.weight")) return t;  // router
+      const bool table = name == "model.embed_tokens.weight" || name == "lm_head.weight";
+      quantize_one(t, table ? DType::kQ8_0 : linear_, tally_);
+      return t;
     }
-    for (ExpertWeights& expert : layer.experts) {
-      for (Tensor* w : {&expert.w_gate, &expert.w_up, &expert.w_down})
-        quantize_one(*w, linear, tally, bytes);
+    const QuantizeTally& tally() const { return tally_; }
+
+   private:
+    static bool ends_with(const std::string& s, const std::string& tail) {
+      return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
     }
+    WeightSource& inner_;
+    DType linear_;
+    QuantizeTally tally_;
+  };
+  QuantizingSource quantizing(
+      source, quantization == WeightQuantization::kQ4_K ? DType::kQ4_K : DType::kQ8_0);
+  SS_ASSIGN_OR_RETURN(ModelWeights weights, build_weights(config, quantizing, on_progress));
+  const QuantizeTally& tally = quantizing.tally();
+  if (tally.q4_k_to_q8_0 > 0 || tally.kept > 0) {
+    weights.load_note = fmt::format(
+        "quantization: {} matrices with rows not a multiple of 256 are Q8_0 instead of Q4_K, {} "
+        "with rows not a multiple of 32 keep their dtype (e.g. rows of {})",
+        tally.q4_k_to_q8_0, tally.kept, tally.example_cols);
   }
-  if (tally.q4_k_to_q8_0 == 0 && tally.kept == 0) return "";
-  return fmt::format(
-      "quantization: {} matrices with rows not a multiple of 256 are Q8_0 instead of Q4_K, {} "
-      "with rows not a multiple of 32 keep their dtype (e.g. rows of {})",
-      tally.q4_k_to_q8_0, tally.kept, tally.example_cols);
+  return weights;
 }
 
 }  // namespace specstack

@@ -257,15 +257,13 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const std::string& 
   }
   SS_ASSIGN_OR_RETURN(WeightFiles files, WeightFiles::open(model_dir));
   SafetensorsSource source(std::move(files));
-  SS_ASSIGN_OR_RETURN(ModelWeights weights, build_weights(config, source, on_progress));
-  weights.load_note = quantize_weights(weights, options.quantization);
-  return weights;
+  return build_quantized_weights(config, source, options.quantization, on_progress);
 }
 
 ModelWeights make_dummy_weights(const ModelConfig& config, uint64_t seed,
-                                const LoadProgress& on_progress) {
+                                const LoadProgress& on_progress, WeightQuantization quantization) {
   DummySource source(config.weight_dtype, seed);
-  Result<ModelWeights> weights = build_weights(config, source, on_progress);
+  Result<ModelWeights> weights = build_quantized_weights(config, source, quantization, on_progress);
   SS_CHECK_MSG(weights.ok(), weights.ok() ? "" : weights.message());
   return std::move(weights).value();
 }

@@ -95,22 +95,25 @@ struct WeightLoadOptions {
   // the f32 reference path take). Other quantized types are dequantized.
   bool keep_quantized = false;
   // Safetensors (and dummy weights) on the CPU: quantize the matrices at
-  // load (--quantization; see quantize_weights). A GGUF file with anything
+  // load (--quantization; see build_quantized_weights). A GGUF file with anything
   // but kNone is an error: it is quantized already.
   WeightQuantization quantization = WeightQuantization::kNone;
 };
 
-// Quantizes the matrices of `weights` in place for the CPU's quantized
-// kernels. kQ8_0: every matrix but the MoE router to Q8_0. kQ4_K: the
-// linear layers (attention, MLP, experts) to Q4_K, the embedding and an
-// untied LM head to Q8_0 (llama.cpp's Q4_K_M keeps the output at Q6_K, which
-// has no quantizer here; Q8_0 is the nearest finer format we write). Rows
-// not a multiple of 256 fall back to Q8_0, rows not a multiple of 32 stay in
-// their dtype; the return value is a one-line note of such fallbacks (empty
-// when there were none). Norms, biases and the router stay as they are:
-// llama-quantize leaves ffn_gate_inp unquantized too, and routing decisions
-// are sensitive to small logit errors. Tied embeddings stay shared.
-std::string quantize_weights(ModelWeights& weights, WeightQuantization quantization);
+// build_weights with each matrix quantized as it is loaded, for the CPU's
+// quantized kernels (--quantization; kNone: build_weights itself). kQ8_0:
+// every matrix but the MoE router to Q8_0. kQ4_K: the linear layers
+// (attention, MLP, experts) to Q4_K, the embedding and an untied LM head to
+// Q8_0 (llama.cpp's Q4_K_M keeps the output at Q6_K, which has no quantizer
+// here; Q8_0 is the nearest finer format we write). Rows not a multiple of
+// 256 fall back to Q8_0, rows not a multiple of 32 stay in their dtype;
+// weights.load_note says so in one line (empty when there were none).
+// Norms, biases and the router stay as they are: llama-quantize leaves
+// ffn_gate_inp unquantized too, and routing decisions are sensitive to
+// small logit errors. Tied embeddings stay shared.
+Result<ModelWeights> build_quantized_weights(const ModelConfig& config, WeightSource& source,
+                                             WeightQuantization quantization,
+                                             const LoadProgress& on_progress = {});
 
 // Loads the weights of `config` from the safetensors in model_dir (mmap'd,
 // zero-copy), or from model_dir naming a GGUF file (model/gguf_weights.h). Every expected tensor
@@ -123,7 +126,8 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const std::string& 
 // Seeded random weights in config.weight_dtype (norm weights 1, others small
 // uniform noise), no files: for benchmarks on published shapes.
 ModelWeights make_dummy_weights(const ModelConfig& config, uint64_t seed,
-                                const LoadProgress& on_progress = {});
+                                const LoadProgress& on_progress = {},
+                                WeightQuantization quantization = WeightQuantization::kNone);
 
 // RoPE inverse frequencies exactly as transformers computes them in fp32.
 Tensor compute_rope_inv_freq(const ModelConfig& config);
