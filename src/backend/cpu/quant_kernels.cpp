@@ -4,6 +4,10 @@
 #include <cstring>
 #include <string>
 
+#if SS_QUANT_AVX2
+#include <cpuid.h>
+#endif
+
 #include "backend/cpu/quant_blocks.h"
 #include "base/check.h"
 
@@ -209,8 +213,11 @@ bool quant_isa_available(Isa isa) {
   if (isa == Isa::kScalar) return true;
 #if SS_QUANT_AVX2
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
+  // F16C from CPUID leaf 1 (ECX bit 29) rather than __builtin_cpu_supports:
+  // clang 14 (the fuzz and sanitizer builds) does not know the "f16c" name.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 #else
   return false;
 #endif
