@@ -79,18 +79,6 @@ void dequant_q5_1(const uint8_t* block, float* y) {
   }
 }
 
-// The 6-bit scale and min of sub-block j packed into the 12 scale bytes of
-// Q4_K / Q5_K (ggml's get_scale_min_k4).
-void scale_min_k4(int j, const uint8_t* q, uint8_t& scale, uint8_t& min) {
-  if (j < 4) {
-    scale = q[j] & 63;
-    min = q[j + 4] & 63;
-  } else {
-    scale = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
-    min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 // block_q4_K: d, dmin (f16), scales[12], qs[128]. Eight sub-blocks of 32;
 // each 64 elements share 32 bytes (low nibbles first, then high).
 void dequant_q4_k(const uint8_t* block, float* y) {
@@ -100,7 +88,7 @@ void dequant_q4_k(const uint8_t* block, float* y) {
   const uint8_t* q = block + 16;
   int is = 0;
   for (int j = 0; j < 256; j += 64) {
-    uint8_t sc, m;
+    int sc, m;
     scale_min_k4(is, scales, sc, m);
     const float d1 = d * sc, m1 = dmin * m;
     scale_min_k4(is + 1, scales, sc, m);
@@ -123,7 +111,7 @@ void dequant_q5_k(const uint8_t* block, float* y) {
   int is = 0;
   uint8_t u1 = 1, u2 = 2;
   for (int j = 0; j < 256; j += 64) {
-    uint8_t sc, m;
+    int sc, m;
     scale_min_k4(is, scales, sc, m);
     const float d1 = d * sc, m1 = dmin * m;
     scale_min_k4(is + 1, scales, sc, m);
@@ -193,6 +181,18 @@ BlockFn block_fn(GgmlType type) {
 }
 
 }  // namespace
+
+// The 6-bit scale and min of sub-block j packed into the 12 scale bytes of
+// Q4_K / Q5_K (ggml's get_scale_min_k4).
+void scale_min_k4(int j, const uint8_t* q, int& scale, int& min) {
+  if (j < 4) {
+    scale = q[j] & 63;
+    min = q[j + 4] & 63;
+  } else {
+    scale = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
+    min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
 
 Status dequantize(uint32_t type, const uint8_t* src, int64_t n, float* dst) {
   const auto traits = ggml_type_traits(type);

@@ -21,6 +21,11 @@ Status dequantize(uint32_t type, const uint8_t* src, int64_t n, float* dst);
 // rows x row elements (row a whole number of blocks), split over threads.
 Status dequantize_rows(uint32_t type, const uint8_t* src, int64_t rows, int64_t row, float* dst);
 
+// The 6-bit scale and min of sub-block j (0..7) of the 12 packed scale bytes
+// `q` of a Q4_K / Q5_K block (ggml's get_scale_min_k4); shared by the
+// dequantizer and the CPU's quantized dot products.
+void scale_min_k4(int j, const uint8_t* q, int& scale, int& min);
+
 // An error naming the tensor and its type when specstack cannot dequantize it.
 Status check_dequantizable(const TensorInfo& info);
 

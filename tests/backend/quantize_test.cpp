@@ -89,7 +89,7 @@ TEST(QuantizeQ8_0, ValuesOnTheGridRoundTripExactly) {
 // computes them.
 void q4_k_sub_block(const BlockQ4_K& block, int j, float& step, float& offset) {
   int sc = 0, m = 0;
-  quant::scale_min_k4(j, block.scales, sc, m);
+  gguf::scale_min_k4(j, block.scales, sc, m);
   step = f16_to_f32(block.d) * static_cast<float>(sc);
   offset = f16_to_f32(block.dmin) * static_cast<float>(m);
 }

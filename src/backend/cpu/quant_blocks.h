@@ -65,15 +65,4 @@ static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(Block
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
 
-// The 6-bit scale and min of sub-block j of Q4_K / Q5_K (ggml's get_scale_min_k4).
-static inline void scale_min_k4(int j, const uint8_t* q, int& scale, int& min) {
-  if (j < 4) {
-    scale = q[j] & 63;
-    min = q[j + 4] & 63;
-  } else {
-    scale = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
-    min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 }  // namespace specstack::cpu::quant

@@ -10,6 +10,7 @@
 
 #include "backend/cpu/quant_blocks.h"
 #include "base/check.h"
+#include "gguf/gguf_dequant.h"
 
 namespace specstack::cpu {
 namespace {
@@ -70,7 +71,7 @@ int k4_scales_and_min_dot(const uint8_t* packed, const int16_t* bsums, int* sc) 
   int min_dot = 0;
   for (int j = 0; j < 8; ++j) {
     int m;
-    scale_min_k4(j, packed, sc[j], m);
+    gguf::scale_min_k4(j, packed, sc[j], m);
     min_dot += m * (bsums[2 * j] + bsums[2 * j + 1]);
   }
   return min_dot;

@@ -78,7 +78,7 @@ inline float dot_32(const void* w, const void* a, int64_t n_blocks, Values value
 // The 8 six-bit scales (int16 lanes 0-7 of *scales, both 128-bit halves)
 // of a Q4_K / Q5_K block, and the dot of its 8 mins with the activation's
 // 32-value sums as 4 int32 lanes: ggml's bit shuffle of the 12 packed bytes
-// into scales[0..7], mins[0..7] (quant_blocks.h scale_min_k4 is the
+// into scales[0..7], mins[0..7] (gguf::scale_min_k4 is the
 // per-index form).
 inline __m128i k4_scales_and_min_dot(const uint8_t* packed, const int16_t* bsums, __m256i* scales) {
   constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;

@@ -81,7 +81,7 @@ void quantize_block_q4_k(const float* x, BlockQ4_K& block) {
     // then - dmin * m) must reach the maximum.
     while (sc[j] < 63 && (d * static_cast<float>(sc[j])) * 15.0f - m_eff[j] < hi[j]) ++sc[j];
   }
-  // 6-bit scales and mins packed as scale_min_k4 (quant_blocks.h) unpacks them.
+  // 6-bit scales and mins packed as gguf::scale_min_k4 (gguf_dequant.h) unpacks them.
   std::memset(block.scales, 0, sizeof(block.scales));
   for (int j = 0; j < kSub; ++j) {
     if (j < 4) {
