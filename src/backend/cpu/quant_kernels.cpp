@@ -128,30 +128,11 @@ float dot_q5_0(const void* w, const void* a, int64_t n_blocks) {
 }
 
 // Sub-block j (32 values) of a Q4_K / Q5_K block is the low (j even) or high
-// nibbles of qs[32 * (j / 2) ...], plus bit j of qh[l] for Q5_K.
-float dot_q4_k(const void* w, const void* a, int64_t n_blocks) {
-  const auto* x = static_cast<const BlockQ4_K*>(w);
-  const auto* y = static_cast<const BlockQ8_K*>(a);
-  float sum = 0.0f;
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    int sc[8];
-    const int min_dot = k4_scales_and_min_dot(x[b].scales, y[b].bsums, sc);
-    int total = 0;
-    for (int j = 0; j < 8; ++j) {
-      const uint8_t* q = x[b].qs + 32 * (j / 2);
-      const int8_t* q8 = y[b].qs + 32 * j;
-      int s = 0;
-      for (int l = 0; l < 32; ++l) s += ((j % 2 ? q[l] >> 4 : q[l] & 0x0F)) * q8[l];
-      total += sc[j] * s;
-    }
-    sum += y[b].d * f16(x[b].d) * static_cast<float>(total) -
-           y[b].d * f16(x[b].dmin) * static_cast<float>(min_dot);
-  }
-  return sum;
-}
-
-float dot_q5_k(const void* w, const void* a, int64_t n_blocks) {
-  const auto* x = static_cast<const BlockQ5_K*>(w);
+// nibbles of qs[32 * (j / 2) ...], plus bit j of qh[l] as the fifth bit for
+// Q5_K. One body for both: the formats differ only by that bit.
+template <class Block, bool kFifthBit>
+float dot_k_nibbles(const void* w, const void* a, int64_t n_blocks) {
+  const auto* x = static_cast<const Block*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
   float sum = 0.0f;
   for (int64_t b = 0; b < n_blocks; ++b) {
@@ -163,8 +144,9 @@ float dot_q5_k(const void* w, const void* a, int64_t n_blocks) {
       const int8_t* q8 = y[b].qs + 32 * j;
       int s = 0;
       for (int l = 0; l < 32; ++l) {
-        const int lo = j % 2 ? q[l] >> 4 : q[l] & 0x0F;
-        s += (lo | (((x[b].qh[l] >> j) & 1) << 4)) * q8[l];
+        int v = j % 2 ? q[l] >> 4 : q[l] & 0x0F;
+        if constexpr (kFifthBit) v |= ((x[b].qh[l] >> j) & 1) << 4;
+        s += v * q8[l];
       }
       total += sc[j] * s;
     }
@@ -172,6 +154,14 @@ float dot_q5_k(const void* w, const void* a, int64_t n_blocks) {
            y[b].d * f16(x[b].dmin) * static_cast<float>(min_dot);
   }
   return sum;
+}
+
+float dot_q4_k(const void* w, const void* a, int64_t n_blocks) {
+  return dot_k_nibbles<BlockQ4_K, false>(w, a, n_blocks);
+}
+
+float dot_q5_k(const void* w, const void* a, int64_t n_blocks) {
+  return dot_k_nibbles<BlockQ5_K, true>(w, a, n_blocks);
 }
 
 // Values 0-127 of each half use ql[0..63] (low nibbles, then high) and the

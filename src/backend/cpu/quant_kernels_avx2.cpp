@@ -140,8 +140,12 @@ float dot_q5_0(const void* w, const void* a, int64_t n_blocks) {
   });
 }
 
-float dot_q4_k(const void* w, const void* a, int64_t n_blocks) {
-  const auto* x = static_cast<const BlockQ4_K*>(w);
+// Q4_K and Q5_K in one body: 4 x 64 values a block, low nibbles then high
+// nibbles of qs[32 j ...]; Q5_K adds bit 2j / 2j + 1 of each qh byte as the
+// fifth bit.
+template <class Block, bool kFifthBit>
+float dot_k_nibbles(const void* w, const void* a, int64_t n_blocks) {
+  const auto* x = static_cast<const Block*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   __m256 acc = _mm256_setzero_ps();
@@ -149,11 +153,25 @@ float dot_q4_k(const void* w, const void* a, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b) {
     __m256i sc;
     const __m128i min_dot = k4_scales_and_min_dot(x[b].scales, y[b].bsums, &sc);
+    __m256i hbits = _mm256_setzero_si256();
+    if constexpr (kFifthBit) hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qh));
     __m256i sumi = _mm256_setzero_si256();
     for (int j = 0; j < 4; ++j) {
       const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * j));
-      const __m256i lo = _mm256_and_si256(bits, m4);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+      __m256i lo = _mm256_and_si256(bits, m4);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+      if constexpr (kFifthBit) {
+        // Bit 2j / 2j + 1 of each qh byte, moved to bit 4 (a 16-bit shift is
+        // safe: only that one bit is left in each byte).
+        const __m256i mlo = _mm256_set1_epi8(static_cast<char>(1 << (2 * j)));
+        const __m256i mhi = _mm256_set1_epi8(static_cast<char>(1 << (2 * j + 1)));
+        lo = _mm256_or_si256(
+            lo, _mm256_slli_epi16(
+                    _mm256_srl_epi16(_mm256_and_si256(hbits, mlo), _mm_cvtsi32_si128(2 * j)), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_srl_epi16(_mm256_and_si256(hbits, mhi),
+                                                                    _mm_cvtsi32_si128(2 * j + 1)),
+                                                   4));
+      }
       sumi = _mm256_add_epi32(sumi, scaled_dot_u(lo, y[b].qs + 64 * j, scale_lane(sc, 2 * j)));
       sumi = _mm256_add_epi32(sumi,
                               scaled_dot_u(hi, y[b].qs + 64 * j + 32, scale_lane(sc, 2 * j + 1)));
@@ -165,38 +183,12 @@ float dot_q4_k(const void* w, const void* a, int64_t n_blocks) {
   return hsum(acc) - hsum128(acc_min);
 }
 
+float dot_q4_k(const void* w, const void* a, int64_t n_blocks) {
+  return dot_k_nibbles<BlockQ4_K, false>(w, a, n_blocks);
+}
+
 float dot_q5_k(const void* w, const void* a, int64_t n_blocks) {
-  const auto* x = static_cast<const BlockQ5_K*>(w);
-  const auto* y = static_cast<const BlockQ8_K*>(a);
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  __m256 acc = _mm256_setzero_ps();
-  __m128 acc_min = _mm_setzero_ps();
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    __m256i sc;
-    const __m128i min_dot = k4_scales_and_min_dot(x[b].scales, y[b].bsums, &sc);
-    const __m256i hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qh));
-    __m256i sumi = _mm256_setzero_si256();
-    for (int j = 0; j < 4; ++j) {
-      const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * j));
-      // Bit 2j / 2j + 1 of each qh byte, moved to bit 4 (a 16-bit shift is
-      // safe: only that one bit is left in each byte).
-      const __m256i mlo = _mm256_set1_epi8(static_cast<char>(1 << (2 * j)));
-      const __m256i mhi = _mm256_set1_epi8(static_cast<char>(1 << (2 * j + 1)));
-      const __m256i h_lo = _mm256_slli_epi16(
-          _mm256_srl_epi16(_mm256_and_si256(hbits, mlo), _mm_cvtsi32_si128(2 * j)), 4);
-      const __m256i h_hi = _mm256_slli_epi16(
-          _mm256_srl_epi16(_mm256_and_si256(hbits, mhi), _mm_cvtsi32_si128(2 * j + 1)), 4);
-      const __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, m4), h_lo);
-      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), h_hi);
-      sumi = _mm256_add_epi32(sumi, scaled_dot_u(lo, y[b].qs + 64 * j, scale_lane(sc, 2 * j)));
-      sumi = _mm256_add_epi32(sumi,
-                              scaled_dot_u(hi, y[b].qs + 64 * j + 32, scale_lane(sc, 2 * j + 1)));
-    }
-    const float d = y[b].d * f16(x[b].d);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-    acc_min = _mm_fmadd_ps(_mm_set1_ps(y[b].d * f16(x[b].dmin)), _mm_cvtepi32_ps(min_dot), acc_min);
-  }
-  return hsum(acc) - hsum128(acc_min);
+  return dot_k_nibbles<BlockQ5_K, true>(w, a, n_blocks);
 }
 
 // q6 - 32 is signed, so as llama.cpp: maddubs(q6, a) - maddubs(32, a), both
