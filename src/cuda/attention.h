@@ -60,6 +60,13 @@ struct PagedAttentionArgs {
   // partitions than the per-token kernel's amortise its pipeline start and
   // cut the split-K partials it writes.
   int32_t run_partition_size = 0;
+  // The run kernel's CTAs per (token, kv head) along the partitions; each
+  // loops over every run_grid_parts-th partition. 0: one CTA per partition.
+  // A graph is launched for its capacity (max_context), so one CTA per
+  // partition means thousands that find no keys at a short context and only
+  // occupy the scheduler (H100, 0.5B draft graph of 64 rows at a 1.1K sparse
+  // context: 32 partitions' grid, 3968 of 4096 CTAs empty).
+  int32_t run_grid_parts = 0;
   bf16* out = nullptr;  // head h of token t at out[t * out_stride + h * head_dim]
   int64_t out_stride = 0;
   float* workspace = nullptr;  // paged_attention_workspace_floats(...) floats

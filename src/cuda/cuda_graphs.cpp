@@ -63,6 +63,8 @@ std::unique_ptr<CudaModel::Graph> CudaModel::capture_graph(CudaKvCache& kv, int3
       paged_attention_partition_size(batch_size, static_cast<int32_t>(config_.n_kv_heads));
   graph->step.paged_run_partition = run_attention_graph_partition_size(
       batch_size, static_cast<int32_t>(config_.n_kv_heads), graph->step.paged_partition);
+  graph->step.paged_run_grid_parts =
+      run_attention_graph_grid_parts(batch_size, static_cast<int32_t>(config_.n_kv_heads));
   graph->attn_workspace.resize(paged_attention_workspace_floats(
       batch_size, static_cast<int32_t>(config_.n_heads), static_cast<int32_t>(config_.head_dim),
       max_context, graph->step.paged_partition));

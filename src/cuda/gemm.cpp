@@ -32,6 +32,11 @@ void Gemm::linear(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, i
   }
 }
 
+bool Gemm::fuses_bias(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n,
+                      int64_t in) {
+  return gemv_supported(x, ldx, w, n, in);
+}
+
 void Gemm::gate_up_silu(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w_gate_up,
                         int64_t n, int64_t width, int64_t in, __nv_bfloat16* gate_up,
                         __nv_bfloat16* act) {

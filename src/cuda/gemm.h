@@ -33,6 +33,12 @@ class Gemm {
   void linear_f32(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n,
                   int64_t out, int64_t in, float* y, int64_t ldy);
 
+  // Whether linear() adds a bias inside the GEMM for these operands (the
+  // gemv path's epilogue); otherwise it adds it in a kernel of its own, which
+  // a caller may fold into its next kernel instead (rope_write_kv).
+  static bool fuses_bias(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n,
+                         int64_t in);
+
   cublasHandle_t handle() { return handle_; }
 
  private:

@@ -12,12 +12,18 @@ constexpr int kThreads = 128;
 
 // One CTA per token: cos/sin of its position once in shared memory, then
 // every (head, j) pair of q and k rotated by one thread (k's also stored in
-// the cache by the same thread), then v copied.
+// the cache by the same thread), then v copied; with a bias, each element
+// gets it first, rounded to bf16 as add_bias_kernel rounds it.
+__device__ __forceinline__ float biased(const bf16* x, const float* bias, int64_t i) {
+  const float v = __bfloat162float(x[i]);
+  return bias == nullptr ? v : __bfloat162float(__float2bfloat16(v + bias[i]));
+}
+
 __global__ void __launch_bounds__(kThreads)
     rope_write_kv_kernel(bf16* qkv, int64_t ld, int32_t n_heads, int32_t n_kv_heads,
                          int32_t head_dim, const int32_t* positions, const float* inv_freq,
                          const int32_t* slot_mapping, bf16* k_cache, bf16* v_cache,
-                         int32_t* slot_positions) {
+                         int32_t* slot_positions, const float* bias) {
   pdl_begin();
   extern __shared__ float cos_sin[];  // [2 * half]: cos | sin
   const int half = head_dim / 2;
@@ -37,9 +43,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int p = threadIdx.x; p < rotated_heads * half; p += blockDim.x) {
     const int h = p / half;
     const int j = p - h * half;
-    bf16* lo = row + static_cast<int64_t>(h) * head_dim + j;
+    const int64_t i_lo = static_cast<int64_t>(h) * head_dim + j;
+    bf16* lo = row + i_lo;
     bf16* hi = lo + half;
-    const float a = __bfloat162float(*lo), b = __bfloat162float(*hi);
+    const float a = biased(row, bias, i_lo), b = biased(row, bias, i_lo + half);
     const float c = cos_sin[j], s = cos_sin[half + j];
     // HF rotate_half: out = x * cos + cat(-x_hi, x_lo) * sin
     const bf16 out_lo = __float2bfloat16(a * c - b * s);
@@ -52,10 +59,14 @@ __global__ void __launch_bounds__(kThreads)
       dst[half] = out_hi;
     }
   }
-  if (slot >= 0) {
-    const bf16* v = row + static_cast<int64_t>(rotated_heads) * head_dim;
+  const int64_t v0 = static_cast<int64_t>(rotated_heads) * head_dim;
+  if (bias != nullptr) {  // the row's v as add_bias leaves it, whether stored or not
     for (int64_t i = threadIdx.x; i < kv_width; i += blockDim.x)
-      v_cache[slot * kv_width + i] = v[i];
+      row[v0 + i] = __float2bfloat16(biased(row, bias, v0 + i));
+  }
+  if (slot >= 0) {
+    for (int64_t i = threadIdx.x; i < kv_width; i += blockDim.x)
+      v_cache[slot * kv_width + i] = row[v0 + i];
     if (threadIdx.x == 0) slot_positions[slot] = positions[t];
   }
 }
@@ -65,14 +76,14 @@ __global__ void __launch_bounds__(kThreads)
 void rope_write_kv(bf16* qkv, int32_t n_tokens, int64_t ld, int32_t n_heads, int32_t n_kv_heads,
                    int32_t head_dim, const int32_t* positions, const float* inv_freq,
                    const int32_t* slot_mapping, bf16* k_cache, bf16* v_cache,
-                   int32_t* slot_positions, cudaStream_t stream) {
+                   int32_t* slot_positions, const float* qkv_bias, cudaStream_t stream) {
   if (n_tokens <= 0) return;
   SS_CHECK(head_dim > 0 && head_dim % 2 == 0);
   SS_CHECK_GE(ld, static_cast<int64_t>(n_heads + 2 * n_kv_heads) * head_dim);
   const size_t smem = static_cast<size_t>(head_dim) * sizeof(float);
   launch_pdl(rope_write_kv_kernel, n_tokens, kThreads, smem, stream, true, qkv, ld, n_heads,
              n_kv_heads, head_dim, positions, inv_freq, slot_mapping, k_cache, v_cache,
-             slot_positions);
+             slot_positions, qkv_bias);
 }
 
 }  // namespace specstack::cuda

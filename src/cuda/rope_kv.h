@@ -19,9 +19,14 @@ namespace specstack::cuda {
 // rotated k and the v of token t into physical slot slot_mapping[t] of the
 // caches [n_slots, n_kv_heads * head_dim] and positions[t] into
 // slot_positions (slot_mapping < 0: rotate only, no write).
+// qkv_bias [(n_heads + 2 * n_kv_heads) * head_dim] f32, optional: added to
+// each row first and rounded to bf16, as add_bias() would (so the result is
+// bit-identical to add_bias then this), saving that launch per layer when
+// the QKV projection is a cuBLAS GEMM (Gemm::fuses_bias false).
 void rope_write_kv(__nv_bfloat16* qkv, int32_t n_tokens, int64_t ld, int32_t n_heads,
                    int32_t n_kv_heads, int32_t head_dim, const int32_t* positions,
                    const float* inv_freq, const int32_t* slot_mapping, __nv_bfloat16* k_cache,
-                   __nv_bfloat16* v_cache, int32_t* slot_positions, cudaStream_t stream);
+                   __nv_bfloat16* v_cache, int32_t* slot_positions, const float* qkv_bias,
+                   cudaStream_t stream);
 
 }  // namespace specstack::cuda

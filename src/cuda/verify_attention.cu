@@ -387,7 +387,7 @@ __device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const
   }
 }
 
-// grid (n_tokens, n_kv_heads, n_parts): only CTAs of run heads
+// grid (n_tokens, n_kv_heads, n_parts or fewer: run_grid_parts): only CTAs of run heads
 // (token_run[t] > 0) work; the others return at once.
 template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads, 2)
@@ -401,63 +401,72 @@ __global__ void __launch_bounds__(kThreads, 2)
   Cta c;
   c.t0 = blockIdx.x;
   c.kvh = blockIdx.y;
-  c.part = blockIdx.z;
   const int32_t rows = a.token_run[c.t0];
   if (rows <= 0) return;  // not a run head (uniform)
   c.g = a.n_heads / a.n_kv_heads;
   c.n_q = rows * c.g;  // query vector m = row (m / g), head (m % g) of the group
   const int tid = threadIdx.x;
-
   const int32_t last_slot = a.token_slot[c.t0 + rows - 1];
-  c.start = c.part * a.partition_size;
-  c.n_keys = min(a.partition_size, last_slot + 1 - c.start);
-  if (c.n_keys <= 0) {
-    if (n_parts == 1) {  // only when no row has a slot (padding): zeros
-      for (int i = tid; i < c.n_q * kHeadDim; i += kThreads) {
-        const int32_t m = i / kHeadDim;
-        const int64_t head = static_cast<int64_t>(c.kvh) * c.g + m % c.g;
-        a.out[(c.t0 + m / c.g) * a.out_stride + head * kHeadDim + i % kHeadDim] =
-            __float2bfloat16(0.0f);
-      }
-    }
-    return;
-  }
-  c.n_tiles = (c.n_keys + kTile - 1) / kTile;
 
-  // The partition's slots, once (whole tiles; -1 = not loaded: past the keys
-  // or hidden from every row).
-  const int32_t* table =
-      a.block_tables + static_cast<int64_t>(a.token_seq[c.t0]) * a.max_blocks_per_seq;
-  const int64_t hidden_for_all = static_cast<int64_t>(a.token_pos[c.t0]) - a.sliding_window;
-  for (int i = tid; i < c.n_tiles * kTile; i += kThreads) {
-    int32_t flat = -1;
-    int32_t kpos = 0;
-    if (i < c.n_keys) {
-      const int32_t j = c.start + i;
-      const int32_t f = table[j / a.block_size] * a.block_size + j % a.block_size;
-      flat = f;
-      if (a.sliding_window > 0) {  // positions matter only to windows (one dependent load less)
-        kpos = a.slot_positions[f];
-        if (kpos <= hidden_for_all) flat = -1;
+  // Partitions blockIdx.z, + gridDim.z, ...: one each when the grid has a
+  // CTA per partition; several when a graph's grid is capped
+  // (run_grid_parts). Partitions ascend, so the first without keys ends the
+  // loop (uniform across the CTA: the barriers below stay matched).
+  for (int32_t part = blockIdx.z; part < n_parts; part += gridDim.z) {
+    c.part = part;
+    c.start = c.part * a.partition_size;
+    c.n_keys = min(a.partition_size, last_slot + 1 - c.start);
+    if (c.n_keys <= 0) {
+      if (n_parts == 1) {  // only when no row has a slot (padding): zeros
+        for (int i = tid; i < c.n_q * kHeadDim; i += kThreads) {
+          const int32_t m = i / kHeadDim;
+          const int64_t head = static_cast<int64_t>(c.kvh) * c.g + m % c.g;
+          a.out[(c.t0 + m / c.g) * a.out_stride + head * kHeadDim + i % kHeadDim] =
+              __float2bfloat16(0.0f);
+        }
       }
+      return;
     }
-    s_flat[i] = flat;
-    s_kpos[i] = kpos;
-  }
-  __syncthreads();
+    c.n_tiles = (c.n_keys + kTile - 1) / kTile;
+
+    // The partition's slots, once (whole tiles; -1 = not loaded: past the keys
+    // or hidden from every row).
+    const int32_t* table =
+        a.block_tables + static_cast<int64_t>(a.token_seq[c.t0]) * a.max_blocks_per_seq;
+    const int64_t hidden_for_all = static_cast<int64_t>(a.token_pos[c.t0]) - a.sliding_window;
+    for (int i = tid; i < c.n_tiles * kTile; i += kThreads) {
+      int32_t flat = -1;
+      int32_t kpos = 0;
+      if (i < c.n_keys) {
+        const int32_t j = c.start + i;
+        const int32_t f = table[j / a.block_size] * a.block_size + j % a.block_size;
+        flat = f;
+        if (a.sliding_window > 0) {  // positions matter only to windows (one dependent load less)
+          kpos = a.slot_positions[f];
+          if (kpos <= hidden_for_all) flat = -1;
+        }
+      }
+      s_flat[i] = flat;
+      s_kpos[i] = kpos;
+    }
+    __syncthreads();
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < c.n_tiles) load_tile<kHeadDim>(a, c, smem, s, s);
-    cp_async_commit();
-  }
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < c.n_tiles) load_tile<kHeadDim>(a, c, smem, s, s);
+      cp_async_commit();
+    }
 
-  const int32_t m_tiles = (c.n_q + 15) / 16;
-  if (m_tiles == 1) {
-    run_partition<kHeadDim, 4>(a, c, smem, n_parts);
-  } else if (m_tiles == 2) {
-    run_partition<kHeadDim, 2>(a, c, smem, n_parts);
-  } else {
-    run_partition<kHeadDim, 1>(a, c, smem, n_parts);
+    const int32_t m_tiles = (c.n_q + 15) / 16;
+    if (m_tiles == 1) {
+      run_partition<kHeadDim, 4>(a, c, smem, n_parts);
+    } else if (m_tiles == 2) {
+      run_partition<kHeadDim, 2>(a, c, smem, n_parts);
+    } else {
+      run_partition<kHeadDim, 1>(a, c, smem, n_parts);
+    }
+    // The next partition refills the slot tables and the K/V stages that
+    // this one's merge scratch occupies (run_partition drained its copies).
+    __syncthreads();
   }
 }
 
@@ -469,8 +478,9 @@ void launch(const PagedAttentionArgs& a, int32_t n_parts, cudaStream_t stream) {
   SS_CUDA_CHECK(cudaFuncSetAttribute(run_attention_kernel<kHeadDim>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(kBytes)));
+  const int32_t grid_parts = a.run_grid_parts > 0 ? std::min(n_parts, a.run_grid_parts) : n_parts;
   const dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_kv_heads),
-                  static_cast<unsigned>(n_parts));
+                  static_cast<unsigned>(grid_parts));
   launch_pdl(run_attention_kernel<kHeadDim>, grid, kThreads, kBytes, stream, a.pdl, a, n_parts);
 }
 
@@ -509,6 +519,12 @@ int32_t run_attention_graph_partition_size(int32_t n_runs, int32_t n_kv_heads,
   const int64_t groups = int64_t{n_runs} * n_kv_heads;
   const int32_t p = groups >= 128 ? 1024 : groups >= 64 ? 512 : 256;
   return std::max(p, partition_size);
+}
+
+int32_t run_attention_graph_grid_parts(int32_t n_runs, int32_t n_kv_heads) {
+  constexpr int64_t kGraphCtas = 1024;
+  const int64_t groups = std::max<int64_t>(1, int64_t{n_runs} * n_kv_heads);
+  return static_cast<int32_t>((kGraphCtas + groups - 1) / groups);
 }
 
 bool run_attention_supported(int32_t head_dim) {

@@ -41,6 +41,12 @@ int32_t run_attention_partition_size(const PagedAttentionArgs& args);
 int32_t run_attention_graph_partition_size(int32_t n_runs, int32_t n_kv_heads,
                                            int32_t partition_size);
 
+// CTAs per (run, kv head) along the partitions for a decode graph of n_runs
+// runs (PagedAttentionArgs::run_grid_parts): about 1024 CTAs in all (four
+// waves at 2 per SM on 132 SMs), so a long context still spreads over the
+// GPU while a short one launches few CTAs that find no keys.
+int32_t run_attention_graph_grid_parts(int32_t n_runs, int32_t n_kv_heads);
+
 // Head dims the run kernel supports (others use the per-row kernel).
 bool run_attention_supported(int32_t head_dim);
 

@@ -92,6 +92,7 @@ struct AttnCase {
   // 20-row prefill chunk, with token_run from paged_attention_runs.
   int32_t verify_rows = 0;
   int32_t run_partition_size = 0;  // the run kernel's own partition (0: its default)
+  int32_t run_grid_parts = 0;      // the run kernel's CTAs along partitions (0: one each)
 };
 
 // Verify runs, decode rows and prefill chunks interleaved as a step lays
@@ -222,6 +223,7 @@ void run_paged_case(const AttnCase& c, uint32_t seed) {
   args.max_context = max_context;
   args.partition_size = c.partition_size;
   args.run_partition_size = c.run_partition_size;
+  args.run_grid_parts = c.run_grid_parts;
   args.out = d_out.data();
   args.out_stride = out_stride;
   args.workspace = d_ws.data();
@@ -338,6 +340,28 @@ TEST(CudaAttention, RunsMatchCpu) {
     run_paged_case({64, 4, 2, 16, 100, {2100, 33, 1500}, 300, 128, 9, run_partition}, seed++);
     run_paged_case({128, 1, 2, 5, 0, {1500, 9, 130}, 0, 64, 17, run_partition}, seed++);
   }
+  // A graph's capped grid: each CTA loops over partitions z, z + grid, ...
+  // (1, 2 or 3 CTAs for up to 14 partitions, some of them empty: spare
+  // capacity), decode rows (runs of one) as a decode graph has them, and
+  // verify runs.
+  for (int32_t grid_parts : {1, 2, 3}) {
+    run_paged_case({64,
+                    7,
+                    2,
+                    16,
+                    0,
+                    {3000, 40, 1100, 2049, 700, 1025},
+                    4000,
+                    kPartitionSize,
+                    1,
+                    512,
+                    grid_parts},
+                   seed++);
+    run_paged_case({128, 7, 4, 16, 100, {2100, 33, 1500}, 300, kPartitionSize, 5, 256, grid_parts},
+                   seed++);
+  }
+  EXPECT_EQ(run_attention_graph_grid_parts(64, 2), 8);
+  EXPECT_EQ(run_attention_graph_grid_parts(1, 4), 256);
 }
 
 // The host-side run split (no GPU needed).

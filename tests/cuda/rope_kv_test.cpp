@@ -47,53 +47,65 @@ TEST(CudaRopeKv, FusedEqualsRopeThenWriteKv) {
     auto d_freq = upload(inv_freq);
     std::vector<float> rows[2], kc[2], vc[2];
     std::vector<int32_t> sp[2];
-    for (int fused = 0; fused < 2; ++fused) {
-      auto d_qkv = upload(to_bf16(qkv));
-      DeviceBuffer<__nv_bfloat16> d_k(size_t(n_slots * kv_width)), d_v(size_t(n_slots * kv_width));
-      DeviceBuffer<int32_t> d_sp(static_cast<size_t>(n_slots));
-      d_k.fill_bytes(0xFF);
-      d_v.fill_bytes(0xFF);
-      d_sp.fill_bytes(0x7F);
-      if (fused) {
-        rope_write_kv(d_qkv.data(), c.n_tokens, ld, c.n_heads, c.n_kv_heads, c.head_dim,
-                      d_pos.data(), d_freq.data(), d_map.data(), d_k.data(), d_v.data(),
-                      d_sp.data(), nullptr);
-      } else {
-        const int64_t q_width = int64_t{c.n_heads} * c.head_dim;
-        rope(d_qkv.data(), c.n_tokens, ld, c.n_heads + c.n_kv_heads, c.head_dim, d_pos.data(),
-             d_freq.data(), nullptr);
-        write_kv(d_qkv.data() + q_width, d_qkv.data() + q_width + kv_width, ld, c.n_tokens,
-                 static_cast<int32_t>(kv_width), d_map.data(), d_pos.data(), d_k.data(), d_v.data(),
-                 d_sp.data(), nullptr);
+    // Without and with a QKV bias (fused: added inside; twin: add_bias first).
+    const std::vector<float> bias_values = random_values(rng, size_t(ld));
+    auto d_bias = upload(bias_values);
+    for (const bool with_bias : {false, true}) {
+      SCOPED_TRACE(with_bias ? "with bias" : "no bias");
+      const float* bias = with_bias ? d_bias.data() : nullptr;
+      for (int fused = 0; fused < 2; ++fused) {
+        auto d_qkv = upload(to_bf16(qkv));
+        DeviceBuffer<__nv_bfloat16> d_k(size_t(n_slots * kv_width)),
+            d_v(size_t(n_slots * kv_width));
+        DeviceBuffer<int32_t> d_sp(static_cast<size_t>(n_slots));
+        d_k.fill_bytes(0xFF);
+        d_v.fill_bytes(0xFF);
+        d_sp.fill_bytes(0x7F);
+        if (fused) {
+          rope_write_kv(d_qkv.data(), c.n_tokens, ld, c.n_heads, c.n_kv_heads, c.head_dim,
+                        d_pos.data(), d_freq.data(), d_map.data(), d_k.data(), d_v.data(),
+                        d_sp.data(), bias, nullptr);
+        } else {
+          const int64_t q_width = int64_t{c.n_heads} * c.head_dim;
+          if (bias != nullptr) {
+            add_bias(d_qkv.data(), c.n_tokens, static_cast<int32_t>(ld - 8), ld, bias, nullptr);
+          }
+          rope(d_qkv.data(), c.n_tokens, ld, c.n_heads + c.n_kv_heads, c.head_dim, d_pos.data(),
+               d_freq.data(), nullptr);
+          write_kv(d_qkv.data() + q_width, d_qkv.data() + q_width + kv_width, ld, c.n_tokens,
+                   static_cast<int32_t>(kv_width), d_map.data(), d_pos.data(), d_k.data(),
+                   d_v.data(), d_sp.data(), nullptr);
+        }
+        SS_CUDA_CHECK(cudaDeviceSynchronize());
+        rows[fused] = to_f32(d_qkv.download());
+        kc[fused] = to_f32(d_k.download());
+        vc[fused] = to_f32(d_v.download());
+        sp[fused] = d_sp.download();
       }
-      SS_CUDA_CHECK(cudaDeviceSynchronize());
-      rows[fused] = to_f32(d_qkv.download());
-      kc[fused] = to_f32(d_k.download());
-      vc[fused] = to_f32(d_v.download());
-      sp[fused] = d_sp.download();
-    }
-    // Rotated rows (both rotate with the same fp32 formula; allow the odd
-    // 1-ulp bf16 difference a different fma contraction could give).
-    EXPECT_LE(relative_error(rows[1], rows[0]), 1e-3);
-    EXPECT_EQ(sp[1], sp[0]);
-    // Cache slots: written ones equal, the rest still poisoned in both.
-    ASSERT_EQ(kc[1].size(), kc[0].size());
-    std::vector<float> k_written[2], v_written[2];
-    int64_t poisoned_mismatch = 0;
-    for (size_t i = 0; i < kc[0].size(); ++i) {
-      const bool w0 = !std::isnan(kc[0][i]), w1 = !std::isnan(kc[1][i]);
-      poisoned_mismatch += w0 != w1;
-      if (w0 && w1) {
-        k_written[0].push_back(kc[0][i]);
-        k_written[1].push_back(kc[1][i]);
-        v_written[0].push_back(vc[0][i]);
-        v_written[1].push_back(vc[1][i]);
+      // Rotated rows (both rotate with the same fp32 formula; allow the odd
+      // 1-ulp bf16 difference a different fma contraction could give).
+      // (Every row element: q, k and v, biased in place in both.)
+      EXPECT_LE(relative_error(rows[1], rows[0]), 1e-3);
+      EXPECT_EQ(sp[1], sp[0]);
+      // Cache slots: written ones equal, the rest still poisoned in both.
+      ASSERT_EQ(kc[1].size(), kc[0].size());
+      std::vector<float> k_written[2], v_written[2];
+      int64_t poisoned_mismatch = 0;
+      for (size_t i = 0; i < kc[0].size(); ++i) {
+        const bool w0 = !std::isnan(kc[0][i]), w1 = !std::isnan(kc[1][i]);
+        poisoned_mismatch += w0 != w1;
+        if (w0 && w1) {
+          k_written[0].push_back(kc[0][i]);
+          k_written[1].push_back(kc[1][i]);
+          v_written[0].push_back(vc[0][i]);
+          v_written[1].push_back(vc[1][i]);
+        }
       }
+      EXPECT_EQ(poisoned_mismatch, 0);
+      EXPECT_EQ(int64_t(k_written[0].size()), int64_t(c.n_tokens - 1) * kv_width);
+      EXPECT_LE(relative_error(k_written[1], k_written[0]), 1e-3);
+      EXPECT_EQ(v_written[1], v_written[0]);  // a plain copy: exact
     }
-    EXPECT_EQ(poisoned_mismatch, 0);
-    EXPECT_EQ(int64_t(k_written[0].size()), int64_t(c.n_tokens - 1) * kv_width);
-    EXPECT_LE(relative_error(k_written[1], k_written[0]), 1e-3);
-    EXPECT_EQ(v_written[1], v_written[0]);  // a plain copy: exact
   }
 }
 
