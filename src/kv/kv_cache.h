@@ -39,7 +39,7 @@ class KvCache {
   // Of nbytes(), the bytes in RAM now: the host pool is mapped lazily
   // (tensor/host_memory.h), so pages appear as blocks are first written. A
   // device pool counts as wholly resident.
-  size_t resident_bytes() const;
+  virtual size_t resident_bytes() const;
   // Bytes one block takes: K and V of every layer at `element_bytes` per value
   // (4 for the CPU's f32, 2 for the GPU's bf16) plus the slot positions.
   static size_t bytes_per_block(const KvCacheShape& shape, size_t element_bytes = sizeof(float));
