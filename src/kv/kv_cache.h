@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/attention_batch.h"
+#include "base/check.h"
 #include "tensor/tensor.h"
 
 namespace specstack {
@@ -32,8 +33,16 @@ class KvCache {
   virtual Device device() const { return Device::kCpu; }
 
   const KvCacheShape& shape() const { return shape_; }
-  KvLayerView& layer(int64_t index) { return layers_[static_cast<size_t>(index)]; }
-  const KvLayerView& layer(int64_t index) const { return layers_[static_cast<size_t>(index)]; }
+  // A cache without layer views of its own (parallel/sharded_kv_cache.h) fails
+  // the check instead of reading past the end.
+  KvLayerView& layer(int64_t index) {
+    SS_CHECK_LT(static_cast<size_t>(index), layers_.size());
+    return layers_[static_cast<size_t>(index)];
+  }
+  const KvLayerView& layer(int64_t index) const {
+    SS_CHECK_LT(static_cast<size_t>(index), layers_.size());
+    return layers_[static_cast<size_t>(index)];
+  }
   // Bytes of K/V storage, for start-up reporting and sizing.
   virtual size_t nbytes() const;
   // Of nbytes(), the bytes in RAM now: the host pool is mapped lazily
