@@ -101,6 +101,9 @@ void Transformer::embed(std::span<const int32_t> token_ids) {
   std::vector<int32_t> local(token_ids.size());
   std::vector<bool> mine(token_ids.size());
   for (size_t i = 0; i < token_ids.size(); ++i) {
+    // As in the backend's lookup: the caller validated user ids, so an id
+    // outside the full vocabulary is a bug (not a silently zero row).
+    SS_CHECK(token_ids[i] >= 0 && token_ids[i] < shard_.full_vocab);
     const int64_t row = token_ids[i] - shard_.vocab_begin;
     mine[i] = row >= 0 && row < config_.vocab_size;
     local[i] = mine[i] ? static_cast<int32_t>(row) : 0;
