@@ -12,6 +12,10 @@
 set -u -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 
+# NVLink multicast off for every NCCL user of this run (tensor parallelism, the
+# NCCL tests): the lent multi-GPU machines require it (cuda/nccl_communicator.h).
+export NCCL_NVLS_ENABLE=0
+
 OUT=${OUT:-$PWD/device-out}
 BUILD=${BUILD:-build-cuda}
 HF_CONFIG=${HF_CONFIG:-tests/data/configs/qwen2.5-7b.json}

@@ -29,6 +29,11 @@ void ModelFlags::add_to(CLI::App& command) {
                   "q8_0 or q4_k: quantize a safetensors model's matrices at load for the CPU's "
                   "int8 kernels (embedding and an untied LM head at q8_0; not the draft)")
       ->check(CLI::IsMember({"none", "q8_0", "q4_k"}));
+  command
+      .add_option("--tensor-parallel-size", tensor_parallel_size,
+                  "split the model over N ranks (heads, MLP, vocab); on the CPU the ranks are "
+                  "threads sharing --threads: a correctness reference, not a speed-up")
+      ->check(CLI::Range(1, 64));
   command.add_flag("--no-cuda-graphs", no_cuda_graphs,
                    "with --device cuda: run decode steps eagerly");
   command.add_flag(
@@ -52,6 +57,7 @@ Result<ModelInstanceOptions> ModelFlags::instance_options(int64_t kv_tokens) con
   options.gpu_memory_fraction = gpu_memory_fraction;
   options.cuda_graphs = !no_cuda_graphs;
   options.run_attention = !no_run_attention;
+  options.tensor_parallel_size = tensor_parallel_size;
   SS_ASSIGN_OR_RETURN(options.quantization, parse_weight_quantization(quantization));
   if (options.quantization != WeightQuantization::kNone && options.device == Device::kCuda)
     return make_error("--quantization runs on the CPU only; drop it or use --device cpu");

@@ -4,6 +4,10 @@
 #include <chrono>
 #include <filesystem>
 
+#include "backend/cpu/cpu_backend.h"
+#include "gguf/gguf_file.h"
+#include "parallel/tensor_parallel_model.h"
+
 #if SPECSTACK_HAVE_CUDA
 #include "cuda/cuda_instance.h"
 #endif
@@ -37,6 +41,17 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create(const ModelInstance
 
   if (options.block_size <= 0)
     return errorf("block size must be positive, got {}", options.block_size);
+  if (options.tensor_parallel_size < 1) {
+    return errorf("--tensor-parallel-size must be at least 1, got {}",
+                  options.tensor_parallel_size);
+  }
+  if (options.tensor_parallel_size > 1 && options.device == Device::kCuda) {
+    return make_error(
+        "tensor parallelism on CUDA needs NCCL rank models: not built yet (issue 13)");
+  }
+  if (options.tensor_parallel_size > 1) {
+    return create_tensor_parallel(std::move(config), options, backend);
+  }
   if (options.device == Device::kCuda) {
     if (options.quantization != WeightQuantization::kNone) {
       return make_error(
@@ -70,6 +85,43 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create(const ModelInstance
   if (n_blocks <= 0) n_blocks = (options.kv_tokens + options.block_size - 1) / options.block_size;
   instance->kv_ =
       std::make_unique<KvCache>(instance->model_->kv_shape(n_blocks, options.block_size));
+  instance->kv_manager_ = std::make_unique<KvManager>(*instance->kv_);
+  instance->startup_times_.kv_reserve_s = seconds_since(kv_start);
+  instance->runner_ = std::make_unique<ModelRunner>(*instance->model_, *instance->kv_);
+  return instance;
+}
+
+Result<std::unique_ptr<ModelInstance>> ModelInstance::create_tensor_parallel(
+    ModelConfig config, const ModelInstanceOptions& options, Backend& backend) {
+  const auto weights_start = std::chrono::steady_clock::now();
+  std::unique_ptr<WeightSource> source;
+  if (options.dummy_weights) {
+    source = make_dummy_source(config.weight_dtype, options.dummy_seed);
+  } else {
+    if (options.model_dir.empty()) return make_error("no model folder given");
+    if (gguf::is_gguf_file(options.model_dir)) {
+      return make_error(
+          "--tensor-parallel-size: GGUF files are not split yet; use a safetensors folder");
+    }
+    SS_ASSIGN_OR_RETURN(source, open_safetensors_source(options.model_dir));
+  }
+  TensorParallelOptions tp;
+  tp.n_ranks = options.tensor_parallel_size;
+  auto* cpu = dynamic_cast<CpuBackend*>(&backend);
+  tp.total_threads = cpu != nullptr ? cpu->pool().n_threads() : 1;
+  tp.quantization = options.quantization;
+  tp.on_progress = options.on_progress;
+  SS_ASSIGN_OR_RETURN(std::unique_ptr<TensorParallelModel> model,
+                      TensorParallelModel::create(config, *source, tp));
+  source.reset();  // the ranks hold their slices (views keep the mapping alive)
+
+  std::unique_ptr<ModelInstance> instance(new ModelInstance());
+  instance->startup_times_.weights_s = seconds_since(weights_start);
+  const auto kv_start = std::chrono::steady_clock::now();
+  int64_t n_blocks = options.kv_blocks;
+  if (n_blocks <= 0) n_blocks = (options.kv_tokens + options.block_size - 1) / options.block_size;
+  instance->kv_ = model->make_kv_cache(n_blocks, options.block_size);
+  instance->model_ = std::move(model);
   instance->kv_manager_ = std::make_unique<KvManager>(*instance->kv_);
   instance->startup_times_.kv_reserve_s = seconds_since(kv_start);
   instance->runner_ = std::make_unique<ModelRunner>(*instance->model_, *instance->kv_);

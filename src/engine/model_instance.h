@@ -46,6 +46,11 @@ struct ModelInstanceOptions {
   bool run_attention = true;           // paged rows: run kernel (cuda/verify_attention.h)
   int64_t graph_max_context = 32768;   // contexts the decode graphs serve (longer run eagerly)
   int64_t max_tokens_per_step = 8192;  // activation scratch sized up front (GPU)
+  // > 1: split the model over this many ranks (parallel/tensor_parallel_model.h).
+  // On the CPU the ranks are threads sharing the backend's thread budget (a
+  // correctness reference, not a speed-up); on CUDA it is an error until the
+  // NCCL rank models exist (issue 13).
+  int64_t tensor_parallel_size = 1;
 };
 
 // SpecPrefill scoring on the model's own device (GPU): importance of slots
@@ -83,6 +88,8 @@ class ModelInstance {
   ModelInstance() = default;
   static Result<std::unique_ptr<ModelInstance>> create_on_gpu(ModelConfig config,
                                                               const ModelInstanceOptions& options);
+  static Result<std::unique_ptr<ModelInstance>> create_tensor_parallel(
+      ModelConfig config, const ModelInstanceOptions& options, Backend& backend);
   std::unique_ptr<ForwardModel> model_;
   DeviceScorer device_scorer_;
   std::unique_ptr<KvCache> kv_;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/attention_batch.h"
+#include "base/check.h"
 #include "tensor/tensor.h"
 
 namespace specstack {
@@ -32,14 +33,22 @@ class KvCache {
   virtual Device device() const { return Device::kCpu; }
 
   const KvCacheShape& shape() const { return shape_; }
-  KvLayerView& layer(int64_t index) { return layers_[static_cast<size_t>(index)]; }
-  const KvLayerView& layer(int64_t index) const { return layers_[static_cast<size_t>(index)]; }
+  // A cache without layer views of its own (parallel/sharded_kv_cache.h) fails
+  // the check instead of reading past the end.
+  KvLayerView& layer(int64_t index) {
+    SS_CHECK_LT(static_cast<size_t>(index), layers_.size());
+    return layers_[static_cast<size_t>(index)];
+  }
+  const KvLayerView& layer(int64_t index) const {
+    SS_CHECK_LT(static_cast<size_t>(index), layers_.size());
+    return layers_[static_cast<size_t>(index)];
+  }
   // Bytes of K/V storage, for start-up reporting and sizing.
   virtual size_t nbytes() const;
   // Of nbytes(), the bytes in RAM now: the host pool is mapped lazily
   // (tensor/host_memory.h), so pages appear as blocks are first written. A
   // device pool counts as wholly resident.
-  size_t resident_bytes() const;
+  virtual size_t resident_bytes() const;
   // Bytes one block takes: K and V of every layer at `element_bytes` per value
   // (4 for the CPU's f32, 2 for the GPU's bf16) plus the slot positions.
   static size_t bytes_per_block(const KvCacheShape& shape, size_t element_bytes = sizeof(float));

@@ -23,13 +23,21 @@ enum ScratchSlot : size_t {
   kScratchExpertUp,
   kScratchExpertOut,
   kScratchLogitIn,
+  kScratchLogitLocal,
+  kScratchGatherSend,
+  kScratchGatherRecv,
   kScratchCount,
 };
 
 }  // namespace
 
-Transformer::Transformer(ModelConfig config, ModelWeights weights, Backend& backend)
-    : config_(std::move(config)), weights_(std::move(weights)), backend_(backend) {
+Transformer::Transformer(ModelConfig config, ModelWeights weights, Backend& backend,
+                         TransformerShard shard)
+    : config_(std::move(config)), weights_(std::move(weights)), backend_(backend), shard_(shard) {
+  if (shard_.comm == nullptr) {
+    shard_.vocab_chunk = config_.vocab_size;
+    shard_.full_vocab = config_.vocab_size;
+  }
   scratch_storage_.resize(kScratchCount);
   scratch_views_.resize(kScratchCount);
 }
@@ -49,12 +57,12 @@ void Transformer::forward(const ForwardBatch& batch, KvCache& kv, Tensor& logits
   SS_CHECK_GT(n_tokens, 0);
   if (batch.captured_queries != nullptr) {
     *batch.captured_queries =
-        Tensor::zeros(DType::kF32, {static_cast<int64_t>(batch.capture_rows.size()), config_.n_layers,
-                                    config_.n_heads * config_.head_dim});
+        Tensor::zeros(DType::kF32, {static_cast<int64_t>(batch.capture_rows.size()),
+                                    config_.n_layers, config_.n_heads * config_.head_dim});
   }
   x_ = scratch(kScratchX, n_tokens, hidden);
   h_ = scratch(kScratchH, n_tokens, hidden);
-  backend_.embedding(weights_.embed, batch.token_ids, x_);
+  embed(batch.token_ids);
 
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     const LayerWeights& layer = weights_.layers[static_cast<size_t>(l)];
@@ -70,7 +78,7 @@ void Transformer::forward(const ForwardBatch& batch, KvCache& kv, Tensor& logits
 
   // Only the requested rows go through the final norm and the vocab matmul.
   const int64_t n_out = static_cast<int64_t>(batch.logit_rows.size());
-  logits = Tensor::zeros(DType::kF32, {n_out, config_.vocab_size});
+  logits = Tensor::zeros(DType::kF32, {n_out, shard_.full_vocab});
   if (n_out == 0) return;
   Tensor& rows = scratch(kScratchLogitIn, n_out, hidden);
   for (int64_t i = 0; i < n_out; ++i) {
@@ -79,7 +87,66 @@ void Transformer::forward(const ForwardBatch& batch, KvCache& kv, Tensor& logits
     std::copy_n(x_.f32() + src * hidden, hidden, rows.f32() + i * hidden);
   }
   backend_.rmsnorm(rows, weights_.final_norm, static_cast<float>(config_.rms_norm_eps), rows);
-  backend_.matmul(rows, weights_.lm_head, nullptr, logits);
+  lm_head(rows, logits);
+}
+
+void Transformer::embed(std::span<const int32_t> token_ids) {
+  if (shard_.comm == nullptr) {
+    backend_.embedding(weights_.embed, token_ids, x_);
+    return;
+  }
+  // Vocab-parallel: each rank looks up the ids in its rows and leaves the
+  // others zero; the all-reduce then assembles every row from its one owner.
+  const int64_t hidden = config_.hidden_size;
+  std::vector<int32_t> local(token_ids.size());
+  std::vector<bool> mine(token_ids.size());
+  for (size_t i = 0; i < token_ids.size(); ++i) {
+    // As in the backend's lookup: the caller validated user ids, so an id
+    // outside the full vocabulary is a bug (not a silently zero row).
+    SS_CHECK(token_ids[i] >= 0 && token_ids[i] < shard_.full_vocab);
+    const int64_t row = token_ids[i] - shard_.vocab_begin;
+    mine[i] = row >= 0 && row < config_.vocab_size;
+    local[i] = mine[i] ? static_cast<int32_t>(row) : 0;
+  }
+  backend_.embedding(weights_.embed, local, x_);
+  for (size_t i = 0; i < token_ids.size(); ++i) {
+    if (!mine[i]) std::fill_n(x_.f32() + static_cast<int64_t>(i) * hidden, hidden, 0.0f);
+  }
+  all_reduce(x_);
+}
+
+void Transformer::lm_head(const Tensor& rows, Tensor& logits) {
+  if (shard_.comm == nullptr) {
+    backend_.matmul(rows, weights_.lm_head, nullptr, logits);
+    return;
+  }
+  // Each rank computes its vocab columns, padded to vocab_chunk so every rank
+  // sends the same count (as NCCL's all-gather needs); then the blocks
+  // [rank][row][chunk] are laid out as [row][vocab].
+  const int64_t n_out = rows.size(0);
+  const int64_t chunk = shard_.vocab_chunk;
+  const int64_t n_ranks = shard_.comm->size();
+  Tensor& local = scratch(kScratchLogitLocal, n_out, config_.vocab_size);  // [n_out, vocab_r]
+  backend_.matmul(rows, weights_.lm_head, nullptr, local);
+  Tensor& send = scratch(kScratchGatherSend, n_out, chunk);  // [n_out, chunk]
+  std::fill_n(send.f32(), send.numel(), 0.0f);
+  for (int64_t i = 0; i < n_out; ++i) {
+    std::copy_n(local.f32() + i * config_.vocab_size, config_.vocab_size, send.f32() + i * chunk);
+  }
+  Tensor& recv = scratch(kScratchGatherRecv, n_ranks * n_out, chunk);  // [n_ranks * n_out, chunk]
+  shard_.comm->all_gather(send.f32(), send.numel(), recv.f32());
+  for (int64_t r = 0; r < n_ranks; ++r) {
+    const int64_t begin = r * chunk;
+    const int64_t count = std::min(chunk, shard_.full_vocab - begin);
+    for (int64_t i = 0; i < n_out; ++i) {
+      std::copy_n(recv.f32() + (r * n_out + i) * chunk, count,
+                  logits.f32() + i * shard_.full_vocab + begin);
+    }
+  }
+}
+
+void Transformer::all_reduce(Tensor& partial) {
+  if (shard_.comm != nullptr) shard_.comm->all_reduce_sum(partial.f32(), partial.numel());
 }
 
 void Transformer::attention_block(int64_t l, const ForwardBatch& batch, KvCache& kv) {
@@ -124,6 +191,7 @@ void Transformer::attention_block(int64_t l, const ForwardBatch& batch, KvCache&
 
   Tensor& out = scratch(kScratchOut, n_tokens, config_.hidden_size);
   backend_.matmul(attn, layer.wo, layer.bo.defined() ? &layer.bo : nullptr, out);
+  all_reduce(out);  // o_proj's input rows are split: each rank holds a partial sum
   backend_.add_inplace(x_, out);
 }
 
@@ -137,6 +205,7 @@ void Transformer::dense_mlp(const LayerWeights& layer) {
   backend_.silu_mul(gate, up, gate);
   Tensor& out = scratch(kScratchOut, n_tokens, config_.hidden_size);
   backend_.matmul(gate, layer.w_down, nullptr, out);
+  all_reduce(out);  // down_proj's input rows are split
   backend_.add_inplace(x_, out);
 }
 
@@ -176,10 +245,10 @@ void Transformer::moe_mlp(const LayerWeights& layer) {
     if (tokens.empty()) continue;
     const int64_t n = static_cast<int64_t>(tokens.size());
     const ExpertWeights& expert = layer.experts[static_cast<size_t>(e)];
-    Tensor& in = scratch(kScratchExpertIn, n, hidden);       // [n, hidden]
-    Tensor& gate = scratch(kScratchExpertGate, n, inter);    // [n, inter]
-    Tensor& up = scratch(kScratchExpertUp, n, inter);        // [n, inter]
-    Tensor& down = scratch(kScratchExpertOut, n, hidden);    // [n, hidden]
+    Tensor& in = scratch(kScratchExpertIn, n, hidden);     // [n, hidden]
+    Tensor& gate = scratch(kScratchExpertGate, n, inter);  // [n, inter]
+    Tensor& up = scratch(kScratchExpertUp, n, inter);      // [n, inter]
+    Tensor& down = scratch(kScratchExpertOut, n, hidden);  // [n, hidden]
     for (int64_t i = 0; i < n; ++i) {
       std::copy_n(h_.f32() + tokens[static_cast<size_t>(i)].first * hidden, hidden,
                   in.f32() + i * hidden);
@@ -195,6 +264,9 @@ void Transformer::moe_mlp(const LayerWeights& layer) {
       for (int64_t d = 0; d < hidden; ++d) dst[d] += w * src[d];
     }
   }
+  // Every expert's down_proj is split: one all-reduce of the weighted sum (the
+  // routing is the same on every rank, computed from the same replicated h_).
+  all_reduce(out);
   backend_.add_inplace(x_, out);
 }
 

@@ -13,13 +13,27 @@
 #include "model/config.h"
 #include "model/forward_model.h"
 #include "model/weights.h"
+#include "parallel/communicator.h"
 
 namespace specstack {
 
+// A tensor-parallel rank's place in its group (parallel/shard_plan.h says how
+// the weights are split). With comm == nullptr the Transformer is the whole
+// model and makes no collective call. With a communicator, config and weights
+// are the rank's shard and the forward pass all-reduces the embedding rows
+// (vocab-parallel lookup), the o_proj and MLP/MoE outputs (partial sums), and
+// all-gathers the logit columns, so every rank returns the full logits.
+struct TransformerShard {
+  Communicator* comm = nullptr;
+  int64_t vocab_begin = 0;  // first global vocab row of the rank's config.vocab_size rows
+  int64_t vocab_chunk = 0;  // vocab rows per rank in the logit all-gather (padded)
+  int64_t full_vocab = 0;   // the model's vocabulary: the width of the logits returned
+};
 
 class Transformer final : public ForwardModel {
  public:
-  Transformer(ModelConfig config, ModelWeights weights, Backend& backend);
+  Transformer(ModelConfig config, ModelWeights weights, Backend& backend,
+              TransformerShard shard = {});
 
   Device device() const override { return Device::kCpu; }
   const ModelConfig& config() const override { return config_; }
@@ -33,6 +47,12 @@ class Transformer final : public ForwardModel {
 
  private:
   void attention_block(int64_t layer, const ForwardBatch& batch, KvCache& kv);
+  // x_ = embedding rows of the batch (vocab-parallel under a communicator).
+  void embed(std::span<const int32_t> token_ids);
+  // logits = lm_head · rows (each rank its vocab slice, then all-gathered).
+  void lm_head(const Tensor& rows, Tensor& logits);
+  // Sums a rank's partial output over the group (nothing without one).
+  void all_reduce(Tensor& partial);
   void dense_mlp(const LayerWeights& layer);
   void moe_mlp(const LayerWeights& layer);
   // A workspace tensor [rows, cols] f32, reused across calls when it fits.
@@ -41,6 +61,7 @@ class Transformer final : public ForwardModel {
   ModelConfig config_;
   ModelWeights weights_;
   Backend& backend_;
+  TransformerShard shard_;
   std::vector<Tensor> scratch_storage_;  // capacity buffers
   std::vector<Tensor> scratch_views_;    // shaped views into them
 

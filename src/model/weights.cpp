@@ -45,6 +45,7 @@ class SafetensorsSource final : public WeightSource {
       return errorf("weights: tensor '{}' is not floating point", name);
     return tensor;
   }
+  bool tensors_are_views() const override { return true; }
 
  private:
   WeightFiles files_;
@@ -65,6 +66,15 @@ class DummySource final : public WeightSource {
 };
 
 }  // namespace
+
+Result<std::unique_ptr<WeightSource>> open_safetensors_source(const std::string& model_dir) {
+  SS_ASSIGN_OR_RETURN(WeightFiles files, WeightFiles::open(model_dir));
+  return std::unique_ptr<WeightSource>(std::make_unique<SafetensorsSource>(std::move(files)));
+}
+
+std::unique_ptr<WeightSource> make_dummy_source(DType dtype, uint64_t seed) {
+  return std::make_unique<DummySource>(dtype, seed);
+}
 
 uint64_t dummy_stream_seed(uint64_t seed, const std::string& name) {
   return seed ^ (std::hash<std::string>{}(name)*0x9E3779B97F4A7C15ull);
@@ -255,15 +265,15 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const std::string& 
     }
     return load_gguf_weights(config, model_dir, on_progress, options);
   }
-  SS_ASSIGN_OR_RETURN(WeightFiles files, WeightFiles::open(model_dir));
-  SafetensorsSource source(std::move(files));
-  return build_quantized_weights(config, source, options.quantization, on_progress);
+  SS_ASSIGN_OR_RETURN(std::unique_ptr<WeightSource> source, open_safetensors_source(model_dir));
+  return build_quantized_weights(config, *source, options.quantization, on_progress);
 }
 
 ModelWeights make_dummy_weights(const ModelConfig& config, uint64_t seed,
                                 const LoadProgress& on_progress, WeightQuantization quantization) {
-  DummySource source(config.weight_dtype, seed);
-  Result<ModelWeights> weights = build_quantized_weights(config, source, quantization, on_progress);
+  std::unique_ptr<WeightSource> source = make_dummy_source(config.weight_dtype, seed);
+  Result<ModelWeights> weights =
+      build_quantized_weights(config, *source, quantization, on_progress);
   SS_CHECK_MSG(weights.ok(), weights.ok() ? "" : weights.message());
   return std::move(weights).value();
 }

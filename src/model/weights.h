@@ -70,7 +70,16 @@ class WeightSource {
   // device; 1-D tensors (norms, biases) must be host tensors.
   virtual Result<Tensor> get(const std::string& name, const std::vector<int64_t>& shape,
                              bool is_norm) = 0;
+  // True when get() returns views of storage the source keeps alive anyway (a
+  // file mapping), so a slice of rows may stay a view; false when each get()
+  // makes a fresh buffer that a sliced copy should replace (dummy weights).
+  virtual bool tensors_are_views() const { return false; }
 };
+
+// The safetensors of an HF folder as a WeightSource (mmap'd, zero-copy).
+Result<std::unique_ptr<WeightSource>> open_safetensors_source(const std::string& model_dir);
+// The --dummy-weights generator as a WeightSource (see make_dummy_tensor).
+std::unique_ptr<WeightSource> make_dummy_source(DType dtype, uint64_t seed);
 
 // Assembles ModelWeights from any source using HF tensor names.
 Result<ModelWeights> build_weights(const ModelConfig& config, WeightSource& source,
