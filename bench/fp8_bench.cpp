@@ -187,10 +187,12 @@ int main() {
     std::printf(
         "| %s | prefill bf16 %.1f us (%.0f TF) / fp8 path %.1f us (%.0f TF) | %lld | quantize "
         "%.1f, "
-        "gemm %.1f (%.0f TF), fast-accum gemm %.1f (%.0f TF), scale pass %.1f | outer-vec %d |\n",
+        "gemm %.1f (%.0f TF), fast-accum gemm %.1f (%.0f TF), scale pass %.1f | outer-vec %d (%s) "
+        "|\n",
         s.name, us_bf16, flops / us_bf16 / 1e6, us_fp8, flops / us_fp8 / 1e6,
         static_cast<long long>(kPrefill), us_quant, us_plain, flops / us_plain / 1e6, us_fast,
-        flops / us_fast / 1e6, us_scale, int(plain.last_used_outer_vector_scaling()));
+        flops / us_fast / 1e6, us_scale, int(plain.last_used_outer_vector_scaling()),
+        plain.outer_vector_status().c_str());
   }
   SS_CUDA_CHECK(cudaStreamSynchronize(stream));
   return 0;

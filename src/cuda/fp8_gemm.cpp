@@ -1,5 +1,7 @@
 #include "cuda/fp8_gemm.h"
 
+#include <string>
+
 #include "base/check.h"
 #include "cuda/cuda_check.h"
 
@@ -37,10 +39,18 @@ bool Fp8Gemm::make_plan(Plan& p, int64_t n, int64_t out, int64_t in, int64_t ldy
       cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)));
   if (outer) {
     const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    // Scale pointers set (to any aligned device address; matmul sets the
+    // real ones) before the heuristic, which may check them.
+    const void* placeholder = workspace_;
     if (!ok(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode,
                                            sizeof(mode))) ||
         !ok(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode,
-                                           sizeof(mode)))) {
+                                           sizeof(mode))) ||
+        !ok(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                           &placeholder, sizeof(placeholder))) ||
+        !ok(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                           &placeholder, sizeof(placeholder)))) {
+      outer_status_ = "setting the scale mode failed";
       return false;
     }
   }
@@ -56,22 +66,28 @@ bool Fp8Gemm::make_plan(Plan& p, int64_t n, int64_t out, int64_t in, int64_t ldy
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_, sizeof(workspace_bytes_)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const bool got = ok(cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.d, p.d, pref, 1,
-                                                     &result, &found)) &&
-                   found > 0;
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (!got) return false;
+  if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+    if (outer) {
+      outer_status_ = std::string("heuristic: ") + cublas_status_name(status) + ", " +
+                      std::to_string(found) + " algorithms";
+    }
+    return false;
+  }
+  if (outer) outer_status_ = "supported";
   p.algo = result.algo;
   p.outer = outer;
   return true;
 }
 
-Fp8Gemm::Plan& Fp8Gemm::plan(int64_t n, int64_t out, int64_t in, int64_t ldy) {
-  const auto key = std::make_tuple(n, out, in, ldy);
+Fp8Gemm::Plan& Fp8Gemm::plan(int64_t n, int64_t out, int64_t in, int64_t ldy, bool want_outer) {
+  const auto key = std::make_tuple(n, out, in, ldy, want_outer);
   auto found = plans_.find(key);
   if (found != plans_.end()) return found->second;
   Plan p;
-  if (!make_plan(p, n, out, in, ldy, /*outer=*/true)) {
+  if (!want_outer || !make_plan(p, n, out, in, ldy, /*outer=*/true)) {
     destroy(p);
     if (!make_plan(p, n, out, in, ldy, /*outer=*/false)) {
       fail_cuda("cublasLtMatmulAlgoGetHeuristic", "no FP8 e4m3 GEMM algorithm for this shape",
@@ -87,7 +103,7 @@ bool Fp8Gemm::matmul(const fp8* x8, const float* x_scale, const fp8* w8, const f
   if (n == 0) return true;
   SS_CHECK_EQ(in % 16, 0);
   SS_CHECK_LE(out, ldy);
-  Plan& p = plan(n, out, in, ldy);
+  Plan& p = plan(n, out, in, ldy, /*want_outer=*/!defer_scales);
   if (p.outer) {
     SS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
                                                    &w_scale, sizeof(w_scale)));

@@ -15,6 +15,11 @@ constexpr size_t kWorkspaceBytes = size_t(64) << 20;
 // 176 vs 132 (the CUDA-core GEMV converts and multiplies every weight once
 // per row; the GEMM path costs ~17 us fixed per matrix).
 constexpr int64_t kFp8DefaultGemvMaxRows = 2;
+// From this many rows an FP8 linear without a pass to fold its scales into
+// (o, down, qkv) scales inside cuBLASLt's GEMM: at 8192 rows that is 30-40 us
+// faster per qwen2.5-7b matrix than the unscaled GEMM + scale_outer_bf16, at
+// 16 rows up to 1.7x slower (fp8_bench).
+constexpr int64_t kFp8ScalesInGemmMinRows = 256;
 }  // namespace
 
 Gemm::Gemm(cudaStream_t stream) : stream_(stream), fp8_gemv_max_rows_(kFp8DefaultGemvMaxRows) {
@@ -47,26 +52,27 @@ void Gemm::mlp(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w_gate_u
     gate_up_silu(x, ldx, w_gate_up, n, width, hidden, gate_up, act);
     return linear(act, width, w_down, n, hidden, width, y, ldy);
   }
-  const bool scaled = fp8_gemm(x, ldx, w_gate_up, n, 2 * width, hidden, gate_up, 2 * width);
+  const bool scaled = fp8_gemm(x, ldx, w_gate_up, n, 2 * width, hidden, gate_up, 2 * width,
+                               /*scales_in_gemm=*/false);  // folded into the SiLU below
   // fp8_x_ held x's e4m3 rows for the GEMM above (stream-ordered before this).
   SS_CHECK_LE(static_cast<size_t>(n * width), fp8_x_.size());
   silu_mul_quantize_fp8(gate_up, n, width, scaled ? nullptr : fp8_x_scale_.data(),
                         scaled ? nullptr : w_gate_up.scale, fp8_x_.data(), fp8_act_scale_.data(),
                         stream_);
   if (!fp8_->matmul(fp8_x_.data(), fp8_act_scale_.data(), w_down.w8, w_down.scale, n, hidden, width,
-                    y, ldy, /*defer_scales=*/true)) {
+                    y, ldy, /*defer_scales=*/n < kFp8ScalesInGemmMinRows)) {
     scale_outer_bf16(y, ldy, n, hidden, fp8_act_scale_.data(), w_down.scale, nullptr, stream_);
   }
 }
 
 bool Gemm::fp8_gemm(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w, int64_t n,
-                    int64_t out, int64_t in, __nv_bfloat16* y, int64_t ldy) {
+                    int64_t out, int64_t in, __nv_bfloat16* y, int64_t ldy, bool scales_in_gemm) {
   SS_CHECK(fp8_ != nullptr);
   SS_CHECK_LE(static_cast<size_t>(n * in), fp8_x_.size());
   SS_CHECK_LE(static_cast<size_t>(n), fp8_x_scale_.size());
   quantize_rows_fp8(x, ldx, n, in, fp8_x_.data(), fp8_x_scale_.data(), stream_);
   return fp8_->matmul(fp8_x_.data(), fp8_x_scale_.data(), w.w8, w.scale, n, out, in, y, ldy,
-                      /*defer_scales=*/true);
+                      /*defer_scales=*/!scales_in_gemm);
 }
 
 void Gemm::set_fp8_gemv_max_rows(int64_t rows) {
@@ -81,7 +87,10 @@ void Gemm::linear(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& weigh
     if (n <= fp8_gemv_max_rows_ && fp8_gemv_supported(x, ldx, weight.w8, n, in)) {
       return fp8_gemv(x, ldx, weight.w8, weight.scale, n, out, in, y, nullptr, ldy, bias, stream_);
     }
-    if (fp8_gemm(x, ldx, weight, n, out, in, y, ldy)) {
+    // With a bias the pass after an unscaled GEMM adds it too, so scales in
+    // the GEMM would save nothing.
+    if (fp8_gemm(x, ldx, weight, n, out, in, y, ldy,
+                 n >= kFp8ScalesInGemmMinRows && bias == nullptr)) {
       if (bias != nullptr) {
         add_bias(y, static_cast<int32_t>(n), static_cast<int32_t>(out), ldy, bias, stream_);
       }
@@ -107,7 +116,8 @@ void Gemm::gate_up_silu(const __nv_bfloat16* x, int64_t ldx, const LinearWeight&
     if (n <= fp8_gemv_max_rows_ && fp8_gemv_supported(x, ldx, weight.w8, n, in)) {
       return fp8_gemv_silu_mul(x, ldx, weight.w8, weight.scale, n, width, in, act, stream_);
     }
-    if (!fp8_gemm(x, ldx, weight, n, 2 * width, in, gate_up, 2 * width)) {
+    if (!fp8_gemm(x, ldx, weight, n, 2 * width, in, gate_up, 2 * width,
+                  /*scales_in_gemm=*/false)) {
       if (width % 8 == 0) {  // the scales folded into the SiLU pass
         return scaled_silu_mul(gate_up, n, width, fp8_x_scale_.data(), weight.scale, act, stream_);
       }

@@ -70,8 +70,9 @@ class Gemm {
   // y [n, ldy] bf16 = x · w8ᵀ through quantize_rows_fp8 + Fp8Gemm; returns
   // whether y is scaled, else the caller applies fp8_x_scale_ ⊗ w.scale
   // (fused into its next pass).
+  // scales_in_gemm: let cuBLASLt apply the scales (else they are left to the caller).
   bool fp8_gemm(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w, int64_t n, int64_t out,
-                int64_t in, __nv_bfloat16* y, int64_t ldy);
+                int64_t in, __nv_bfloat16* y, int64_t ldy, bool scales_in_gemm);
 
   cudaStream_t stream_ = nullptr;
   cublasHandle_t handle_ = nullptr;

@@ -280,10 +280,11 @@ TEST(Fp8Gemm, MatchesTheQuantizedProductAndStaysWithinTheE4m3Bound) {
     y.fill_bytes(0xFF);
     gemm.matmul(x8.data(), x_scale.data(), w.q.data(), w.scale.data(), n, out, in, y.data(), ldy);
     SS_CUDA_CHECK(cudaStreamSynchronize(stream));
-    std::printf("[fp8-gemm] n %lld out %lld in %lld: scales %s\n", static_cast<long long>(n),
-                static_cast<long long>(out), static_cast<long long>(in),
+    std::printf("[fp8-gemm] n %lld out %lld in %lld: scales %s (outer vector: %s)\n",
+                static_cast<long long>(n), static_cast<long long>(out), static_cast<long long>(in),
                 gemm.last_used_outer_vector_scaling() ? "in cuBLASLt (outer vector)"
-                                                      : "in scale_outer_bf16");
+                                                      : "in scale_outer_bf16",
+                gemm.outer_vector_status().c_str());
     const auto y_all = to_f32(y.download());
     std::vector<float> got(size_t(n * out));
     for (int64_t i = 0; i < n; ++i)
@@ -406,14 +407,14 @@ TEST(Fp8Gemm, MlpMatchesTheDequantizedProduct) {
   {
     Gemm gemm(stream);
     const int64_t hidden = 256, width = 512;
-    gemm.reserve_fp8_activations(64, width);
+    gemm.reserve_fp8_activations(300, width);
     const DeviceFp8Weight gu_w =
         quantize_on_device(random_weights(rng, 2 * width, hidden), 2 * width, hidden, stream);
     const DeviceFp8Weight down_w =
         quantize_on_device(random_weights(rng, hidden, width), hidden, width, stream);
     const LinearWeight gate_up{nullptr, gu_w.q.data(), gu_w.scale.data()};
     const LinearWeight down{nullptr, down_w.q.data(), down_w.scale.data()};
-    for (int64_t n : {1, 2, 3, 64}) {
+    for (int64_t n : {1, 2, 3, 64, 300}) {
       SCOPED_TRACE(::testing::Message() << "n " << n);
       const auto x = random_values(rng, size_t(n * hidden));
       auto d_x = upload(to_bf16(x));
@@ -450,14 +451,14 @@ TEST(Fp8Gemm, LinearAndGateUpDispatchBothPaths) {
   {
     Gemm gemm(stream);
     const int64_t in = 256, out = 384;
-    gemm.reserve_fp8_activations(200, in);
+    gemm.reserve_fp8_activations(300, in);
     const DeviceFp8Weight w = quantize_on_device(random_weights(rng, out, in), out, in, stream);
     const LinearWeight weight{nullptr, w.q.data(), w.scale.data()};
     const auto bias = random_values(rng, size_t(out));
     auto d_bias = upload(bias);
     for (int64_t gemv_rows : {int64_t(0), int64_t(1), kFp8GemvMaxRows}) {
       gemm.set_fp8_gemv_max_rows(gemv_rows);
-      for (int64_t n : {1, 8, 9, 200}) {
+      for (int64_t n : {1, 8, 9, 200, 300}) {  // 300: the scales inside cuBLASLt
         SCOPED_TRACE(::testing::Message() << "gemv rows " << gemv_rows << " n " << n);
         const double bound = n <= gemv_rows ? 2 * kBf16Output : kE4m3HalfUlp;
         const auto x = random_values(rng, size_t(n * in));
