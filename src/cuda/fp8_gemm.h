@@ -6,8 +6,8 @@
 // with defer_scales, the GEMM runs unscaled into bf16 (e4m3 products of at
 // most 448², summed over `in`, stay far inside bf16's range) and the caller
 // folds the scales into its next pass. Measured on the H100 (docs/
-// benchmarks.md "FP8 weights"): the scaled kernels are 2-13% slower than the
-// unscaled ones at 8192 rows and up to 1.7x slower at 16 rows, so the in-GEMM
+// benchmarks.md "FP8 weights"): the scaled kernels are 2-6% slower than the
+// unscaled ones at 8192 rows and up to 1.55x slower at 16 rows, so the in-GEMM
 // scales pay only where the caller would otherwise run a whole extra pass over
 // a large output. Plans (algorithm per shape and mode) are cached, so a graph
 // capture never queries the heuristic twice.

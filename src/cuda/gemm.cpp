@@ -16,9 +16,9 @@ constexpr size_t kWorkspaceBytes = size_t(64) << 20;
 // per row; the GEMM path costs ~17 us fixed per matrix).
 constexpr int64_t kFp8DefaultGemvMaxRows = 2;
 // From this many rows an FP8 linear without a pass to fold its scales into
-// (o, down, qkv) scales inside cuBLASLt's GEMM: at 8192 rows that is 30-40 us
+// (o, down, qkv) scales inside cuBLASLt's GEMM: at 8192 rows that is 35-60 us
 // faster per qwen2.5-7b matrix than the unscaled GEMM + scale_outer_bf16, at
-// 16 rows up to 1.7x slower (fp8_bench).
+// 16 rows up to 1.55x slower (fp8_bench).
 constexpr int64_t kFp8ScalesInGemmMinRows = 256;
 }  // namespace
 
