@@ -93,7 +93,7 @@ step_tests() {
 
 # ---- specstack's own benchmarks (same run as the peaks and the HF peer) -------------
 # gpu_bench: prefill MFU at 2K-32K and decode at batch 1/16/64/256 (7B), prefill and
-# batch-1 decode (8B); bench ttft: SpecPrefill TTFT with the 0.5B draft at keep 0.2.
+# batch-1 decode (8B), each in bf16 and --quantization fp8; bench ttft: SpecPrefill TTFT with the 0.5B draft at keep 0.2.
 run_specstack_benchmarks() {
   local peak=${PEAK_TFLOPS_MEASURED:-${PEAK_TFLOPS:-0}} copy=${COPY_TBPS_MEASURED:-${COPY_TBPS:-0}}
   local lengths=${SS_LENGTHS:-2048,8192,16384,32768}
@@ -103,6 +103,13 @@ run_specstack_benchmarks() {
   step ss_llama8b "${BENCH_TIMEOUT:-300}" "$BUILD/bench/gpu_bench" \
     --config tests/data/configs/llama-3.1-8b.json --prefill "$lengths" \
     --decode-batch 1 --peak-tflops "$peak" --copy-tbps "$copy"
+  # --quantization fp8 (e4m3 linear layers): the same points, for the fp8 / bf16 ratios.
+  step ss_qwen7b_fp8 "${BENCH_TIMEOUT:-300}" "$BUILD/bench/gpu_bench" \
+    --config tests/data/configs/qwen2.5-7b.json --prefill "$lengths" \
+    --decode-batch 1,16,64,256 --peak-tflops "$peak" --copy-tbps "$copy" --quantization fp8
+  step ss_llama8b_fp8 "${BENCH_TIMEOUT:-300}" "$BUILD/bench/gpu_bench" \
+    --config tests/data/configs/llama-3.1-8b.json --prefill "$lengths" \
+    --decode-batch 1 --peak-tflops "$peak" --copy-tbps "$copy" --quantization fp8
 }
 
 # SpecPrefill TTFT: qwen2.5-7b target, qwen2.5-0.5b draft, keep 0.2 (and 1.0 for eps).

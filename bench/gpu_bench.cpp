@@ -7,7 +7,8 @@
 // FLOPs per prefill of L tokens (bench/README-device.md, same formula as the
 // HF peer): 2 * body * L + 2 * head + 4 * n_layers * (L^2 / 2) * n_heads * head_dim,
 // body = parameters outside the embedding and LM head (MoE: routed share).
-// Decode bandwidth fraction: (body + head) * 2 bytes * tok/s / copy bandwidth.
+// Decode bandwidth fraction: (body + head) * 2 bytes * tok/s / copy bandwidth
+// (--quantization fp8: body * 1 + head * 2 bytes; the LM head stays bf16).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
   int repeats = 3;
   double peak_tflops = 0, copy_tbps = 0, memory_fraction = 0.9;
   bool no_graphs = false;
+  std::string quantization = "none";
   CLI::App app{"specstack GPU benchmark: prefill MFU and decode throughput on dummy weights"};
   app.add_option("--config", config, "HF config.json");
   app.add_option("--prefill", prefill, "prefill lengths (one step each)")->delimiter(',');
@@ -75,6 +77,8 @@ int main(int argc, char** argv) {
   app.add_option("--copy-tbps", copy_tbps, "measured copy bandwidth (gpu_peak) for decode");
   app.add_option("--gpu-memory-fraction", memory_fraction, "share of GPU memory to use");
   app.add_flag("--no-cuda-graphs", no_graphs, "decode eagerly");
+  app.add_option("--quantization", quantization, "none or fp8 (e4m3 linear layers)")
+      ->check(CLI::IsMember({"none", "fp8"}));
   CLI11_PARSE(app, argc, argv);
 
   CpuBackend unused(CpuBackendOptions{1});
@@ -85,6 +89,8 @@ int main(int argc, char** argv) {
   options.device = Device::kCuda;
   options.gpu_memory_fraction = memory_fraction;
   options.cuda_graphs = !no_graphs;
+  options.quantization =
+      quantization == "fp8" ? WeightQuantization::kFp8 : WeightQuantization::kNone;
   const int32_t max_prefill = *std::max_element(prefill.begin(), prefill.end());
   const int32_t max_batch = *std::max_element(batches.begin(), batches.end());
   options.kv_tokens = 0;  // the memory fraction sizes the pool
@@ -163,7 +169,8 @@ int main(int argc, char** argv) {
     const double t = median(times);
     const double tokens = double(batch) * decode_steps;
     const double tok_s = tokens / t;
-    const double bw = copy_tbps > 0 ? (body + head) * 2 * (tok_s / batch) / (copy_tbps * 1e12) : 0;
+    const double step_bytes = body * (quantization == "fp8" ? 1 : 2) + head * 2;
+    const double bw = copy_tbps > 0 ? step_bytes * (tok_s / batch) / (copy_tbps * 1e12) : 0;
     std::printf("| decode batch %d | %.0f | %.4f | %.1f | - | %.3f |\n", batch, tokens, t, tok_s,
                 batch == 1 ? bw : 0.0);
     std::printf("ss decode batch=%d tok_s=%.1f bw_frac=%.4f\n", batch, tok_s,

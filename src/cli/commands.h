@@ -24,7 +24,7 @@ struct ModelFlags {
   double gpu_memory_fraction = 0.9;
   bool no_cuda_graphs = false;
   bool no_run_attention = false;
-  std::string quantization;          // --quantization q8_0|q4_k (target model only)
+  std::string quantization;          // --quantization q8_0|q4_k|fp8 (target model only)
   int64_t tensor_parallel_size = 1;  // --tensor-parallel-size (target model only)
 
   void add_to(CLI::App& command);

@@ -27,8 +27,9 @@ void ModelFlags::add_to(CLI::App& command) {
   command
       .add_option("--quantization", quantization,
                   "q8_0 or q4_k: quantize a safetensors model's matrices at load for the CPU's "
-                  "int8 kernels (embedding and an untied LM head at q8_0; not the draft)")
-      ->check(CLI::IsMember({"none", "q8_0", "q4_k"}));
+                  "int8 kernels (embedding and an untied LM head at q8_0; not the draft); fp8 "
+                  "(--device cuda, Hopper): linear layers to e4m3 with per-channel scales")
+      ->check(CLI::IsMember({"none", "q8_0", "q4_k", "fp8"}));
   command
       .add_option("--tensor-parallel-size", tensor_parallel_size,
                   "split the model over N ranks (heads, MLP, vocab); on the CPU the ranks are "
@@ -59,8 +60,11 @@ Result<ModelInstanceOptions> ModelFlags::instance_options(int64_t kv_tokens) con
   options.run_attention = !no_run_attention;
   options.tensor_parallel_size = tensor_parallel_size;
   SS_ASSIGN_OR_RETURN(options.quantization, parse_weight_quantization(quantization));
-  if (options.quantization != WeightQuantization::kNone && options.device == Device::kCuda)
-    return make_error("--quantization runs on the CPU only; drop it or use --device cpu");
+  const bool fp8 = options.quantization == WeightQuantization::kFp8;
+  if (options.quantization != WeightQuantization::kNone && !fp8 && options.device == Device::kCuda)
+    return make_error("--quantization q8_0/q4_k run on the CPU only; with --device cuda use fp8");
+  if (fp8 && options.device != Device::kCuda)
+    return make_error("--quantization fp8 needs --device cuda (Hopper FP8 GEMMs)");
   return options;
 }
 

@@ -286,9 +286,8 @@ void CudaModel::run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_saf
       moe_mlp(layer, n);  // adds into the residual itself
     } else {
       const int64_t inter = c.intermediate_size;
-      gemm_->gate_up_silu(h_.data(), hidden, layer.gate_up, n, inter, hidden, gate_up_.data(),
-                          act_.data());
-      gemm_->linear(act_.data(), inter, layer.down, n, hidden, inter, delta_.data(), hidden);
+      gemm_->mlp(h_.data(), hidden, layer.gate_up, layer.down, n, inter, hidden, gate_up_.data(),
+                 act_.data(), delta_.data(), hidden);
       pending = delta_.data();
     }
   }
@@ -464,10 +463,8 @@ void CudaModel::moe_mlp(const DeviceLayer& layer, int64_t n_tokens) {
     const DeviceExpert& expert = layer.experts[size_t(e)];
     gather_rows(h_.data(), hidden, expert_rows_.data() + first, count, hidden, expert_in_.data(),
                 stream_);
-    gemm_->gate_up_silu(expert_in_.data(), hidden, expert.gate_up, count, inter, hidden,
-                        expert_gate_up_.data(), expert_act_.data());
-    gemm_->linear(expert_act_.data(), inter, expert.down, count, hidden, inter, expert_out_.data(),
-                  hidden);
+    gemm_->mlp(expert_in_.data(), hidden, expert.gate_up, expert.down, count, inter, hidden,
+               expert_gate_up_.data(), expert_act_.data(), expert_out_.data(), hidden);
     scatter_add_weighted(expert_out_.data(), expert_rows_.data() + first,
                          expert_weights_.data() + first, count, hidden, x_.data(), stream_);
   }

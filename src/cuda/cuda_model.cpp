@@ -3,10 +3,12 @@
 // graphs in cuda_graphs.cpp, device scoring in cuda_score.cpp.
 #include "cuda/cuda_model.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "cuda/cuda_model_internal.h"
 #include "cuda/elementwise.h"
+#include "cuda/fp8_quantize.h"
 
 namespace specstack::cuda {
 
@@ -105,6 +107,41 @@ Status CudaModel::load(ModelWeights weights) {
     src = Tensor();
     return Status();
   };
+  // A linear weight made of row blocks `parts` (fused q|k|v, gate|up), each
+  // [rows_i, in]. bf16, or with fp8_weights each part staged as bf16 on the
+  // device (one part at a time, never the whole model) and quantized per row
+  // into the fused e4m3 matrix and its scales.
+  DeviceBuffer<bf16> fp8_staging;
+  auto put_linear = [&](std::initializer_list<Tensor*> parts, int64_t in) -> Result<LinearWeight> {
+    int64_t rows = 0;
+    for (const Tensor* part : parts) rows += part->numel() / in;
+    LinearWeight w;
+    if (!options_.fp8_weights || in % 16 != 0) {
+      bf16* dst = alloc<bf16>(static_cast<size_t>(rows * in));
+      w.w16 = dst;
+      for (Tensor* part : parts) {
+        const int64_t part_rows = part->numel() / in;
+        SS_TRY(put_matrix(*part, dst));
+        dst += part_rows * in;
+      }
+      return w;
+    }
+    fp8* dst = alloc<fp8>(static_cast<size_t>(rows * in));
+    float* scale = alloc<float>(static_cast<size_t>(rows));
+    w.w8 = dst;
+    w.scale = scale;
+    for (Tensor* part : parts) {
+      const int64_t part_rows = part->numel() / in;
+      fp8_staging.reserve(static_cast<size_t>(part_rows * in));
+      SS_TRY(put_matrix(*part, fp8_staging.data()));
+      quantize_rows_fp8(fp8_staging.data(), in, part_rows, in, dst, scale, stream_, /*pdl=*/false);
+      dst += part_rows * in;
+      scale += part_rows;
+    }
+    // The staging buffer is reused by the next part.
+    SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return w;
+  };
   auto put_vector = [&](const Tensor& src) -> float* {
     if (!src.defined()) return nullptr;
     SS_CHECK(src.dtype() == DType::kF32 && src.device() == Device::kCpu);
@@ -134,10 +171,7 @@ Status CudaModel::load(ModelWeights weights) {
     layer.ffn_norm = put_vector(src.ffn_norm);
     layer.q_norm = put_vector(src.q_norm);
     layer.k_norm = put_vector(src.k_norm);
-    layer.qkv = alloc<bf16>(static_cast<size_t>((q_width + 2 * kv_width) * hidden));
-    SS_TRY(put_matrix(src.wq, layer.qkv));
-    SS_TRY(put_matrix(src.wk, layer.qkv + q_width * hidden));
-    SS_TRY(put_matrix(src.wv, layer.qkv + (q_width + kv_width) * hidden));
+    SS_ASSIGN_OR_RETURN(layer.qkv, put_linear({&src.wq, &src.wk, &src.wv}, hidden));
     if (src.bq.defined()) {
       std::vector<float> bias(static_cast<size_t>(q_width + 2 * kv_width));
       std::memcpy(bias.data(), src.bq.f32(), q_width * sizeof(float));
@@ -147,8 +181,7 @@ Status CudaModel::load(ModelWeights weights) {
       SS_CUDA_CHECK(cudaMemcpy(layer.qkv_bias, bias.data(), bias.size() * sizeof(float),
                                cudaMemcpyHostToDevice));
     }
-    layer.o = alloc<bf16>(static_cast<size_t>(hidden * q_width));
-    SS_TRY(put_matrix(src.wo, layer.o));
+    SS_ASSIGN_OR_RETURN(layer.o, put_linear({&src.wo}, q_width));
     layer.o_bias = put_vector(src.bo);
     if (c.layer_is_moe(l)) {
       const int64_t inter = c.moe.expert_intermediate_size;
@@ -156,20 +189,14 @@ Status CudaModel::load(ModelWeights weights) {
       SS_TRY(put_matrix(src.router, layer.router));
       for (ExpertWeights& e : src.experts) {
         DeviceExpert expert;
-        expert.gate_up = alloc<bf16>(static_cast<size_t>(2 * inter * hidden));
-        SS_TRY(put_matrix(e.w_gate, expert.gate_up));
-        SS_TRY(put_matrix(e.w_up, expert.gate_up + inter * hidden));
-        expert.down = alloc<bf16>(static_cast<size_t>(hidden * inter));
-        SS_TRY(put_matrix(e.w_down, expert.down));
+        SS_ASSIGN_OR_RETURN(expert.gate_up, put_linear({&e.w_gate, &e.w_up}, hidden));
+        SS_ASSIGN_OR_RETURN(expert.down, put_linear({&e.w_down}, inter));
         layer.experts.push_back(expert);
       }
     } else {
       const int64_t inter = c.intermediate_size;
-      layer.gate_up = alloc<bf16>(static_cast<size_t>(2 * inter * hidden));
-      SS_TRY(put_matrix(src.w_gate, layer.gate_up));
-      SS_TRY(put_matrix(src.w_up, layer.gate_up + inter * hidden));
-      layer.down = alloc<bf16>(static_cast<size_t>(hidden * inter));
-      SS_TRY(put_matrix(src.w_down, layer.down));
+      SS_ASSIGN_OR_RETURN(layer.gate_up, put_linear({&src.w_gate, &src.w_up}, hidden));
+      SS_ASSIGN_OR_RETURN(layer.down, put_linear({&src.w_down}, inter));
     }
     layers_.push_back(std::move(layer));
   }
@@ -217,6 +244,13 @@ void CudaModel::ensure_scratch(int64_t n_tokens) {
   }
   gate_up_.resize(t * 2 * inter);
   act_.resize(t * inter);
+  if (options_.fp8_weights) {
+    // The widest input of an FP8 linear, and MoE experts see up to k rows per token.
+    const int64_t rows = n_tokens * std::max<int64_t>(1, c.moe.n_experts_per_token);
+    const int64_t widest = std::max({c.hidden_size, c.n_heads * c.head_dim, c.intermediate_size,
+                                     c.moe.expert_intermediate_size});
+    gemm_->reserve_fp8_activations(rows, widest);
+  }
   scratch_tokens_ = n_tokens;
 }
 

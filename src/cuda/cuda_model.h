@@ -1,7 +1,7 @@
 // CudaModel: the decoder-only forward pass on one NVIDIA GPU. Weights are
-// bf16 in device memory (q/k/v and gate/up fused into one matrix each, so a
-// layer runs 4 GEMMs), activations bf16 with an f32 residual stream, cuBLAS
-// GEMMs with fp32 accumulation, and the kernels of src/cuda for the rest.
+// bf16 (or the linear layers e4m3, CudaModelOptions::fp8_weights) in device memory (q/k/v and
+// gate/up fused into one matrix each, so a layer runs 4 GEMMs), activations bf16 with an f32
+// residual stream, cuBLAS GEMMs with fp32 accumulation, and the kernels of src/cuda for the rest.
 // Attention runs flash-style for long prefill chunks and as split-K paged
 // attention for decode and short chunks. Decode steps of common batch sizes
 // replay CUDA graphs captured at start-up (see cuda_graphs.cpp).
@@ -38,24 +38,30 @@ struct CudaModelOptions {
   // uses the run kernel of verify_attention.h where the head dim allows;
   // false keeps the per-token kernel (for comparing the two).
   bool run_attention = true;
+  // --quantization fp8: every linear layer's weight (q/k/v/o, gate/up/down,
+  // experts) quantized to e4m3 at load with per-output-channel scales
+  // (cuda/fp8_quantize.h); the embedding, the LM head and the MoE router stay
+  // bf16. Matrices whose rows are not a multiple of 16 stay bf16 too (the FP8
+  // GEMM and GEMV need 16-byte rows).
+  bool fp8_weights = false;
 };
 
 struct DeviceExpert {
-  bf16* gate_up = nullptr;  // [2 * expert_inter, hidden]
-  bf16* down = nullptr;     // [hidden, expert_inter]
+  LinearWeight gate_up;  // [2 * expert_inter, hidden]
+  LinearWeight down;     // [hidden, expert_inter]
 };
 
 struct DeviceLayer {
   float* attn_norm = nullptr;  // [hidden]
   float* ffn_norm = nullptr;   // [hidden]
-  bf16* qkv = nullptr;         // [(n_heads + 2 n_kv_heads) * head_dim, hidden]
+  LinearWeight qkv;            // [(n_heads + 2 n_kv_heads) * head_dim, hidden]
   float* qkv_bias = nullptr;   // [(n_heads + 2 n_kv_heads) * head_dim] or null
-  bf16* o = nullptr;           // [hidden, n_heads * head_dim]
+  LinearWeight o;              // [hidden, n_heads * head_dim]
   float* o_bias = nullptr;     // [hidden] or null
   float* q_norm = nullptr;     // [head_dim] or null
   float* k_norm = nullptr;     // [head_dim] or null
-  bf16* gate_up = nullptr;     // [2 * intermediate, hidden] (dense layers)
-  bf16* down = nullptr;        // [hidden, intermediate]
+  LinearWeight gate_up;        // [2 * intermediate, hidden] (dense layers)
+  LinearWeight down;           // [hidden, intermediate]
   bf16* router = nullptr;      // [n_experts, hidden] (MoE layers)
   std::vector<DeviceExpert> experts;
 };

@@ -2,15 +2,27 @@
 
 #include "base/check.h"
 #include "cuda/elementwise.h"
+#include "cuda/fp8_gemv.h"
 #include "cuda/gemv.h"
 
 namespace specstack::cuda {
 
 namespace {
 constexpr size_t kWorkspaceBytes = size_t(64) << 20;
-}
+// FP8 linears: rows up to this run fp8_gemv, more quantize + FP8 GEMM.
+// bench/fp8_bench on the H100 (docs/benchmarks.md), qwen2.5-7b layer sum
+// qkv + o + gate_up + down: 2 rows 101 us GEMV vs 133 us GEMM path, 4 rows
+// 176 vs 132 (the CUDA-core GEMV converts and multiplies every weight once
+// per row; the GEMM path costs ~17 us fixed per matrix).
+constexpr int64_t kFp8DefaultGemvMaxRows = 2;
+// From this many rows an FP8 linear without a pass to fold its scales into
+// (o, down, qkv) scales inside cuBLASLt's GEMM: at 8192 rows that is 35-60 us
+// faster per qwen2.5-7b matrix than the unscaled GEMM + scale_outer_bf16, at
+// 16 rows up to 1.55x slower (fp8_bench).
+constexpr int64_t kFp8ScalesInGemmMinRows = 256;
+}  // namespace
 
-Gemm::Gemm(cudaStream_t stream) : stream_(stream) {
+Gemm::Gemm(cudaStream_t stream) : stream_(stream), fp8_gemv_max_rows_(kFp8DefaultGemvMaxRows) {
   SS_CUBLAS_CHECK(cublasCreate(&handle_));
   SS_CUBLAS_CHECK(cublasSetStream(handle_, stream));
   workspace_.resize(kWorkspaceBytes);
@@ -21,8 +33,73 @@ Gemm::~Gemm() {
   if (handle_ != nullptr) cublasDestroy(handle_);
 }
 
-void Gemm::linear(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n,
+void Gemm::reserve_fp8_activations(int64_t rows, int64_t max_in) {
+  if (fp8_ == nullptr) {
+    fp8_ = std::make_unique<Fp8Gemm>(stream_, workspace_.data(), workspace_.nbytes());
+  }
+  fp8_x_.reserve(static_cast<size_t>(rows * max_in));
+  fp8_x_scale_.reserve(static_cast<size_t>(rows));
+  fp8_act_scale_.reserve(static_cast<size_t>(rows));
+}
+
+void Gemm::mlp(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w_gate_up,
+               const LinearWeight& w_down, int64_t n, int64_t width, int64_t hidden,
+               __nv_bfloat16* gate_up, __nv_bfloat16* act, __nv_bfloat16* y, int64_t ldy) {
+  if (n == 0) return;
+  const bool fused =
+      w_gate_up.w8 != nullptr && w_down.w8 != nullptr && n > fp8_gemv_max_rows_ && width % 16 == 0;
+  if (!fused) {
+    gate_up_silu(x, ldx, w_gate_up, n, width, hidden, gate_up, act);
+    return linear(act, width, w_down, n, hidden, width, y, ldy);
+  }
+  const bool scaled = fp8_gemm(x, ldx, w_gate_up, n, 2 * width, hidden, gate_up, 2 * width,
+                               /*scales_in_gemm=*/false);  // folded into the SiLU below
+  // fp8_x_ held x's e4m3 rows for the GEMM above (stream-ordered before this).
+  SS_CHECK_LE(static_cast<size_t>(n * width), fp8_x_.size());
+  silu_mul_quantize_fp8(gate_up, n, width, scaled ? nullptr : fp8_x_scale_.data(),
+                        scaled ? nullptr : w_gate_up.scale, fp8_x_.data(), fp8_act_scale_.data(),
+                        stream_);
+  if (!fp8_->matmul(fp8_x_.data(), fp8_act_scale_.data(), w_down.w8, w_down.scale, n, hidden, width,
+                    y, ldy, /*defer_scales=*/n < kFp8ScalesInGemmMinRows)) {
+    scale_outer_bf16(y, ldy, n, hidden, fp8_act_scale_.data(), w_down.scale, nullptr, stream_);
+  }
+}
+
+bool Gemm::fp8_gemm(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w, int64_t n,
+                    int64_t out, int64_t in, __nv_bfloat16* y, int64_t ldy, bool scales_in_gemm) {
+  SS_CHECK(fp8_ != nullptr);
+  SS_CHECK_LE(static_cast<size_t>(n * in), fp8_x_.size());
+  SS_CHECK_LE(static_cast<size_t>(n), fp8_x_scale_.size());
+  quantize_rows_fp8(x, ldx, n, in, fp8_x_.data(), fp8_x_scale_.data(), stream_);
+  return fp8_->matmul(fp8_x_.data(), fp8_x_scale_.data(), w.w8, w.scale, n, out, in, y, ldy,
+                      /*defer_scales=*/!scales_in_gemm);
+}
+
+void Gemm::set_fp8_gemv_max_rows(int64_t rows) {
+  SS_CHECK(rows >= 0 && rows <= kFp8GemvMaxRows);
+  fp8_gemv_max_rows_ = rows;
+}
+
+void Gemm::linear(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& weight, int64_t n,
                   int64_t out, int64_t in, __nv_bfloat16* y, int64_t ldy, const float* bias) {
+  if (n == 0) return;
+  if (weight.w8 != nullptr) {
+    if (n <= fp8_gemv_max_rows_ && fp8_gemv_supported(x, ldx, weight.w8, n, in)) {
+      return fp8_gemv(x, ldx, weight.w8, weight.scale, n, out, in, y, nullptr, ldy, bias, stream_);
+    }
+    // With a bias the pass after an unscaled GEMM adds it too, so scales in
+    // the GEMM would save nothing.
+    if (fp8_gemm(x, ldx, weight, n, out, in, y, ldy,
+                 n >= kFp8ScalesInGemmMinRows && bias == nullptr)) {
+      if (bias != nullptr) {
+        add_bias(y, static_cast<int32_t>(n), static_cast<int32_t>(out), ldy, bias, stream_);
+      }
+    } else {  // scales and bias in one pass
+      scale_outer_bf16(y, ldy, n, out, fp8_x_scale_.data(), weight.scale, bias, stream_);
+    }
+    return;
+  }
+  const __nv_bfloat16* w = weight.w16;
   if (gemv_supported(x, ldx, w, n, in)) {
     return gemv(x, ldx, w, n, out, in, y, nullptr, ldy, stream_, bias);
   }
@@ -32,15 +109,32 @@ void Gemm::linear(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, i
   }
 }
 
-bool Gemm::fuses_bias(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n,
+bool Gemm::fuses_bias(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w, int64_t n,
                       int64_t in) {
-  return gemv_supported(x, ldx, w, n, in);
+  // FP8: the GEMV adds the bias in its epilogue and the GEMM path in the same
+  // pass that applies the scales, so there is no separate bias launch to fold.
+  return w.w8 != nullptr || gemv_supported(x, ldx, w.w16, n, in);
 }
 
-void Gemm::gate_up_silu(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w_gate_up,
-                        int64_t n, int64_t width, int64_t in, __nv_bfloat16* gate_up,
-                        __nv_bfloat16* act) {
+void Gemm::gate_up_silu(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& weight, int64_t n,
+                        int64_t width, int64_t in, __nv_bfloat16* gate_up, __nv_bfloat16* act) {
   if (n == 0) return;
+  if (weight.w8 != nullptr) {
+    if (n <= fp8_gemv_max_rows_ && fp8_gemv_supported(x, ldx, weight.w8, n, in)) {
+      return fp8_gemv_silu_mul(x, ldx, weight.w8, weight.scale, n, width, in, act, stream_);
+    }
+    if (!fp8_gemm(x, ldx, weight, n, 2 * width, in, gate_up, 2 * width,
+                  /*scales_in_gemm=*/false)) {
+      if (width % 8 == 0) {  // the scales folded into the SiLU pass
+        return scaled_silu_mul(gate_up, n, width, fp8_x_scale_.data(), weight.scale, act, stream_);
+      }
+      scale_outer_bf16(gate_up, 2 * width, n, 2 * width, fp8_x_scale_.data(), weight.scale, nullptr,
+                       stream_);
+    }
+    silu_mul(gate_up, static_cast<int32_t>(n), static_cast<int32_t>(width), act, stream_);
+    return;
+  }
+  const __nv_bfloat16* w_gate_up = weight.w16;
   if (gemv_supported(x, ldx, w_gate_up, n, in)) {
     return gemv_silu_mul(x, ldx, w_gate_up, n, width, in, act, stream_);
   }

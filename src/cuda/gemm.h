@@ -8,10 +8,21 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
 
 #include "cuda/device_buffer.h"
+#include "cuda/fp8_gemm.h"
 
 namespace specstack::cuda {
+
+// One linear layer's weight [out, in] on the device: bf16, or with
+// --quantization fp8 e4m3 values plus one f32 scale per output row
+// (cuda/fp8_quantize.h). Exactly one of w16 / w8 is set.
+struct LinearWeight {
+  const __nv_bfloat16* w16 = nullptr;  // [out, in] bf16
+  const fp8* w8 = nullptr;             // [out, in] e4m3
+  const float* scale = nullptr;        // [out] (w8 only)
+};
 
 class Gemm {
  public:
@@ -23,12 +34,22 @@ class Gemm {
   // y[n, out] = x[n, in] · w[out, in]ᵀ.   x rows with stride ldx, y rows with stride ldy.
   // Up to kGemvMaxRows rows (decode) run the bandwidth kernel of gemv.h.
   // With bias [out] f32 it is added to every row (fused into gemv's epilogue).
-  void linear(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n, int64_t out,
+  // FP8 weights: up to kFp8GemvMaxRows rows through fp8_gemv (bf16 activations),
+  // more through a per-token activation quantization and the FP8 GEMM of fp8_gemm.h.
+  void linear(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w, int64_t n, int64_t out,
               int64_t in, __nv_bfloat16* y, int64_t ldy, const float* bias = nullptr);
   // act[n, width] = bf16(silu(x · w_gate_upᵀ[:, :width]) * (x · w_gate_upᵀ[:, width:])):
   // gemv_silu_mul for decode rows, else a GEMM into gate_up [n, 2 * width] + silu_mul.
-  void gate_up_silu(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w_gate_up, int64_t n,
+  void gate_up_silu(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w_gate_up, int64_t n,
                     int64_t width, int64_t in, __nv_bfloat16* gate_up, __nv_bfloat16* act);
+  // A whole MLP: y[n, hidden] = (silu(x · gate_upᵀ[:width]) * (x · gate_upᵀ[width:])) · downᵀ,
+  // x [n, ldx] with hidden = in columns, y rows with stride ldy. FP8 weights past the
+  // GEMV rows: the SiLU output goes straight to e4m3 (silu_mul_quantize_fp8)
+  // for the down GEMM, never to device memory as bf16; otherwise gate_up_silu + linear.
+  // gate_up [n, 2 * width] and act [n, width] bf16 are scratch.
+  void mlp(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w_gate_up,
+           const LinearWeight& w_down, int64_t n, int64_t width, int64_t hidden,
+           __nv_bfloat16* gate_up, __nv_bfloat16* act, __nv_bfloat16* y, int64_t ldy);
   // The same with an f32 output (logits, router scores).
   void linear_f32(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n,
                   int64_t out, int64_t in, float* y, int64_t ldy);
@@ -36,19 +57,38 @@ class Gemm {
   // Whether linear() adds a bias inside the GEMM for these operands (the
   // gemv path's epilogue); otherwise it adds it in a kernel of its own, which
   // a caller may fold into its next kernel instead (rope_write_kv).
-  static bool fuses_bias(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n,
+  static bool fuses_bias(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w, int64_t n,
                          int64_t in);
 
   cublasHandle_t handle() { return handle_; }
 
+  // Scratch for the FP8 GEMMs' quantized activations: up to `rows` rows of up
+  // to `max_in` columns. Called before any FP8 linear of more than
+  // kFp8GemvMaxRows rows (never inside a graph capture: it may allocate).
+  void reserve_fp8_activations(int64_t rows, int64_t max_in);
+  // Rows up to which an FP8 linear runs the GEMV (bf16 activations) rather
+  // than quantize + FP8 GEMM; at most kFp8GemvMaxRows.
+  void set_fp8_gemv_max_rows(int64_t rows);
+
  private:
   void gemm(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n, int64_t out,
             int64_t in, void* y, cudaDataType_t y_type, int64_t ldy);
+  // y [n, ldy] bf16 = x · w8ᵀ through quantize_rows_fp8 + Fp8Gemm; returns
+  // whether y is scaled, else the caller applies fp8_x_scale_ ⊗ w.scale
+  // (fused into its next pass).
+  // scales_in_gemm: let cuBLASLt apply the scales (else they are left to the caller).
+  bool fp8_gemm(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w, int64_t n, int64_t out,
+                int64_t in, __nv_bfloat16* y, int64_t ldy, bool scales_in_gemm);
 
   cudaStream_t stream_ = nullptr;
   cublasHandle_t handle_ = nullptr;
   // A fixed workspace so cuBLAS never allocates (required inside graph capture).
   DeviceBuffer<uint8_t> workspace_;
+  std::unique_ptr<Fp8Gemm> fp8_;       // created with the first reserve_fp8_activations
+  DeviceBuffer<fp8> fp8_x_;            // [rows, in] quantized activations
+  DeviceBuffer<float> fp8_x_scale_;    // [rows]
+  DeviceBuffer<float> fp8_act_scale_;  // [rows] mlp's SiLU rows (fp8_x_ holds their e4m3)
+  int64_t fp8_gemv_max_rows_;          // set_fp8_gemv_max_rows
 };
 
 }  // namespace specstack::cuda

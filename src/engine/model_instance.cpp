@@ -53,14 +53,18 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create(const ModelInstance
     return create_tensor_parallel(std::move(config), options, backend);
   }
   if (options.device == Device::kCuda) {
-    if (options.quantization != WeightQuantization::kNone) {
+    if (options.quantization != WeightQuantization::kNone &&
+        options.quantization != WeightQuantization::kFp8) {
       return make_error(
-          "--quantization runs on the CPU only (--device cuda loads bf16 weights; GGUF files "
-          "are dequantized there)");
+          "--quantization q8_0/q4_k run on the CPU only (--device cuda takes --quantization fp8 "
+          "or bf16 weights; GGUF files are dequantized there)");
     }
     return create_on_gpu(std::move(config), options);
   }
 
+  if (options.quantization == WeightQuantization::kFp8) {
+    return make_error("--quantization fp8 runs on --device cuda only (Hopper FP8 GEMMs)");
+  }
   const auto weights_start = std::chrono::steady_clock::now();
   ModelWeights weights;
   if (options.dummy_weights) {
@@ -145,6 +149,7 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create_on_gpu(
   gpu.model.max_tokens_per_step = options.max_tokens_per_step;
   if (!options.cuda_graphs) gpu.model.graph_batch_sizes.clear();
   gpu.model.run_attention = options.run_attention;
+  gpu.model.fp8_weights = options.quantization == WeightQuantization::kFp8;
   gpu.kv_blocks = options.kv_blocks;
   if (gpu.kv_blocks <= 0 && options.kv_tokens > 0) {
     gpu.kv_blocks = (options.kv_tokens + options.block_size - 1) / options.block_size;

@@ -32,9 +32,10 @@ struct ModelInstanceOptions {
   // CPU with a GGUF model: dequantize its quantized matrices to f32 at load
   // (the exact-arithmetic reference path) instead of running them quantized.
   bool dequantize_gguf = false;
-  // CPU with a safetensors model (or dummy weights): quantize the matrices
-  // at load (--quantization; model/weights.h build_quantized_weights). An error with
-  // --device cuda or a GGUF model.
+  // CPU with a safetensors model (or dummy weights): q8_0 / q4_k quantize the
+  // matrices at load (--quantization; model/weights.h build_quantized_weights), an
+  // error with --device cuda or a GGUF model. kFp8: --device cuda only (e4m3
+  // linear layers, CudaModelOptions::fp8_weights).
   WeightQuantization quantization = WeightQuantization::kNone;
   // GPU (--device cuda): bf16 weights and KV on device 0. With kv_blocks == 0
   // and kv_tokens == 0 the KV pool takes gpu_memory_fraction of device memory

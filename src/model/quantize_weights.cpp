@@ -38,13 +38,17 @@ Result<WeightQuantization> parse_weight_quantization(const std::string& name) {
   if (name.empty() || name == "none") return WeightQuantization::kNone;
   if (name == "q8_0") return WeightQuantization::kQ8_0;
   if (name == "q4_k") return WeightQuantization::kQ4_K;
-  return errorf("unknown quantization '{}' (expected q8_0 or q4_k)", name);
+  if (name == "fp8") return WeightQuantization::kFp8;
+  return errorf("unknown quantization '{}' (expected q8_0, q4_k or fp8)", name);
 }
 
 Result<ModelWeights> build_quantized_weights(const ModelConfig& config, WeightSource& source,
                                              WeightQuantization quantization,
                                              const LoadProgress& on_progress) {
   if (quantization == WeightQuantization::kNone) return build_weights(config, source, on_progress);
+  if (quantization == WeightQuantization::kFp8) {
+    return make_error("--quantization fp8 runs on --device cuda only (Hopper FP8 GEMMs)");
+  }
   // Each matrix is quantized as the loader takes it, so the model's bf16
   // source (an mmap view or a dummy buffer) is dropped tensor by tensor and
   // never exists next to the whole quantized model.

@@ -92,9 +92,11 @@ float dummy_amplitude();
 Tensor make_dummy_tensor(DType dtype, const std::vector<int64_t>& shape, uint64_t stream,
                          bool is_norm);
 
-enum class WeightQuantization : uint8_t { kNone, kQ8_0, kQ4_K };
+// kFp8: e4m3 linear weights on the CUDA backend (CudaModelOptions::fp8_weights);
+// the CPU loaders refuse it.
+enum class WeightQuantization : uint8_t { kNone, kQ8_0, kQ4_K, kFp8 };
 
-// "q8_0" / "q4_k" (and "none"), for the --quantization flag.
+// "q8_0" / "q4_k" / "fp8" (and "none"), for the --quantization flag.
 Result<WeightQuantization> parse_weight_quantization(const std::string& name);
 
 struct WeightLoadOptions {

@@ -46,6 +46,10 @@ TEST(CliQuantization, ErrorsWhereTheFlagDoesNotApply) {
                                             testing::test_data("gguf/tinystories-656k.q8_0.gguf") +
                                             " --prompt hi --quantization q4_k"),
                      "GGUF");
+  // fp8 is the CUDA backend's (e4m3 GEMMs); on the CPU it is refused by name.
+  expect_clean_error(
+      testing::run_specstack("generate --model " + model + " --prompt hi --quantization fp8"),
+      "--device cuda");
   const CommandResult bad =
       testing::run_specstack("generate --model " + model + " --prompt hi --quantization q3_k");
   EXPECT_NE(bad.exit_code, 0);

@@ -191,6 +191,23 @@ ModelConfig parse_ok(const json& j) {
   return config.ok() ? config.value() : ModelConfig{};
 }
 
+TEST(ConfigTest, QuantizedCheckpointsAreRefusedByMethod) {
+  // HF's FP8 checkpoints (compressed-tensors, fbgemm_fp8) carry weight_scale
+  // tensors the loader does not read: one line naming the method.
+  for (const char* method : {"compressed-tensors", "fbgemm_fp8"}) {
+    json j = golden_json("qwen2");
+    j["quantization_config"] = {{"quant_method", method}, {"activation_scheme", "dynamic"}};
+    Result<ModelConfig> config = parse_json(j);
+    ASSERT_FALSE(config.ok());
+    EXPECT_NE(config.message().find(std::string("'") + method + "'"), std::string::npos)
+        << config.message();
+    EXPECT_EQ(config.message().find('\n'), std::string::npos);
+  }
+  json null_config = golden_json("qwen2");
+  null_config["quantization_config"] = nullptr;  // HF writes null for "none"
+  EXPECT_TRUE(parse_json(null_config).ok());
+}
+
 TEST(ConfigTest, RopeSpellings) {
   json j = golden_json("llama3-rope");
   // transformers 5 spelling only.

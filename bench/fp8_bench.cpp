@@ -1,0 +1,199 @@
+// fp8_bench: the pieces of --quantization fp8 at the qwen2.5-7b shapes on the
+// GPU, to place the GEMV / GEMM crossover and see where prefill time goes.
+//   1. the one-row FP8 GEMV per shape and split (warps per output row);
+//   2. decode rows 1..8 and 16: FP8 GEMV vs quantize + FP8 GEMM (Gemm with
+//      the crossover forced) vs the bf16 path, per call;
+//   3. 8192 rows (prefill): bf16 cuBLAS vs the whole FP8 path, and its parts
+//      (activation quantize, cuBLASLt FP8 GEMM with and without fast
+//      accumulation, the scaling pass).
+// Weights in enough copies to exceed the L2 (every call streams from DRAM);
+// 5 warm-up calls, median of 7 batches of 20 calls timed with CUDA events.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "cuda/cuda_check.h"
+#include "cuda/device_buffer.h"
+#include "cuda/fp8_gemm.h"
+#include "cuda/fp8_gemv.h"
+#include "cuda/fp8_quantize.h"
+#include "cuda/gemm.h"
+
+using namespace specstack::cuda;
+
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t out, in;
+  bool silu;  // out = width; the weight has 2 * out rows
+};
+
+void fill_random(DeviceBuffer<__nv_bfloat16>& buf, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-0.05f, 0.05f);
+  std::vector<__nv_bfloat16> host(buf.size());
+  for (auto& v : host) v = __float2bfloat16(dist(rng));
+  buf.upload(host);
+}
+
+template <typename Call>
+double time_us(int copies, Call call, cudaStream_t stream) {
+  constexpr int kBatch = 20, kBatches = 7;
+  for (int i = 0; i < 5; ++i) call(i % copies);
+  cudaEvent_t start, stop;
+  SS_CUDA_CHECK(cudaEventCreate(&start));
+  SS_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> per_call;
+  for (int b = 0; b < kBatches; ++b) {
+    SS_CUDA_CHECK(cudaEventRecord(start, stream));
+    for (int i = 0; i < kBatch; ++i) call(i % copies);
+    SS_CUDA_CHECK(cudaEventRecord(stop, stream));
+    SS_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    SS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    per_call.push_back(1000.0 * ms / kBatch);
+  }
+  SS_CUDA_CHECK(cudaEventDestroy(start));
+  SS_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(per_call.begin(), per_call.end());
+  return per_call[per_call.size() / 2];
+}
+
+// One shape's weights in `copies` copies, bf16 and e4m3.
+struct Weights {
+  int copies = 1;
+  int64_t rows = 0, in = 0;
+  DeviceBuffer<__nv_bfloat16> w16;
+  DeviceBuffer<fp8> w8;
+  DeviceBuffer<float> scale;
+  LinearWeight bf16(int c) const { return {w16.data() + c * rows * in, nullptr, nullptr}; }
+  LinearWeight e4m3(int c) const {
+    return {nullptr, w8.data() + c * rows * in, scale.data() + c * rows};
+  }
+};
+
+Weights make_weights(const Shape& s, std::mt19937& rng, cudaStream_t stream) {
+  Weights w;
+  w.rows = s.silu ? 2 * s.out : s.out;
+  w.in = s.in;
+  const double bytes = double(w.rows) * double(w.in) * 2;
+  w.copies = std::max(2, int(200e6 / bytes) + 1);
+  w.w16.resize(size_t(w.copies * w.rows * w.in));
+  fill_random(w.w16, rng);
+  w.w8.resize(w.w16.size());
+  w.scale.resize(size_t(w.copies * w.rows));
+  quantize_rows_fp8(w.w16.data(), w.in, w.copies * w.rows, w.in, w.w8.data(), w.scale.data(),
+                    stream, false);
+  return w;
+}
+
+}  // namespace
+
+int main() {
+  const std::vector<Shape> shapes = {{"7b qkv", 4608, 3584, false},
+                                     {"7b o", 3584, 3584, false},
+                                     {"7b gate_up", 18944, 3584, true},
+                                     {"7b down", 3584, 18944, false}};
+  cudaStream_t stream = nullptr;
+  SS_CUDA_CHECK(cudaStreamCreate(&stream));
+  std::mt19937 rng(1);
+  constexpr int64_t kPrefill = 8192;
+  DeviceBuffer<__nv_bfloat16> x(size_t(kPrefill) * 18944), y(size_t(kPrefill) * 2 * 18944),
+      act(size_t(kPrefill) * 18944);
+  fill_random(x, rng);
+  Gemm gemm(stream);
+  gemm.reserve_fp8_activations(kPrefill, 18944);
+  DeviceBuffer<uint8_t> workspace(size_t(64) << 20);
+  Fp8Gemm plain(stream, workspace.data(), workspace.nbytes(), Fp8GemmOptions{false});
+  Fp8Gemm fast(stream, workspace.data(), workspace.nbytes(), Fp8GemmOptions{true});
+  DeviceBuffer<fp8> x8(size_t(kPrefill) * 18944);
+  DeviceBuffer<float> x_scale{size_t(kPrefill)};
+
+  std::printf("| shape | path | rows | us | weight GB/s or TFLOP/s |\n|---|---|---|---|---|\n");
+  for (const Shape& s : shapes) {
+    Weights w = make_weights(s, rng, stream);
+    const double w8_bytes = double(w.rows) * double(w.in);
+    // 1. One row, each split.
+    for (int split : {1, 2, 4}) {
+      const double us = time_us(
+          w.copies,
+          [&](int c) {
+            fp8_gemv_one_row(x.data(), w.e4m3(c).w8, w.e4m3(c).scale, s.out, s.in, y.data(), s.silu,
+                             split, stream);
+          },
+          stream);
+      std::printf("| %s | fp8 gemv split %d | 1 | %.1f | %.0f |\n", s.name, split, us,
+                  w8_bytes / us / 1e3);
+    }
+    // 2. Decode rows: the GEMV, the GEMM path, bf16.
+    auto run = [&](const LinearWeight& weight, int64_t n) {
+      if (s.silu) {
+        gemm.gate_up_silu(x.data(), s.in, weight, n, s.out, s.in, y.data(), act.data());
+      } else {
+        gemm.linear(x.data(), s.in, weight, n, s.out, s.in, y.data(), s.out);
+      }
+    };
+    for (int64_t n : {1, 2, 4, 8, 16}) {
+      gemm.set_fp8_gemv_max_rows(kFp8GemvMaxRows);
+      const double us_gemv = n <= kFp8GemvMaxRows
+                                 ? time_us(
+                                       w.copies, [&](int c) { run(w.e4m3(c), n); }, stream)
+                                 : 0;
+      gemm.set_fp8_gemv_max_rows(0);
+      const double us_gemm = time_us(
+          w.copies, [&](int c) { run(w.e4m3(c), n); }, stream);
+      const double us_bf16 = time_us(
+          w.copies, [&](int c) { run(w.bf16(c), n); }, stream);
+      std::printf("| %s | decode fp8 gemv / fp8 gemm / bf16 | %lld | %.1f / %.1f / %.1f | - |\n",
+                  s.name, static_cast<long long>(n), us_gemv, us_gemm, us_bf16);
+    }
+    // 3. Prefill rows.
+    const double flops = 2.0 * kPrefill * double(w.rows) * double(w.in);
+    gemm.set_fp8_gemv_max_rows(0);
+    const double us_fp8 = time_us(
+        w.copies, [&](int c) { run(w.e4m3(c), kPrefill); }, stream);
+    const double us_bf16 = time_us(
+        w.copies, [&](int c) { run(w.bf16(c), kPrefill); }, stream);
+    const double us_quant = time_us(
+        1,
+        [&](int) {
+          quantize_rows_fp8(x.data(), s.in, kPrefill, s.in, x8.data(), x_scale.data(), stream);
+        },
+        stream);
+    const double us_plain = time_us(
+        w.copies,
+        [&](int c) {
+          plain.matmul(x8.data(), x_scale.data(), w.e4m3(c).w8, w.e4m3(c).scale, kPrefill, w.rows,
+                       s.in, y.data(), w.rows, true);
+        },
+        stream);
+    const double us_fast = time_us(
+        w.copies,
+        [&](int c) {
+          fast.matmul(x8.data(), x_scale.data(), w.e4m3(c).w8, w.e4m3(c).scale, kPrefill, w.rows,
+                      s.in, y.data(), w.rows, true);
+        },
+        stream);
+    const double us_scale = time_us(
+        1,
+        [&](int) {
+          scale_outer_bf16(y.data(), w.rows, kPrefill, w.rows, x_scale.data(), w.scale.data(),
+                           nullptr, stream);
+        },
+        stream);
+    std::printf(
+        "| %s | prefill bf16 %.1f us (%.0f TF) / fp8 path %.1f us (%.0f TF) | %lld | quantize "
+        "%.1f, "
+        "gemm %.1f (%.0f TF), fast-accum gemm %.1f (%.0f TF), scale pass %.1f | outer-vec %d (%s) "
+        "|\n",
+        s.name, us_bf16, flops / us_bf16 / 1e6, us_fp8, flops / us_fp8 / 1e6,
+        static_cast<long long>(kPrefill), us_quant, us_plain, flops / us_plain / 1e6, us_fast,
+        flops / us_fast / 1e6, us_scale, int(plain.last_used_outer_vector_scaling()),
+        plain.outer_vector_status().c_str());
+  }
+  SS_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return 0;
+}

@@ -1,0 +1,81 @@
+// FP8 (e4m3 x e4m3 -> bf16) GEMMs for prefill through cuBLASLt on Hopper:
+// y[n, out] = (x8[n, in] · w8[out, in]ᵀ) ⊙ (x_scale[n] ⊗ w_scale[out]), f32
+// accumulation. The per-token activation scales and per-channel weight scales
+// go either into cuBLASLt's "outer vector" scale modes (cuBLAS 12.9+ on
+// sm_90; the heuristic finds them only once the scale pointers are set), or,
+// with defer_scales, the GEMM runs unscaled into bf16 (e4m3 products of at
+// most 448², summed over `in`, stay far inside bf16's range) and the caller
+// folds the scales into its next pass. Measured on the H100 (docs/
+// benchmarks.md "FP8 weights"): the scaled kernels are 2-6% slower than the
+// unscaled ones at 8192 rows and up to 1.55x slower at 16 rows, so the in-GEMM
+// scales pay only where the caller would otherwise run a whole extra pass over
+// a large output. Plans (algorithm per shape and mode) are cached, so a graph
+// capture never queries the heuristic twice.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "cuda/fp8_quantize.h"
+
+namespace specstack::cuda {
+
+struct Fp8GemmOptions {
+  // cuBLASLt's FP8 "fast accumulation": Hopper's FP8 tensor-core
+  // accumulators keep fewer bits than f32; without it the kernels promote the
+  // partial sums to f32 registers every few k-steps (slower, more exact).
+  bool fast_accum = false;
+};
+
+class Fp8Gemm {
+ public:
+  // workspace: device memory cuBLASLt may use (stream-ordered with the
+  // caller's other cuBLAS work on the same stream).
+  Fp8Gemm(cudaStream_t stream, void* workspace, size_t workspace_bytes,
+          const Fp8GemmOptions& options = {});
+  ~Fp8Gemm();
+  Fp8Gemm(const Fp8Gemm&) = delete;
+  Fp8Gemm& operator=(const Fp8Gemm&) = delete;
+
+  // x8 [n, in] e4m3 dense, x_scale [n]; w8 [out, in] e4m3, w_scale [out];
+  // y [n, ldy] bf16. `in` a multiple of 16 (cuBLASLt's FP8 alignment).
+  // defer_scales: an unscaled GEMM, the scales left to the caller (returns
+  // false); otherwise scaled in cuBLASLt where it can, else by
+  // scale_outer_bf16 here (returns true).
+  bool matmul(const fp8* x8, const float* x_scale, const fp8* w8, const float* w_scale, int64_t n,
+              int64_t out, int64_t in, __nv_bfloat16* y, int64_t ldy, bool defer_scales = false);
+
+  // Whether the last matmul applied the scales inside cuBLASLt (for tests and the docs).
+  bool last_used_outer_vector_scaling() const { return last_outer_; }
+  // What cuBLASLt answered when a plan asked for outer-vector scaling.
+  const std::string& outer_vector_status() const { return outer_status_; }
+
+ private:
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool outer = false;  // scales inside cuBLASLt
+  };
+  Plan& plan(int64_t n, int64_t out, int64_t in, int64_t ldy, bool want_outer);
+  bool make_plan(Plan& p, int64_t n, int64_t out, int64_t in, int64_t ldy, bool outer);
+  static void destroy(Plan& p);
+
+  cudaStream_t stream_ = nullptr;
+  Fp8GemmOptions options_;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  // (n, out, in, ldy, outer wanted)
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool>, Plan> plans_;
+  bool last_outer_ = false;
+  std::string outer_status_ = "not asked yet";
+};
+
+}  // namespace specstack::cuda

@@ -1,0 +1,239 @@
+#include <cuda_fp16.h>
+
+#include "cuda/cuda_check.h"
+#include "cuda/fp8_gemv.h"
+#include "cuda/pdl.h"
+
+namespace specstack::cuda {
+
+namespace {
+
+// 4 warps per block as in gemv.cu (a 3584-row matrix fills the last wave).
+constexpr int kWarpsPerBlock = 4;
+constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane
+
+// 16 e4m3 weights (one 16-byte load) to f32.
+__device__ inline void fp8x16_to_float(const uint4& packed, float (&w)[16]) {
+  const auto* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&packed);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const __half2 h = __half2(__nv_cvt_fp8x2_to_halfraw2(pairs[i], __NV_E4M3));
+    const float2 f = __half22float2(h);
+    w[2 * i] = f.x;
+    w[2 * i + 1] = f.y;
+  }
+}
+
+// sum += w[0..16) · x[0..16) (x: 16 bf16 at a 16-byte aligned address).
+__device__ inline float dot16(const float (&w)[16], const uint4* __restrict__ x, float sum) {
+  const uint4 a = __ldg(x), b = __ldg(x + 1);
+  const auto* a2 = reinterpret_cast<const __nv_bfloat162*>(&a);
+  const auto* b2 = reinterpret_cast<const __nv_bfloat162*>(&b);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 fa = __bfloat1622float2(a2[i]);
+    const float2 fb = __bfloat1622float2(b2[i]);
+    sum = fmaf(w[2 * i], fa.x, sum);
+    sum = fmaf(w[2 * i + 1], fa.y, sum);
+    sum = fmaf(w[8 + 2 * i], fb.x, sum);
+    sum = fmaf(w[8 + 2 * i + 1], fb.y, sum);
+  }
+  return sum;
+}
+
+// kRows dot products of x's rows with one weight row (16-byte vectors of 16
+// weights), this warp's share of kSplit, warp-reduced into sum[] (every lane).
+template <int kRows, int kSplit>
+__device__ inline void row_dots(const __nv_bfloat16* __restrict__ x, int64_t ldx,
+                                const uint4* __restrict__ w_row, int64_t vectors, int part,
+                                int lane, float (&sum)[kRows]) {
+  constexpr int64_t kStride = 32 * kSplit;
+  int64_t v = int64_t(part) * 32 + lane;
+  auto consume = [&](const uint4& packed, int64_t at) {
+    float w[16];
+    fp8x16_to_float(packed, w);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      sum[r] = dot16(w, reinterpret_cast<const uint4*>(x + r * ldx) + 2 * at, sum[r]);
+    }
+  };
+  for (; v + kStride * (kUnroll - 1) < vectors; v += kStride * kUnroll) {
+    uint4 wv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) wv[u] = __ldcs(w_row + v + kStride * u);  // streamed once
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) consume(wv[u], v + kStride * u);
+  }
+  for (; v < vectors; v += kStride) consume(__ldcs(w_row + v), v);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], offset);
+    }
+  }
+}
+
+// The kSplit partial sums of each output row, added in a fixed order.
+template <int kSplit, int kValues>
+__device__ inline void reduce_parts(float (&value)[kValues], int warp, int lane) {
+  if constexpr (kSplit > 1) {
+    __shared__ float parts[kWarpsPerBlock][kValues];
+    if (lane == 0) {
+#pragma unroll
+      for (int i = 0; i < kValues; ++i) parts[warp][i] = value[i];
+    }
+    __syncthreads();
+    const int first = warp - warp % kSplit;
+#pragma unroll
+    for (int i = 0; i < kValues; ++i) {
+      value[i] = 0.0f;
+#pragma unroll
+      for (int p = 0; p < kSplit; ++p) value[i] += parts[first + p][i];
+    }
+  }
+}
+
+// out rows (silu: `out` = width, rows r and width + r), kWarpsPerBlock /
+// kSplit of them per block.
+template <int kRows, int kSplit, bool kSilu>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    fp8_gemv_kernel(const __nv_bfloat16* __restrict__ x, int64_t ldx, const fp8* __restrict__ w8,
+                    const float* __restrict__ w_scale, int64_t out, int64_t in,
+                    __nv_bfloat16* __restrict__ y, float* __restrict__ y_f32, int64_t ldy,
+                    const float* __restrict__ bias) {
+  pdl_begin();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t row = int64_t(blockIdx.x) * (kWarpsPerBlock / kSplit) + warp / kSplit;
+  const bool valid = row < out;  // no early return: the block reduction syncs
+  constexpr int kValues = kSilu ? 2 * kRows : kRows;
+  float sum[kValues] = {};
+  if (valid) {
+    const int part = warp % kSplit;
+    float first[kRows] = {};
+    row_dots<kRows, kSplit>(x, ldx, reinterpret_cast<const uint4*>(w8 + row * in), in / 16, part,
+                            lane, first);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) sum[r] = first[r];
+    if constexpr (kSilu) {
+      float second[kRows] = {};
+      row_dots<kRows, kSplit>(x, ldx, reinterpret_cast<const uint4*>(w8 + (out + row) * in),
+                              in / 16, part, lane, second);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) sum[kRows + r] = second[r];
+    }
+  }
+  reduce_parts<kSplit>(sum, warp, lane);
+  if (!valid || lane != 0 || warp % kSplit != 0) return;
+  const float scale = w_scale[row];
+  if constexpr (kSilu) {
+    const float up_scale = w_scale[out + row];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const float g = sum[r] * scale;
+      y[r * ldy + row] = __float2bfloat16(g / (1.0f + expf(-g)) * (sum[kRows + r] * up_scale));
+    }
+  } else {
+    const float b = bias != nullptr ? bias[row] : 0.0f;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const float value = sum[r] * scale + b;
+      if (y_f32 != nullptr) {
+        y_f32[r * ldy + row] = value;
+      } else {
+        y[r * ldy + row] = __float2bfloat16(value);
+      }
+    }
+  }
+}
+
+struct Args {
+  const __nv_bfloat16* x;
+  int64_t ldx;
+  const fp8* w8;
+  const float* w_scale;
+  int64_t out, in;
+  __nv_bfloat16* y;
+  float* y_f32;
+  int64_t ldy;
+  const float* bias;
+};
+
+template <int kRows, int kSplit, bool kSilu>
+void launch(const Args& a, cudaStream_t stream) {
+  constexpr int kRowsPerBlock = kWarpsPerBlock / kSplit;
+  const auto blocks = static_cast<unsigned>((a.out + kRowsPerBlock - 1) / kRowsPerBlock);
+  launch_pdl(fp8_gemv_kernel<kRows, kSplit, kSilu>, blocks, kWarpsPerBlock * 32, 0, stream, true,
+             a.x, a.ldx, a.w8, a.w_scale, a.out, a.in, a.y, a.y_f32, a.ldy, a.bias);
+}
+
+// One input row: warps per output row by the output count, as gemv.cu's
+// default_split (short matrices spread each row's loads over more warps).
+template <bool kSilu>
+void launch_one_row(const Args& a, cudaStream_t stream) {
+  if (a.out > 8192) return launch<1, 1, kSilu>(a, stream);
+  if (kSilu) return launch<1, 2, kSilu>(a, stream);
+  launch<1, 4, kSilu>(a, stream);
+}
+
+template <bool kSilu>
+void dispatch(const Args& a, int64_t n, cudaStream_t stream) {
+  switch (n) {
+    case 1:
+      return launch_one_row<kSilu>(a, stream);
+    case 2:
+      return launch<2, 1, kSilu>(a, stream);
+    case 3:
+      return launch<3, 1, kSilu>(a, stream);
+    case 4:
+      return launch<4, 1, kSilu>(a, stream);
+    case 5:
+      return launch<5, 1, kSilu>(a, stream);
+    case 6:
+      return launch<6, 1, kSilu>(a, stream);
+    case 7:
+      return launch<7, 1, kSilu>(a, stream);
+    case 8:
+      return launch<8, 1, kSilu>(a, stream);
+    default:
+      break;
+  }
+  fail_cuda("fp8_gemv", "n out of range", __FILE__, __LINE__);
+}
+
+}  // namespace
+
+bool fp8_gemv_supported(const void* x, int64_t ldx, const void* w8, int64_t n, int64_t in) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return n >= 1 && n <= kFp8GemvMaxRows && in % 16 == 0 && ldx % 8 == 0 && aligned(x) &&
+         aligned(w8);
+}
+
+void fp8_gemv(const __nv_bfloat16* x, int64_t ldx, const fp8* w8, const float* w_scale, int64_t n,
+              int64_t out, int64_t in, __nv_bfloat16* y, float* y_f32, int64_t ldy,
+              const float* bias, cudaStream_t stream) {
+  dispatch<false>(Args{x, ldx, w8, w_scale, out, in, y, y_f32, ldy, bias}, n, stream);
+}
+
+void fp8_gemv_silu_mul(const __nv_bfloat16* x, int64_t ldx, const fp8* w8, const float* w_scale,
+                       int64_t n, int64_t width, int64_t in, __nv_bfloat16* y,
+                       cudaStream_t stream) {
+  dispatch<true>(Args{x, ldx, w8, w_scale, width, in, y, nullptr, width, nullptr}, n, stream);
+}
+
+void fp8_gemv_one_row(const __nv_bfloat16* x, const fp8* w8, const float* w_scale, int64_t out,
+                      int64_t in, __nv_bfloat16* y, bool silu, int split, cudaStream_t stream) {
+  const Args a{x, in, w8, w_scale, out, in, y, nullptr, out, nullptr};
+  if (split != 1 && split != 2 && split != 4)
+    fail_cuda("fp8_gemv", "split 1, 2 or 4", __FILE__, __LINE__);
+  if (silu) {
+    if (split == 1) return launch<1, 1, true>(a, stream);
+    if (split == 2) return launch<1, 2, true>(a, stream);
+    return launch<1, 4, true>(a, stream);
+  }
+  if (split == 1) return launch<1, 1, false>(a, stream);
+  if (split == 2) return launch<1, 2, false>(a, stream);
+  launch<1, 4, false>(a, stream);
+}
+
+}  // namespace specstack::cuda
