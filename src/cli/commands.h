@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,12 @@ struct ModelFlags {
   bool no_cuda_graphs = false;
   bool no_run_attention = false;
   std::string quantization;  // --quantization q8_0|q4_k (target model only)
+  std::string kv_dtype;      // --kv-dtype f32|bf16|f16 ("": the device's own; the draft's too)
+
+  // The parsed --kv-dtype (unset: the device's own).
+  Result<std::optional<DType>> kv_dtype_option() const;
+  // The KV element type a host-memory plan sizes with: --kv-dtype or f32.
+  DType host_kv_dtype() const;
 
   void add_to(CLI::App& command);
   // Validates the combination and fills ModelInstanceOptions.

@@ -7,6 +7,10 @@
 // as tiles of queries x gathered keys with sgemm (S = Q Kᵀ, softmax, O = P V).
 // A sequence with few query tokens (decode) walks its slots directly, with
 // the group of query heads sharing each K/V row load (GQA).
+//
+// The cache holds K/V as f32, bf16 or f16 (the layer tensors' dtype,
+// --kv-dtype): rows are rounded to nearest even when written and widened to
+// f32 as they are loaded (backend/cpu/kv_rows.h); all arithmetic is f32.
 #include <cblas.h>
 
 #include <algorithm>
@@ -18,6 +22,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_elementwise.h"
+#include "backend/cpu/kv_rows.h"
 #include "backend/cpu/op_timer.h"
 
 namespace specstack {
@@ -58,28 +63,57 @@ struct AttentionContext {
   const AttentionParams& params;
   Tensor& out;
   int64_t group;  // query heads per kv head
+  cpu::KvRowCodec codec;
+};
+
+// Reads one head's K or V row at flat slot `flat` of a cache tensor
+// [n_blocks, block_size, n_kv_heads, head_dim]: f32 rows in place, others
+// widened into `scratch` [head_dim].
+class KvRowReader {
+ public:
+  KvRowReader(const Tensor& store, const AttentionContext& c)
+      : base_(static_cast<const uint8_t*>(store.raw())),
+        f32_(store.dtype() == DType::kF32),
+        elem_(dtype_size(store.dtype())),
+        row_(c.params.n_kv_heads * c.params.head_dim),
+        hd_(c.params.head_dim),
+        load_(c.codec.load) {}
+
+  const float* row(int64_t flat, int64_t g, float* scratch) const {
+    const uint8_t* p = base_ + static_cast<size_t>(flat * row_ + g * hd_) * elem_;
+    if (f32_) return reinterpret_cast<const float*>(p);
+    load_(p, hd_, scratch);
+    return scratch;
+  }
+
+ private:
+  const uint8_t* base_;
+  bool f32_;
+  size_t elem_;
+  int64_t row_, hd_;
+  void (*load_)(const void*, int64_t, float*);
 };
 
 // One token, one kv head: walk the slots once for all heads of the group.
 void attend_direct(const AttentionContext& c, int64_t t, int64_t g, std::vector<float>& scores,
-                   std::vector<float>& acc) {
+                   std::vector<float>& acc, std::vector<float>& row_scratch) {
   const AttentionParams& p = c.params;
   const int64_t hd = p.head_dim;
-  const int64_t kv_row = p.n_kv_heads * hd;
   const int64_t seq = c.batch.token_seq[static_cast<size_t>(t)];
   const int64_t n_visible = c.batch.token_slot[static_cast<size_t>(t)] + 1;
   SS_CHECK_LE(n_visible, c.batch.seq_n_slots[static_cast<size_t>(seq)]);
   const int32_t q_pos = c.batch.token_pos[static_cast<size_t>(t)];
   const float* q_rows = c.q.f32() + t * p.n_heads * hd + g * c.group * hd;
-  const float* k_store = c.layer.k.f32();
-  const float* v_store = c.layer.v.f32();
+  const KvRowReader k_store(c.layer.k, c);
+  const KvRowReader v_store(c.layer.v, c);
+  row_scratch.resize(static_cast<size_t>(hd));
   const int32_t* positions = c.layer.positions.data<int32_t>();
 
   scores.assign(static_cast<size_t>(c.group * n_visible), kNegInf);
   for (int64_t s = 0; s < n_visible; ++s) {
     const int64_t flat = flat_slot(c.batch, seq, s, c.layer.block_size);
     if (!visible(p, positions[flat], q_pos)) continue;
-    const float* k_row = k_store + flat * kv_row + g * hd;
+    const float* k_row = k_store.row(flat, g, row_scratch.data());
     for (int64_t h = 0; h < c.group; ++h) {
       scores[static_cast<size_t>(h * n_visible + s)] = dot(q_rows + h * hd, k_row, hd) * p.scale;
     }
@@ -87,8 +121,12 @@ void attend_direct(const AttentionContext& c, int64_t t, int64_t g, std::vector<
   for (int64_t h = 0; h < c.group; ++h) cpu::softmax_row(scores.data() + h * n_visible, n_visible);
   acc.assign(static_cast<size_t>(c.group * hd), 0.0f);
   for (int64_t s = 0; s < n_visible; ++s) {
+    bool any = false;
+    for (int64_t h = 0; h < c.group; ++h)
+      any |= scores[static_cast<size_t>(h * n_visible + s)] != 0.0f;
+    if (!any) continue;  // masked or underflowed for every head: skip the row load
     const int64_t flat = flat_slot(c.batch, seq, s, c.layer.block_size);
-    const float* v_row = v_store + flat * kv_row + g * hd;
+    const float* v_row = v_store.row(flat, g, row_scratch.data());
     for (int64_t h = 0; h < c.group; ++h) {
       const float weight = scores[static_cast<size_t>(h * n_visible + s)];
       if (weight == 0.0f) continue;
@@ -128,15 +166,20 @@ void attend_tile(const AttentionContext& c, int64_t seq, const int32_t* tokens, 
   w.v.resize(static_cast<size_t>(n_ctx * hd));
   w.pos.resize(static_cast<size_t>(n_ctx));
   const int32_t* positions = c.layer.positions.data<int32_t>();
+  const size_t elem = dtype_size(c.layer.k.dtype());
+  const auto* k_base = static_cast<const uint8_t*>(c.layer.k.raw());
+  const auto* v_base = static_cast<const uint8_t*>(c.layer.v.raw());
   for (int64_t s = 0; s < n_ctx; ++s) {
     const int64_t flat = flat_slot(c.batch, seq, s, c.layer.block_size);
-    std::memcpy(w.k.data() + s * hd, c.layer.k.f32() + flat * kv_row + g * hd, hd * sizeof(float));
-    std::memcpy(w.v.data() + s * hd, c.layer.v.f32() + flat * kv_row + g * hd, hd * sizeof(float));
+    const size_t offset = static_cast<size_t>(flat * kv_row + g * hd) * elem;
+    c.codec.load(k_base + offset, hd, w.k.data() + s * hd);
+    c.codec.load(v_base + offset, hd, w.v.data() + s * hd);
     w.pos[static_cast<size_t>(s)] = positions[flat];
   }
   w.q.resize(static_cast<size_t>(rows * hd));
   for (int64_t i = 0; i < m; ++i) {
-    std::memcpy(w.q.data() + i * c.group * hd, c.q.f32() + tokens[i] * p.n_heads * hd + g * c.group * hd,
+    std::memcpy(w.q.data() + i * c.group * hd,
+                c.q.f32() + tokens[i] * p.n_heads * hd + g * c.group * hd,
                 c.group * hd * sizeof(float));
   }
 
@@ -177,14 +220,17 @@ void CpuBackend::write_kv(const Tensor& k, const Tensor& v, const AttentionBatch
   SS_CHECK_EQ(k.size(0), n_tokens);
   SS_CHECK_EQ(k.size(1), row);
   SS_CHECK_EQ(v.size(1), row);
-  float* k_store = layer.k.f32();
-  float* v_store = layer.v.f32();
+  SS_CHECK(layer.k.dtype() == layer.v.dtype());
+  const cpu::KvRowCodec codec = cpu::kv_row_codec(layer.k.dtype());
+  const size_t row_bytes = dtype_bytes(layer.k.dtype(), row);
+  auto* k_store = static_cast<uint8_t*>(layer.k.raw());
+  auto* v_store = static_cast<uint8_t*>(layer.v.raw());
   int32_t* positions = layer.positions.data<int32_t>();
   for (int64_t t = 0; t < n_tokens; ++t) {
     const int64_t flat = flat_slot(batch, batch.token_seq[static_cast<size_t>(t)],
                                    batch.token_slot[static_cast<size_t>(t)], layer.block_size);
-    std::memcpy(k_store + flat * row, k.f32() + t * row, static_cast<size_t>(row) * sizeof(float));
-    std::memcpy(v_store + flat * row, v.f32() + t * row, static_cast<size_t>(row) * sizeof(float));
+    codec.store(k.f32() + t * row, row, k_store + static_cast<size_t>(flat) * row_bytes);
+    codec.store(v.f32() + t * row, row, v_store + static_cast<size_t>(flat) * row_bytes);
     positions[flat] = batch.token_pos[static_cast<size_t>(t)];
   }
 }
@@ -196,7 +242,14 @@ void CpuBackend::attention(const Tensor& q, const AttentionBatch& batch, const K
   SS_CHECK_EQ(q.size(0), n_tokens);
   SS_CHECK_EQ(q.size(1), params.n_heads * params.head_dim);
   SS_CHECK_EQ(params.n_heads % params.n_kv_heads, 0);
-  const AttentionContext context{q, batch, layer, params, out, params.n_heads / params.n_kv_heads};
+  SS_CHECK(layer.k.dtype() == layer.v.dtype());
+  const AttentionContext context{q,
+                                 batch,
+                                 layer,
+                                 params,
+                                 out,
+                                 params.n_heads / params.n_kv_heads,
+                                 cpu::kv_row_codec(layer.k.dtype())};
 
   // Split tokens: GEMM tiles for sequences with many queries, direct for the rest.
   std::vector<std::vector<int32_t>> by_seq(batch.block_tables.size());
@@ -226,7 +279,7 @@ void CpuBackend::attention(const Tensor& q, const AttentionBatch& batch, const K
   std::atomic<int64_t> next{0};
   const auto n_tasks = static_cast<int64_t>(tasks.size());
   pool_.parallel_for(std::min<int64_t>(n_tasks, pool_.n_threads()), 1, [&](int64_t, int64_t) {
-    std::vector<float> scores, acc;
+    std::vector<float> scores, acc, row_scratch;
     GemmScratch scratch;
     for (int64_t i = next.fetch_add(1); i < n_tasks; i = next.fetch_add(1)) {
       const Task& task = tasks[static_cast<size_t>(i)];
@@ -234,7 +287,7 @@ void CpuBackend::attention(const Tensor& q, const AttentionBatch& batch, const K
       if (task.gemm) {
         attend_tile(context, task.seq, tokens, task.count, task.g, scratch);
       } else {
-        attend_direct(context, tokens[0], task.g, scores, acc);
+        attend_direct(context, tokens[0], task.g, scores, acc, row_scratch);
       }
     }
   });
