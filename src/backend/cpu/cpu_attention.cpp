@@ -44,13 +44,6 @@ inline int64_t flat_slot(const AttentionBatch& batch, int64_t seq, int64_t slot,
   return table[static_cast<size_t>(logical_block)] * block_size + slot % block_size;
 }
 
-inline float dot(const float* a, const float* b, int64_t n) {
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
 inline bool visible(const AttentionParams& params, int32_t key_pos, int32_t query_pos) {
   return params.sliding_window <= 0 ||
          static_cast<int64_t>(key_pos) > static_cast<int64_t>(query_pos) - params.sliding_window;
@@ -66,56 +59,32 @@ struct AttentionContext {
   cpu::KvRowCodec codec;
 };
 
-// Reads one head's K or V row at flat slot `flat` of a cache tensor
-// [n_blocks, block_size, n_kv_heads, head_dim]: f32 rows in place, others
-// widened into `scratch` [head_dim].
-class KvRowReader {
- public:
-  KvRowReader(const Tensor& store, const AttentionContext& c)
-      : base_(static_cast<const uint8_t*>(store.raw())),
-        f32_(store.dtype() == DType::kF32),
-        elem_(dtype_size(store.dtype())),
-        row_(c.params.n_kv_heads * c.params.head_dim),
-        hd_(c.params.head_dim),
-        load_(c.codec.load) {}
-
-  const float* row(int64_t flat, int64_t g, float* scratch) const {
-    const uint8_t* p = base_ + static_cast<size_t>(flat * row_ + g * hd_) * elem_;
-    if (f32_) return reinterpret_cast<const float*>(p);
-    load_(p, hd_, scratch);
-    return scratch;
-  }
-
- private:
-  const uint8_t* base_;
-  bool f32_;
-  size_t elem_;
-  int64_t row_, hd_;
-  void (*load_)(const void*, int64_t, float*);
-};
-
 // One token, one kv head: walk the slots once for all heads of the group.
+// The codec's fused loops widen each K/V value once for the whole group
+// (f32 rows are read in place).
 void attend_direct(const AttentionContext& c, int64_t t, int64_t g, std::vector<float>& scores,
-                   std::vector<float>& acc, std::vector<float>& row_scratch) {
+                   std::vector<float>& acc) {
   const AttentionParams& p = c.params;
   const int64_t hd = p.head_dim;
+  const int64_t kv_row = p.n_kv_heads * hd;
   const int64_t seq = c.batch.token_seq[static_cast<size_t>(t)];
   const int64_t n_visible = c.batch.token_slot[static_cast<size_t>(t)] + 1;
   SS_CHECK_LE(n_visible, c.batch.seq_n_slots[static_cast<size_t>(seq)]);
   const int32_t q_pos = c.batch.token_pos[static_cast<size_t>(t)];
   const float* q_rows = c.q.f32() + t * p.n_heads * hd + g * c.group * hd;
-  const KvRowReader k_store(c.layer.k, c);
-  const KvRowReader v_store(c.layer.v, c);
-  row_scratch.resize(static_cast<size_t>(hd));
+  const size_t elem = dtype_size(c.layer.k.dtype());
+  const auto* k_store = static_cast<const uint8_t*>(c.layer.k.raw());
+  const auto* v_store = static_cast<const uint8_t*>(c.layer.v.raw());
   const int32_t* positions = c.layer.positions.data<int32_t>();
 
   scores.assign(static_cast<size_t>(c.group * n_visible), kNegInf);
   for (int64_t s = 0; s < n_visible; ++s) {
     const int64_t flat = flat_slot(c.batch, seq, s, c.layer.block_size);
     if (!visible(p, positions[flat], q_pos)) continue;
-    const float* k_row = k_store.row(flat, g, row_scratch.data());
-    for (int64_t h = 0; h < c.group; ++h) {
-      scores[static_cast<size_t>(h * n_visible + s)] = dot(q_rows + h * hd, k_row, hd) * p.scale;
+    const uint8_t* k_row = k_store + static_cast<size_t>(flat * kv_row + g * hd) * elem;
+    for (int64_t h = 0; h < c.group; h += cpu::kKvHeadsPerCall) {
+      c.codec.dot_heads(q_rows + h * hd, std::min(cpu::kKvHeadsPerCall, c.group - h), hd, k_row,
+                        p.scale, scores.data() + h * n_visible + s, n_visible);
     }
   }
   for (int64_t h = 0; h < c.group; ++h) cpu::softmax_row(scores.data() + h * n_visible, n_visible);
@@ -126,13 +95,11 @@ void attend_direct(const AttentionContext& c, int64_t t, int64_t g, std::vector<
       any |= scores[static_cast<size_t>(h * n_visible + s)] != 0.0f;
     if (!any) continue;  // masked or underflowed for every head: skip the row load
     const int64_t flat = flat_slot(c.batch, seq, s, c.layer.block_size);
-    const float* v_row = v_store.row(flat, g, row_scratch.data());
-    for (int64_t h = 0; h < c.group; ++h) {
-      const float weight = scores[static_cast<size_t>(h * n_visible + s)];
-      if (weight == 0.0f) continue;
-      float* a = acc.data() + h * hd;
-#pragma omp simd
-      for (int64_t d = 0; d < hd; ++d) a[d] += weight * v_row[d];
+    const uint8_t* v_row = v_store + static_cast<size_t>(flat * kv_row + g * hd) * elem;
+    for (int64_t h = 0; h < c.group; h += cpu::kKvHeadsPerCall) {
+      c.codec.axpy_heads(scores.data() + h * n_visible + s, n_visible,
+                         std::min(cpu::kKvHeadsPerCall, c.group - h), v_row, hd,
+                         acc.data() + h * hd);
     }
   }
   std::memcpy(c.out.f32() + t * p.n_heads * hd + g * c.group * hd, acc.data(),
@@ -279,7 +246,7 @@ void CpuBackend::attention(const Tensor& q, const AttentionBatch& batch, const K
   std::atomic<int64_t> next{0};
   const auto n_tasks = static_cast<int64_t>(tasks.size());
   pool_.parallel_for(std::min<int64_t>(n_tasks, pool_.n_threads()), 1, [&](int64_t, int64_t) {
-    std::vector<float> scores, acc, row_scratch;
+    std::vector<float> scores, acc;
     GemmScratch scratch;
     for (int64_t i = next.fetch_add(1); i < n_tasks; i = next.fetch_add(1)) {
       const Task& task = tasks[static_cast<size_t>(i)];
@@ -287,7 +254,7 @@ void CpuBackend::attention(const Tensor& q, const AttentionBatch& batch, const K
       if (task.gemm) {
         attend_tile(context, task.seq, tokens, task.count, task.g, scratch);
       } else {
-        attend_direct(context, tokens[0], task.g, scores, acc, row_scratch);
+        attend_direct(context, tokens[0], task.g, scores, acc);
       }
     }
   });

@@ -63,5 +63,107 @@ void store_f16(const float* in, int64_t n, void* row) {
   for (; i < n; ++i) bits[i] = static_cast<uint16_t>(_cvtss_sh(in[i], _MM_FROUND_TO_NEAREST_INT));
 }
 
+namespace {
+
+// 8 values of a row from element d, widened to f32.
+struct F32Row {
+  static __m256 load8(const void* row, int64_t d) {
+    return _mm256_loadu_ps(static_cast<const float*>(row) + d);
+  }
+  static float load1(const void* row, int64_t d) { return static_cast<const float*>(row)[d]; }
+};
+struct Bf16Row {
+  static __m256 load8(const void* row, int64_t d) {
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + d));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static float load1(const void* row, int64_t d) {
+    return bf16_to_f32(static_cast<const uint16_t*>(row)[d]);
+  }
+};
+struct F16Row {
+  static __m256 load8(const void* row, int64_t d) {
+    return _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + d)));
+  }
+  static float load1(const void* row, int64_t d) {
+    return _cvtsh_ss(static_cast<const uint16_t*>(row)[d]);
+  }
+};
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Each 8 row values are widened once and multiplied into every head's
+// accumulator (n_heads <= kKvHeadsPerCall).
+template <typename Row>
+void dot_heads(const float* q, int64_t n_heads, int64_t hd, const void* row, float scale,
+               float* scores, int64_t stride) {
+  __m256 acc[kKvHeadsPerCall];
+  for (int64_t h = 0; h < n_heads; ++h) acc[h] = _mm256_setzero_ps();
+  int64_t d = 0;
+  for (; d + 8 <= hd; d += 8) {
+    const __m256 k = Row::load8(row, d);
+    for (int64_t h = 0; h < n_heads; ++h)
+      acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * hd + d), k, acc[h]);
+  }
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float sum = hsum(acc[h]);
+    for (int64_t t = d; t < hd; ++t) sum += q[h * hd + t] * Row::load1(row, t);
+    scores[h * stride] = sum * scale;
+  }
+}
+
+template <typename Row>
+void axpy_heads(const float* weights, int64_t stride, int64_t n_heads, const void* row, int64_t hd,
+                float* acc) {
+  __m256 w[kKvHeadsPerCall];
+  for (int64_t h = 0; h < n_heads; ++h) w[h] = _mm256_set1_ps(weights[h * stride]);
+  int64_t d = 0;
+  for (; d + 8 <= hd; d += 8) {
+    const __m256 v = Row::load8(row, d);
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* a = acc + h * hd + d;
+      _mm256_storeu_ps(a, _mm256_fmadd_ps(w[h], v, _mm256_loadu_ps(a)));
+    }
+  }
+  for (; d < hd; ++d) {
+    const float v = Row::load1(row, d);
+    for (int64_t h = 0; h < n_heads; ++h) acc[h * hd + d] += weights[h * stride] * v;
+  }
+}
+
+}  // namespace
+
+void dot_heads_f32(const float* q, int64_t n, int64_t hd, const void* row, float scale, float* s,
+                   int64_t stride) {
+  dot_heads<F32Row>(q, n, hd, row, scale, s, stride);
+}
+void dot_heads_bf16(const float* q, int64_t n, int64_t hd, const void* row, float scale, float* s,
+                    int64_t stride) {
+  dot_heads<Bf16Row>(q, n, hd, row, scale, s, stride);
+}
+void dot_heads_f16(const float* q, int64_t n, int64_t hd, const void* row, float scale, float* s,
+                   int64_t stride) {
+  dot_heads<F16Row>(q, n, hd, row, scale, s, stride);
+}
+void axpy_heads_f32(const float* w, int64_t stride, int64_t n, const void* row, int64_t hd,
+                    float* acc) {
+  axpy_heads<F32Row>(w, stride, n, row, hd, acc);
+}
+void axpy_heads_bf16(const float* w, int64_t stride, int64_t n, const void* row, int64_t hd,
+                     float* acc) {
+  axpy_heads<Bf16Row>(w, stride, n, row, hd, acc);
+}
+void axpy_heads_f16(const float* w, int64_t stride, int64_t n, const void* row, int64_t hd,
+                    float* acc) {
+  axpy_heads<F16Row>(w, stride, n, row, hd, acc);
+}
+
 }  // namespace specstack::cpu::kv_avx2
 #endif  // SS_QUANT_AVX2
