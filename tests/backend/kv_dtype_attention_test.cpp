@@ -108,6 +108,43 @@ TEST(KvRows, RoundTripsRoundToNearestEvenAndAvx2EqualsScalar) {
   }
 }
 
+TEST(KvRows, FusedGroupLoopsAgreeBetweenScalarAndAvx2) {
+  if (!cpu::quant_isa_available(Isa::kAvx2)) GTEST_SKIP() << "no AVX2 + F16C on this CPU";
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t hd : {64, 100}) {  // 100: the AVX2 loops' scalar tails
+    for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " hd " + std::to_string(hd));
+      const int64_t n_heads = 7, stride = 3;
+      std::vector<float> q(static_cast<size_t>(n_heads * hd));
+      std::vector<float> x(static_cast<size_t>(hd));
+      std::vector<float> w(static_cast<size_t>(n_heads * stride));
+      for (auto& v : q) v = normal(rng);
+      for (auto& v : x) v = normal(rng);
+      for (auto& v : w) v = normal(rng);
+      std::vector<uint8_t> row(size_t(hd) * dtype_size(dtype));
+      kv_row_codec(dtype, Isa::kScalar).store(x.data(), hd, row.data());
+      std::vector<float> s1(size_t(n_heads * stride)), s2 = s1;
+      std::vector<float> a1(size_t(n_heads * hd), 0.5f), a2 = a1;
+      const cpu::KvRowCodec scalar = kv_row_codec(dtype, Isa::kScalar);
+      const cpu::KvRowCodec avx2 = kv_row_codec(dtype, Isa::kAvx2);
+      scalar.dot_heads(q.data(), n_heads, hd, row.data(), 0.125f, s1.data(), stride);
+      avx2.dot_heads(q.data(), n_heads, hd, row.data(), 0.125f, s2.data(), stride);
+      scalar.axpy_heads(w.data(), stride, n_heads, row.data(), hd, a1.data());
+      avx2.axpy_heads(w.data(), stride, n_heads, row.data(), hd, a2.data());
+      for (int64_t h = 0; h < n_heads; ++h) {
+        // Sums of hd products in another order: a few ulps of sum |q x|.
+        double mag = 0;
+        for (int64_t d = 0; d < hd; ++d) mag += std::fabs(q[size_t(h * hd + d)] * x[size_t(d)]);
+        EXPECT_NEAR(s1[size_t(h * stride)], s2[size_t(h * stride)], 1e-6 * mag) << h;
+      }
+      // One FMA per element either way (a contraction may round once less).
+      for (size_t i = 0; i < a1.size(); ++i)
+        EXPECT_NEAR(a1[i], a2[i], 1e-6f * (1 + std::fabs(a1[i])));
+    }
+  }
+}
+
 struct Case {
   const char* name;
   int64_t n_heads, n_kv_heads, head_dim, block_size;
