@@ -32,7 +32,8 @@ struct BenchFlags {
   int repeats = 3;
   int threads = 0;
   std::string csv = "core_bench.csv";
-  std::string quantization;  // "", q8_0 or q4_k: quantize at load (CPU int8 kernels)
+  std::string quantization;      // "", q8_0 or q4_k: quantize at load (CPU int8 kernels)
+  std::string kv_dtype = "f32";  // KV cache element type (specstack --kv-dtype)
 };
 
 // Resident set size now (not the peak): after --quantization the source
@@ -93,6 +94,8 @@ int main(int argc, char** argv) {
   app.add_option("--csv", flags.csv, "CSV output path");
   app.add_option("--quantization", flags.quantization,
                  "q8_0 or q4_k: quantize the weights at load (as specstack --quantization)");
+  app.add_option("--kv-dtype", flags.kv_dtype, "KV cache element type: f32, bf16 or f16")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   CLI11_PARSE(app, argc, argv);
 
   CpuBackend backend(CpuBackendOptions{flags.threads});
@@ -115,6 +118,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   options.quantization = *quantization;
+  options.kv_dtype = flags.kv_dtype == "bf16"  ? DType::kBF16
+                     : flags.kv_dtype == "f16" ? DType::kF16
+                                               : DType::kF32;
   auto instance = ModelInstance::create(options, backend);
   if (!instance.ok()) {
     std::fprintf(stderr, "core_bench: %s\n", instance.message().c_str());
@@ -125,11 +131,16 @@ int main(int argc, char** argv) {
   if (!model.load_note().empty())
     std::fprintf(stderr, "core_bench: %s\n", model.load_note().c_str());
   std::fprintf(
-      stderr, "core_bench: %s %s%s%s weights %.0f MiB, RSS after load %.0f MiB, %d threads\n",
+      stderr,
+      "core_bench: %s %s%s%s weights %.0f MiB, RSS after load %.0f MiB, %d threads, KV %s %.0f "
+      "KiB/token\n",
       flags.model.empty() ? flags.config.c_str() : flags.model.c_str(),
       flags.model.empty() ? flags.dtype.c_str() : "stored",
       flags.quantization.empty() ? "" : " quantized ", flags.quantization.c_str(),
-      model.model().weight_bytes() / 1048576.0, resident_mib(), backend.pool().n_threads());
+      model.model().weight_bytes() / 1048576.0, resident_mib(), backend.pool().n_threads(),
+      dtype_name(model.kv().shape().dtype),
+      static_cast<double>(KvCache::bytes_per_block(model.kv().shape())) /
+          static_cast<double>(model.kv().shape().block_size) / 1024.0);
 
   std::vector<Row> rows;
   GeneratorOptions generator_options;

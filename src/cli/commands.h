@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,12 @@ struct ModelFlags {
   bool no_run_attention = false;
   std::string quantization;          // --quantization q8_0|q4_k|fp8 (target model only)
   int64_t tensor_parallel_size = 1;  // --tensor-parallel-size (target model only)
+  std::string kv_dtype;  // --kv-dtype f32|bf16|f16 ("": the device's own; the draft's too)
+
+  // The parsed --kv-dtype (unset: the device's own).
+  Result<std::optional<DType>> kv_dtype_option() const;
+  // The KV element type a host-memory plan sizes with: --kv-dtype or f32.
+  DType host_kv_dtype() const;
 
   void add_to(CLI::App& command);
   // Validates the combination and fills ModelInstanceOptions.

@@ -150,6 +150,7 @@ Result<std::unique_ptr<ModelInstance>> load_draft_model(const DraftModelFlags& d
       model.device == "cuda" ? Device::kCuda : Device::kCpu;  // draft beside its target
   options.gpu_memory_fraction = model.gpu_memory_fraction;
   options.cuda_graphs = !model.no_cuda_graphs;
+  SS_ASSIGN_OR_RETURN(options.kv_dtype, model.kv_dtype_option());  // the target's
   auto instance = ModelInstance::create(options, backend);
   if (!instance.ok()) return errorf("draft: {}", instance.message());
   return instance;

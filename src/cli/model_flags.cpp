@@ -27,14 +27,21 @@ void ModelFlags::add_to(CLI::App& command) {
   command
       .add_option("--quantization", quantization,
                   "q8_0 or q4_k: quantize a safetensors model's matrices at load for the CPU's "
-                  "int8 kernels (embedding and an untied LM head at q8_0; not the draft); fp8 "
-                  "(--device cuda, Hopper): linear layers to e4m3 with per-channel scales")
+                  "int8 kernels (q4_k: llama.cpp's Q4_K_M mix, the LM head and attn_v / "
+                  "ffn_down of half the layers at Q6_K; not the draft); fp8 (--device cuda, "
+                  "Hopper): linear layers to e4m3 with per-channel scales")
       ->check(CLI::IsMember({"none", "q8_0", "q4_k", "fp8"}));
   command
       .add_option("--tensor-parallel-size", tensor_parallel_size,
                   "split the model over N ranks (heads, MLP, vocab); on the CPU the ranks are "
                   "threads sharing --threads: a correctness reference, not a speed-up")
       ->check(CLI::Range(1, 64));
+  command
+      .add_option("--kv-dtype", kv_dtype,
+                  "KV cache element type: f32 (the CPU's default), bf16 or f16 (CPU: half the "
+                  "KV memory and reads, values rounded to nearest even); --device cuda: bf16 "
+                  "only. The draft's KV follows it")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   command.add_flag("--no-cuda-graphs", no_cuda_graphs,
                    "with --device cuda: run decode steps eagerly");
   command.add_flag(
@@ -60,12 +67,30 @@ Result<ModelInstanceOptions> ModelFlags::instance_options(int64_t kv_tokens) con
   options.run_attention = !no_run_attention;
   options.tensor_parallel_size = tensor_parallel_size;
   SS_ASSIGN_OR_RETURN(options.quantization, parse_weight_quantization(quantization));
+  SS_ASSIGN_OR_RETURN(options.kv_dtype, kv_dtype_option());
+  if (options.kv_dtype && options.device == Device::kCuda && *options.kv_dtype != DType::kBF16) {
+    return errorf("--kv-dtype {}: the CUDA KV cache is bf16 (use --kv-dtype bf16 or leave it out)",
+                  kv_dtype);
+  }
   const bool fp8 = options.quantization == WeightQuantization::kFp8;
   if (options.quantization != WeightQuantization::kNone && !fp8 && options.device == Device::kCuda)
     return make_error("--quantization q8_0/q4_k run on the CPU only; with --device cuda use fp8");
   if (fp8 && options.device != Device::kCuda)
     return make_error("--quantization fp8 needs --device cuda (Hopper FP8 GEMMs)");
   return options;
+}
+
+Result<std::optional<DType>> ModelFlags::kv_dtype_option() const {
+  if (kv_dtype.empty()) return std::optional<DType>();
+  if (kv_dtype == "f32") return std::optional<DType>(DType::kF32);
+  if (kv_dtype == "bf16") return std::optional<DType>(DType::kBF16);
+  if (kv_dtype == "f16") return std::optional<DType>(DType::kF16);
+  return errorf("--kv-dtype: unknown type '{}' (expected f32, bf16 or f16)", kv_dtype);
+}
+
+DType ModelFlags::host_kv_dtype() const {
+  auto parsed = kv_dtype_option();
+  return parsed.ok() && parsed.value() ? *parsed.value() : DType::kF32;
 }
 
 Result<std::vector<int32_t>> parse_int_list(const std::string& text, const std::string& flag) {

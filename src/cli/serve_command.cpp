@@ -95,6 +95,7 @@ Result<KvPlan> plan_kv(const ServeFlags& flags, const ModelConfig& config) {
   shape.block_size = flags.model.block_size;
   shape.n_kv_heads = config.n_kv_heads;
   shape.head_dim = config.head_dim;
+  shape.dtype = flags.model.host_kv_dtype();
   const auto block_bytes = static_cast<double>(KvCache::bytes_per_block(shape));
   KvPlan plan;
   plan.max_context =

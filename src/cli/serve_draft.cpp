@@ -100,6 +100,7 @@ Result<DraftPlan> plan_draft(const DraftFlags& draft, const ModelFlags& model,
   plan.options.device = model.device == "cuda" ? Device::kCuda : Device::kCpu;
   plan.options.gpu_memory_fraction = model.gpu_memory_fraction;
   plan.options.cuda_graphs = !model.no_cuda_graphs;
+  SS_ASSIGN_OR_RETURN(plan.options.kv_dtype, model.kv_dtype_option());  // the target's
   // Not load_draft_config(): it compares config vocab sizes, which a real
   // draft may pad differently; its tokenizer is compared instead.
   auto config = load_model_config(draft.source.config_path.empty() ? draft.source.dir
@@ -118,6 +119,7 @@ Status size_draft_kv(const DraftFlags& draft, const ModelFlags& model, int64_t t
   shape.block_size = model.block_size;
   shape.n_kv_heads = plan.config.n_kv_heads;
   shape.head_dim = plan.config.head_dim;
+  shape.dtype = model.host_kv_dtype();
   const auto block_bytes = static_cast<double>(KvCache::bytes_per_block(shape));
   const int64_t blocks_per_context = (max_context + model.block_size - 1) / model.block_size;
   const bool spec_decode_sized = draft.specdecode.enabled && !draft.kv_size_given();

@@ -39,6 +39,10 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create(const ModelInstance
     return errorf("unknown dtype '{}' (expected f32, bf16 or f16)", options.dtype_override);
   }
 
+  if (options.kv_dtype && !kv_dtype_supported(*options.kv_dtype)) {
+    return errorf("--kv-dtype {}: the KV cache holds f32, bf16 or f16",
+                  dtype_name(*options.kv_dtype));
+  }
   if (options.block_size <= 0)
     return errorf("block size must be positive, got {}", options.block_size);
   if (options.tensor_parallel_size < 1) {
@@ -58,6 +62,11 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create(const ModelInstance
       return make_error(
           "--quantization q8_0/q4_k run on the CPU only (--device cuda takes --quantization fp8 "
           "or bf16 weights; GGUF files are dequantized there)");
+    }
+    if (options.kv_dtype && *options.kv_dtype != DType::kBF16) {
+      return errorf(
+          "--kv-dtype {}: the CUDA KV cache is bf16 (use --kv-dtype bf16 or leave it out)",
+          dtype_name(*options.kv_dtype));
     }
     return create_on_gpu(std::move(config), options);
   }
@@ -87,8 +96,9 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create(const ModelInstance
   const auto kv_start = std::chrono::steady_clock::now();
   int64_t n_blocks = options.kv_blocks;
   if (n_blocks <= 0) n_blocks = (options.kv_tokens + options.block_size - 1) / options.block_size;
-  instance->kv_ =
-      std::make_unique<KvCache>(instance->model_->kv_shape(n_blocks, options.block_size));
+  KvCacheShape kv_shape = instance->model_->kv_shape(n_blocks, options.block_size);
+  kv_shape.dtype = options.kv_dtype.value_or(DType::kF32);
+  instance->kv_ = std::make_unique<KvCache>(kv_shape);
   instance->kv_manager_ = std::make_unique<KvManager>(*instance->kv_);
   instance->startup_times_.kv_reserve_s = seconds_since(kv_start);
   instance->runner_ = std::make_unique<ModelRunner>(*instance->model_, *instance->kv_);
@@ -124,7 +134,8 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create_tensor_parallel(
   const auto kv_start = std::chrono::steady_clock::now();
   int64_t n_blocks = options.kv_blocks;
   if (n_blocks <= 0) n_blocks = (options.kv_tokens + options.block_size - 1) / options.block_size;
-  instance->kv_ = model->make_kv_cache(n_blocks, options.block_size);
+  instance->kv_ =
+      model->make_kv_cache(n_blocks, options.block_size, options.kv_dtype.value_or(DType::kF32));
   instance->model_ = std::move(model);
   instance->kv_manager_ = std::make_unique<KvManager>(*instance->kv_);
   instance->startup_times_.kv_reserve_s = seconds_since(kv_start);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -37,6 +38,10 @@ struct ModelInstanceOptions {
   // error with --device cuda or a GGUF model. kFp8: --device cuda only (e4m3
   // linear layers, CudaModelOptions::fp8_weights).
   WeightQuantization quantization = WeightQuantization::kNone;
+  // Element type of the KV cache (--kv-dtype); unset: the device's own (f32
+  // on the CPU, bf16 on the GPU). The CPU takes f32, bf16 or f16, the GPU
+  // only bf16 (anything else is an error).
+  std::optional<DType> kv_dtype;
   // GPU (--device cuda): bf16 weights and KV on device 0. With kv_blocks == 0
   // and kv_tokens == 0 the KV pool takes gpu_memory_fraction of device memory
   // minus what is already used.

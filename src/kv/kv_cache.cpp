@@ -1,6 +1,7 @@
 #include "kv/kv_cache.h"
 
 #include <cstring>
+#include <string>
 
 #include "base/check.h"
 #include "tensor/host_memory.h"
@@ -8,20 +9,26 @@
 namespace specstack {
 
 KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
+  SS_CHECK_MSG(kv_dtype_supported(shape.dtype),
+               std::string("KV cache: unsupported element type ") + dtype_name(shape.dtype));
   positions_ = Tensor::zeros(DType::kI32, {shape.n_blocks, shape.block_size});
   layers_.reserve(static_cast<size_t>(shape.n_layers));
   for (int64_t l = 0; l < shape.n_layers; ++l) {
     KvLayerView layer;
     std::vector<int64_t> dims = {shape.n_blocks, shape.block_size, shape.n_kv_heads,
                                  shape.head_dim};
-    layer.k = Tensor::zeros(DType::kF32, dims);
-    layer.v = Tensor::zeros(DType::kF32, dims);
+    layer.k = Tensor::zeros(shape.dtype, dims);
+    layer.v = Tensor::zeros(shape.dtype, dims);
     layer.positions = positions_;
     layer.block_size = shape.block_size;
     layer.n_kv_heads = shape.n_kv_heads;
     layer.head_dim = shape.head_dim;
     layers_.push_back(std::move(layer));
   }
+}
+
+size_t KvCache::bytes_per_block(const KvCacheShape& shape) {
+  return bytes_per_block(shape, dtype_size(shape.dtype));
 }
 
 size_t KvCache::bytes_per_block(const KvCacheShape& shape, size_t element_bytes) {
@@ -37,14 +44,14 @@ void KvCache::copy_block(int32_t src, int32_t dst) {
   SS_CHECK_LE(0, dst);
   SS_CHECK_LT(dst, shape_.n_blocks);
   SS_CHECK_NE(src, dst);
-  const int64_t block_floats = shape_.block_size * shape_.n_kv_heads * shape_.head_dim;
-  const size_t block_bytes = static_cast<size_t>(block_floats) * sizeof(float);
+  const int64_t block_values = shape_.block_size * shape_.n_kv_heads * shape_.head_dim;
   for (KvLayerView& layer : layers_) {
     // Host memcpy: a device-resident cache needs the backend's copy instead.
     SS_CHECK(layer.k.device() == Device::kCpu);
     for (Tensor* t : {&layer.k, &layer.v}) {
-      float* base = t->f32();
-      std::memcpy(base + dst * block_floats, base + src * block_floats, block_bytes);
+      const size_t block_bytes = dtype_bytes(t->dtype(), block_values);
+      auto* base = static_cast<uint8_t*>(t->raw());
+      std::memcpy(base + dst * block_bytes, base + src * block_bytes, block_bytes);
     }
   }
   int32_t* positions = positions_.data<int32_t>();

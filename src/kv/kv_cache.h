@@ -18,9 +18,17 @@ struct KvCacheShape {
   int64_t block_size = 16;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
+  // Element type of K and V (--kv-dtype): f32, bf16 or f16 on the CPU, whose
+  // attention converts rows as it loads them; the GPU cache is bf16.
+  DType dtype = DType::kF32;
 };
 
-// The base class holds host f32 storage (the CPU backend's cache); a device
+// The K/V element types a host cache can hold.
+inline bool kv_dtype_supported(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
+}
+
+// The base class holds host storage of shape.dtype (the CPU backend's cache); a device
 // backend derives from it with its own storage (cuda::CudaKvCache) and
 // overrides the virtuals.
 class KvCache {
@@ -49,9 +57,11 @@ class KvCache {
   // (tensor/host_memory.h), so pages appear as blocks are first written. A
   // device pool counts as wholly resident.
   virtual size_t resident_bytes() const;
-  // Bytes one block takes: K and V of every layer at `element_bytes` per value
-  // (4 for the CPU's f32, 2 for the GPU's bf16) plus the slot positions.
-  static size_t bytes_per_block(const KvCacheShape& shape, size_t element_bytes = sizeof(float));
+  // Bytes one block takes: K and V of every layer at shape.dtype's size (or
+  // `element_bytes` per value: a device cache with its own layout) plus the
+  // slot positions.
+  static size_t bytes_per_block(const KvCacheShape& shape);
+  static size_t bytes_per_block(const KvCacheShape& shape, size_t element_bytes);
   // Copies block src into block dst: every layer's K and V and the slot
   // positions (copy-on-write of a shared block).
   virtual void copy_block(int32_t src, int32_t dst);

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/quantize.h"
+#include "model/quant_mix.h"
 #include "model/weights.h"
 
 namespace specstack {
@@ -9,7 +10,7 @@ namespace {
 
 // Counts what each matrix became, for the fallback note.
 struct QuantizeTally {
-  int64_t q4_k_to_q8_0 = 0;  // rows not a multiple of 256
+  int64_t q4_k_to_q8_0 = 0;  // rows not a multiple of 256 (Q4_K or Q6_K wanted)
   int64_t kept = 0;          // rows not a multiple of 32
   int64_t example_cols = 0;  // a row length of one fallback, for the note
 };
@@ -21,7 +22,7 @@ void quantize_one(Tensor& w, DType want, QuantizeTally& tally) {
   DType target = want;
   if (cols % dtype_block_elements(target) != 0) {
     tally.example_cols = cols;
-    if (target == DType::kQ4_K && cols % dtype_block_elements(DType::kQ8_0) == 0) {
+    if (target != DType::kQ8_0 && cols % dtype_block_elements(DType::kQ8_0) == 0) {
       target = DType::kQ8_0;
       ++tally.q4_k_to_q8_0;
     } else {
@@ -54,14 +55,13 @@ Result<ModelWeights> build_quantized_weights(const ModelConfig& config, WeightSo
   // never exists next to the whole quantized model.
   class QuantizingSource : public WeightSource {
    public:
-    QuantizingSource(WeightSource& inner, DType linear) : inner_(inner), linear_(linear) {}
+    QuantizingSource(WeightSource& inner, QuantMixContext mix) : inner_(inner), mix_(mix) {}
     bool has(const std::string& name) const override { return inner_.has(name); }
     Result<Tensor> get(const std::string& name, const std::vector<int64_t>& shape,
                        bool is_norm) override {
       SS_ASSIGN_OR_RETURN(Tensor t, inner_.get(name, shape, is_norm));
       if (shape.size() != 2 || ends_with(name, ".mlp.gate.weight")) return t;  // router
-      const bool table = name == "model.embed_tokens.weight" || name == "lm_head.weight";
-      quantize_one(t, table ? DType::kQ8_0 : linear_, tally_);
+      quantize_one(t, quant_mix_type(name, mix_), tally_);
       return t;
     }
     const QuantizeTally& tally() const { return tally_; }
@@ -71,16 +71,17 @@ Result<ModelWeights> build_quantized_weights(const ModelConfig& config, WeightSo
       return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
     }
     WeightSource& inner_;
-    DType linear_;
+    QuantMixContext mix_;
     QuantizeTally tally_;
   };
   QuantizingSource quantizing(
-      source, quantization == WeightQuantization::kQ4_K ? DType::kQ4_K : DType::kQ8_0);
+      source, QuantMixContext{quantization, config.n_layers, config.tie_word_embeddings});
   SS_ASSIGN_OR_RETURN(ModelWeights weights, build_weights(config, quantizing, on_progress));
   const QuantizeTally& tally = quantizing.tally();
   if (tally.q4_k_to_q8_0 > 0 || tally.kept > 0) {
     weights.load_note = fmt::format(
-        "quantization: {} matrices with rows not a multiple of 256 are Q8_0 instead of Q4_K, {} "
+        "quantization: {} matrices with rows not a multiple of 256 are Q8_0 instead of Q4_K / "
+        "Q6_K, {} "
         "with rows not a multiple of 32 keep their dtype (e.g. rows of {})",
         tally.q4_k_to_q8_0, tally.kept, tally.example_cols);
   }

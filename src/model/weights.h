@@ -113,11 +113,10 @@ struct WeightLoadOptions {
 
 // build_weights with each matrix quantized as it is loaded, for the CPU's
 // quantized kernels (--quantization; kNone: build_weights itself). kQ8_0:
-// every matrix but the MoE router to Q8_0. kQ4_K: the linear layers
-// (attention, MLP, experts) to Q4_K, the embedding and an untied LM head to
-// Q8_0 (llama.cpp's Q4_K_M keeps the output at Q6_K, which has no quantizer
-// here; Q8_0 is the nearest finer format we write). Rows not a multiple of
-// 256 fall back to Q8_0, rows not a multiple of 32 stay in their dtype;
+// every matrix but the MoE router to Q8_0. kQ4_K: llama.cpp's Q4_K_M mix
+// (model/quant_mix.h: Q6_K for the LM head, and for attn_v and ffn_down in
+// about half the layers, Q4_K for the rest). Rows not a multiple of 256 fall
+// back to Q8_0, rows not a multiple of 32 stay in their dtype;
 // weights.load_note says so in one line (empty when there were none).
 // Norms, biases and the router stay as they are: llama-quantize leaves
 // ffn_gate_inp unquantized too, and routing decisions are sensitive to

@@ -65,12 +65,17 @@ size_t TensorParallelModel::weight_bytes() const {
 }
 
 std::unique_ptr<ShardedKvCache> TensorParallelModel::make_kv_cache(int64_t n_blocks,
-                                                                   int64_t block_size) const {
+                                                                   int64_t block_size,
+                                                                   DType dtype) const {
   std::vector<std::unique_ptr<KvCache>> caches;
   for (const Rank& r : ranks_) {
-    caches.push_back(std::make_unique<KvCache>(r.model->kv_shape(n_blocks, block_size)));
+    KvCacheShape rank_shape = r.model->kv_shape(n_blocks, block_size);
+    rank_shape.dtype = dtype;
+    caches.push_back(std::make_unique<KvCache>(rank_shape));
   }
-  return std::make_unique<ShardedKvCache>(kv_shape(n_blocks, block_size), std::move(caches));
+  KvCacheShape shape = kv_shape(n_blocks, block_size);
+  shape.dtype = dtype;
+  return std::make_unique<ShardedKvCache>(shape, std::move(caches));
 }
 
 void TensorParallelModel::worker_loop(int64_t r) {

@@ -54,8 +54,10 @@ class TensorParallelModel final : public ForwardModel {
   int threads_per_rank() const { return threads_per_rank_; }
   const Transformer& rank_model(int64_t r) const { return *ranks_[static_cast<size_t>(r)].model; }
 
-  // A cache with n_blocks blocks on every rank, each holding its KV heads.
-  std::unique_ptr<ShardedKvCache> make_kv_cache(int64_t n_blocks, int64_t block_size) const;
+  // A cache with n_blocks blocks on every rank, each holding its KV heads,
+  // in `dtype` (--kv-dtype).
+  std::unique_ptr<ShardedKvCache> make_kv_cache(int64_t n_blocks, int64_t block_size,
+                                                DType dtype = DType::kF32) const;
 
   // `kv` must come from make_kv_cache. Captured queries (SpecPrefill) come
   // back in the full model's head order; greedy tokens are filled when asked.

@@ -75,16 +75,27 @@ void PagedPromptKeys::copy_keys(int64_t layer, int64_t kv_head, int64_t begin, i
   SS_CHECK(layer >= 0 && layer < shape.n_layers);
   SS_CHECK(kv_head >= 0 && kv_head < shape.n_kv_heads);
   SS_CHECK(0 <= begin && begin <= end && end <= n_tokens());
-  // k: [n_blocks, block_size, n_kv_heads, head_dim]; one head's row per slot.
-  const float* k = cache_->layer(layer).k.f32();
+  // k: [n_blocks, block_size, n_kv_heads, head_dim]; one head's row per slot,
+  // widened to f32 from the cache's dtype (--kv-dtype).
+  const Tensor& k = cache_->layer(layer).k;
+  const DType dtype = k.dtype();
+  const size_t elem = dtype_size(dtype);
+  const auto* base = static_cast<const uint8_t*>(k.raw());
   const int64_t row = shape.n_kv_heads * shape.head_dim;
-  const size_t row_bytes = static_cast<size_t>(shape.head_dim) * sizeof(float);
+  const int64_t hd = shape.head_dim;
   for (int64_t i = begin; i < end; ++i) {
     const int64_t slot = slot_begin_ + i;
     const int64_t block = block_table_[static_cast<size_t>(slot / shape.block_size)];
     const int64_t index = block * shape.block_size + slot % shape.block_size;
-    std::memcpy(out + (i - begin) * shape.head_dim, k + index * row + kv_head * shape.head_dim,
-                row_bytes);
+    const uint8_t* src = base + static_cast<size_t>(index * row + kv_head * hd) * elem;
+    float* dst = out + (i - begin) * hd;
+    if (dtype == DType::kF32) {
+      std::memcpy(dst, src, static_cast<size_t>(hd) * sizeof(float));
+      continue;
+    }
+    const auto* bits = reinterpret_cast<const uint16_t*>(src);
+    for (int64_t d = 0; d < hd; ++d)
+      dst[d] = dtype == DType::kBF16 ? bf16_to_f32(bits[d]) : f16_to_f32(bits[d]);
   }
 }
 

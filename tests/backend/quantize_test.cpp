@@ -19,6 +19,7 @@ namespace specstack::cpu {
 namespace {
 
 using quant::BlockQ4_K;
+using quant::BlockQ6_K;
 using quant::BlockQ8_0;
 
 std::vector<float> dequant(gguf::GgmlType type, const void* blocks, int64_t n) {
@@ -157,6 +158,63 @@ TEST(QuantizeQ4_K, ValuesOnTheGridRoundTripExactly) {
   EXPECT_EQ(dequant(gguf::GgmlType::kQ4_K, blocks.data(), n_blocks * 256), x);
 }
 
+TEST(QuantizeQ6_K, EveryValueWithinHalfItsSubBlockStep) {
+  const int64_t n = 256 * 40;
+  const std::vector<float> x = test_values(n, 6);
+  std::vector<BlockQ6_K> blocks(static_cast<size_t>(n / 256));
+  quantize_row_q6_k(x.data(), n, blocks.data());
+  const std::vector<float> y = dequant(gguf::GgmlType::kQ6_K, blocks.data(), n);
+  double err2 = 0, ref2 = 0;
+  for (int64_t b = 0; b < n / 256; ++b) {
+    const float d = f16_to_f32(blocks[size_t(b)].d);
+    for (int j = 0; j < 16; ++j) {
+      const float step = d * static_cast<float>(blocks[size_t(b)].scales[j]);
+      // The derived bound: sc_j is rounded up so that 31 steps reach the
+      // sub-block's largest |x|; no code is clipped, and rounding to the
+      // nearest of the symmetric grid errs by at most step / 2 (+ f32 slack
+      // of x / step and of the dequantizer's d * sc * q).
+      for (int l = 0; l < 16; ++l) {
+        const size_t i = size_t(b * 256 + j * 16 + l);
+        const float slack = 1e-6f * (std::fabs(x[i]) + 32 * step);
+        EXPECT_LE(std::fabs(x[i] - y[i]), 0.5f * step + slack) << "value " << i;
+        if (b % 5 == 3 && b > 0) {
+          err2 += double(x[i] - y[i]) * (x[i] - y[i]);
+          ref2 += double(x[i]) * x[i];
+        }
+      }
+    }
+  }
+  // A 63-level grid over a 16-value Gaussian's ±amax (~±1.8σ, step ≈
+  // amax / 31): rms error about (amax / 31) / sqrt(12) ≈ 0.017σ (measured
+  // 0.020: the scales rounded up widen the steps a little).
+  const double rel = std::sqrt(err2 / ref2);
+  std::printf("Q6_K rms error / rms value on N(0,1): %.4f\n", rel);
+  EXPECT_LT(rel, 0.025);
+  EXPECT_GT(rel, 0.008);
+}
+
+TEST(QuantizeQ6_K, ValuesOnTheGridRoundTripExactly) {
+  // Power-of-two d, one sub-block per block at scale 127 and codes -31 and 31
+  // in every sub-block (so amax = 31 steps): the search finds the codes again.
+  std::mt19937 rng(8);
+  std::uniform_int_distribution<int> code(-32, 31), scale(1, 127);
+  const int64_t n_blocks = 10;
+  std::vector<float> x(static_cast<size_t>(n_blocks * 256));
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const float d = std::ldexp(1.0f, -10 - static_cast<int>(b % 5));
+    for (int j = 0; j < 16; ++j) {
+      const int sc = j == int(b % 16) ? 127 : scale(rng);
+      for (int l = 0; l < 16; ++l) {
+        const int q = l == 0 ? 31 : l == 1 ? -31 : std::max(-31, code(rng));
+        x[size_t(b * 256 + j * 16 + l)] = (d * static_cast<float>(sc)) * static_cast<float>(q);
+      }
+    }
+  }
+  std::vector<BlockQ6_K> blocks(static_cast<size_t>(n_blocks));
+  quantize_row_q6_k(x.data(), n_blocks * 256, blocks.data());
+  EXPECT_EQ(dequant(gguf::GgmlType::kQ6_K, blocks.data(), n_blocks * 256), x);
+}
+
 TEST(QuantizeMatrix, Bf16MatrixSplitOverThreadsEqualsRowByRow) {
   // 1024 x 1024: above the size where quantize_matrix uses several threads.
   const int64_t rows = 1024, cols = 1024;
@@ -169,7 +227,7 @@ TEST(QuantizeMatrix, Bf16MatrixSplitOverThreadsEqualsRowByRow) {
     bits[i] = f32_to_bf16(normal(rng));
     f32[size_t(i)] = bf16_to_f32(bits[i]);
   }
-  for (DType target : {DType::kQ8_0, DType::kQ4_K}) {
+  for (DType target : {DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
     SCOPED_TRACE(dtype_name(target));
     const Tensor q = quantize_matrix(w, target);
     ASSERT_EQ(q.dtype(), target);
@@ -179,8 +237,10 @@ TEST(QuantizeMatrix, Bf16MatrixSplitOverThreadsEqualsRowByRow) {
     for (int64_t r = 0; r < rows; r += 37) {
       if (target == DType::kQ8_0)
         quantize_row_q8_0(f32.data() + r * cols, cols, expected.data());
-      else
+      else if (target == DType::kQ4_K)
         quantize_row_q4_k(f32.data() + r * cols, cols, expected.data());
+      else
+        quantize_row_q6_k(f32.data() + r * cols, cols, expected.data());
       EXPECT_EQ(std::memcmp(static_cast<const uint8_t*>(q.raw()) + r * int64_t(row_bytes),
                             expected.data(), row_bytes),
                 0)

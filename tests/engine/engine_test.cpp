@@ -21,9 +21,11 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::unique_ptr<ModelInstance> load(Backend& backend, int64_t kv_tokens) {
+std::unique_ptr<ModelInstance> load(Backend& backend, int64_t kv_tokens,
+                                    DType kv_dtype = DType::kF32) {
   ModelInstanceOptions options;
   options.kv_tokens = kv_tokens;
+  options.kv_dtype = kv_dtype;
   return testing::load_golden_model("llama-gqa", backend, options);
 }
 
@@ -80,11 +82,17 @@ void expect_pool_fully_free(const Engine& engine) {
   EXPECT_EQ(m.kv_blocks_free, m.kv_blocks_total);
 }
 
-TEST(Engine, ConcurrentGreedyRequestsEqualOfflineGenerationEvenWhenPreempted) {
+// The tests that exercise the KV cache (preemption, prefix caching, CoW of a
+// shared prompt block) run with an f32 and a bf16 cache (--kv-dtype).
+class EngineKv : public ::testing::TestWithParam<DType> {};
+INSTANTIATE_TEST_SUITE_P(KvDtype, EngineKv, ::testing::Values(DType::kF32, DType::kBF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST_P(EngineKv, ConcurrentGreedyRequestsEqualOfflineGenerationEvenWhenPreempted) {
   for (int64_t kv_tokens : {4096, 160}) {  // 160 tokens = 10 blocks: forces preemption
     SCOPED_TRACE(kv_tokens);
     CpuBackend backend(CpuBackendOptions{2});
-    auto model = load(backend, kv_tokens);
+    auto model = load(backend, kv_tokens, GetParam());
     std::vector<GenerationRequest> requests;
     for (uint32_t i = 0; i < 6; ++i) requests.push_back({prompt(i, 30 + 7 * i), {}, greedy(24)});
     const auto expected = offline(*model, requests);
@@ -108,9 +116,9 @@ TEST(Engine, ConcurrentGreedyRequestsEqualOfflineGenerationEvenWhenPreempted) {
   }
 }
 
-TEST(Engine, PrefixCacheHitReportsCachedTokensAndKeepsOutputIdentical) {
+TEST_P(EngineKv, PrefixCacheHitReportsCachedTokensAndKeepsOutputIdentical) {
   CpuBackend backend(CpuBackendOptions{2});
-  auto model = load(backend, 4096);
+  auto model = load(backend, 4096, GetParam());
   const auto ids = prompt(42, 100);
   Engine engine(*model, EngineOptions{});
   auto cold = engine.submit(RequestOptions{ids, greedy(16), 1, -1});
@@ -153,9 +161,9 @@ TEST(Engine, ReportsQueueTimeAndTimeToFirstToken) {
   expect_pool_fully_free(engine);
 }
 
-TEST(Engine, ParallelChoicesShareThePromptAndSampleIndependently) {
+TEST_P(EngineKv, ParallelChoicesShareThePromptAndSampleIndependently) {
   CpuBackend backend(CpuBackendOptions{2});
-  auto model = load(backend, 4096);
+  auto model = load(backend, 4096, GetParam());
   const auto ids = prompt(7, 37);
   const auto expected = offline(*model, {{ids, {}, greedy(10)}});
   Engine engine(*model, EngineOptions{});

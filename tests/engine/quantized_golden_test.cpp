@@ -37,8 +37,10 @@ TEST(QuantizedWeights, Q4_KWhereRowsAllowQ8_0ElseAndNormsStayF32) {
   ModelWeights rope = load_quantized("llama3-rope", WeightQuantization::kQ4_K);
   EXPECT_EQ(rope.embed.dtype(), DType::kQ8_0);
   EXPECT_EQ(rope.lm_head.raw(), rope.embed.raw());  // still tied
+  // Q4_K_M's use_more_bits on 2 layers picks layer 1 only (7 * 2 / 8 = 1).
+  EXPECT_EQ(rope.layers[0].w_down.dtype(), DType::kQ4_K);  // rows of 256
+  EXPECT_EQ(rope.layers[1].w_down.dtype(), DType::kQ6_K);
   for (const LayerWeights& layer : rope.layers) {
-    EXPECT_EQ(layer.w_down.dtype(), DType::kQ4_K);  // rows of 256
     for (const Tensor* w : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w_gate, &layer.w_up})
       EXPECT_EQ(w->dtype(), DType::kQ8_0);  // rows of 128: the fallback
     EXPECT_EQ(layer.attn_norm.dtype(), DType::kF32);

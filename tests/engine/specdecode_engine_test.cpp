@@ -26,9 +26,10 @@ const char* const kArchitectures[] = {"llama-gqa", "llama3-rope", "mistral-swa",
                                       "qwen2",     "qwen3",       "qwen3-moe"};
 
 std::unique_ptr<ModelInstance> load(Backend& backend, const std::string& name,
-                                    int64_t kv_tokens = 4096) {
+                                    int64_t kv_tokens = 4096, DType kv_dtype = DType::kF32) {
   ModelInstanceOptions options;
   options.kv_tokens = kv_tokens;
+  options.kv_dtype = kv_dtype;
   return testing::load_golden_model(name, backend, options);
 }
 
@@ -144,10 +145,16 @@ TEST(SpecDecodeEngine, GreedyEqualsPlainGreedyForEveryGoldenArchitecture) {
   }
 }
 
-TEST(SpecDecodeEngine, TinyStoriesGreedyEqualsPlainWithEveryK) {
+// Rollback of rejected draft tokens (and preemption mid-speculation) with an
+// f32 and a bf16 KV cache (--kv-dtype) in both models.
+class SpecDecodeKv : public ::testing::TestWithParam<DType> {};
+INSTANTIATE_TEST_SUITE_P(KvDtype, SpecDecodeKv, ::testing::Values(DType::kF32, DType::kBF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST_P(SpecDecodeKv, TinyStoriesGreedyEqualsPlainWithEveryK) {
   CpuBackend backend{CpuBackendOptions{2}};
-  auto target = load(backend, "tinystories-656k");
-  auto draft = load(backend, "tinystories-656k");
+  auto target = load(backend, "tinystories-656k", 4096, GetParam());
+  auto draft = load(backend, "tinystories-656k", 4096, GetParam());
   const auto prompt = prompt_of("tinystories-656k", "t1.input_ids");
   const auto expected = offline_greedy(*target, prompt, 48);
   for (int32_t k : {2, 3, 8}) {
@@ -267,11 +274,11 @@ TEST(SpecDecodeEngine, SeededSamplingIsReproducible) {
   expect_pools_free(engine);
 }
 
-TEST(SpecDecodeEngine, PreemptionMidSpeculationKeepsEveryStreamExact) {
+TEST_P(SpecDecodeKv, PreemptionMidSpeculationKeepsEveryStreamExact) {
   CpuBackend backend{CpuBackendOptions{2}};
   // 12 blocks of 16: four requests of ~50 + 40 tokens cannot all run at once.
-  auto target = load(backend, "llama-gqa", 12 * 16);
-  auto draft = load(backend, "llama-gqa");
+  auto target = load(backend, "llama-gqa", 12 * 16, GetParam());
+  auto draft = load(backend, "llama-gqa", 4096, GetParam());
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::vector<int32_t>> expected;
   for (const char* name : {"p0.input_ids", "p1.input_ids", "p2.input_ids", "p3.input_ids"}) {

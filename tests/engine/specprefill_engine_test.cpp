@@ -22,9 +22,11 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::unique_ptr<ModelInstance> load(Backend& backend, int64_t kv_tokens) {
+std::unique_ptr<ModelInstance> load(Backend& backend, int64_t kv_tokens,
+                                    DType kv_dtype = DType::kF32) {
   ModelInstanceOptions options;
   options.kv_tokens = kv_tokens;
+  options.kv_dtype = kv_dtype;
   return testing::load_golden_model("llama-gqa", backend, options);
 }
 
@@ -68,9 +70,11 @@ void expect_pools_free(const Engine& engine, const ModelInstance& draft) {
 }
 
 struct Pair {
+  explicit Pair(DType kv_dtype = DType::kF32)
+      : target(load(backend, 4096, kv_dtype)), draft(load(backend, 4096, kv_dtype)) {}
   CpuBackend backend{CpuBackendOptions{2}};
-  std::unique_ptr<ModelInstance> target = load(backend, 4096);
-  std::unique_ptr<ModelInstance> draft = load(backend, 4096);  // same folder: draft = target
+  std::unique_ptr<ModelInstance> target;
+  std::unique_ptr<ModelInstance> draft;  // same folder: draft = target
   EngineOptions options(int64_t threshold = 8192, const std::string& fault = "") {
     EngineOptions o;
     o.specprefill.draft = draft.get();
@@ -80,8 +84,14 @@ struct Pair {
   }
 };
 
-TEST(SpecPrefillEngine, KeepAllWithDraftEqualToTargetEqualsPlainGeneration) {
-  Pair pair;
+// Scoring reads the draft's cached keys (specprefill/prompt_keys.h): these run
+// with an f32 and a bf16 KV cache (--kv-dtype) in both models.
+class SpecPrefillKv : public ::testing::TestWithParam<DType> {};
+INSTANTIATE_TEST_SUITE_P(KvDtype, SpecPrefillKv, ::testing::Values(DType::kF32, DType::kBF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST_P(SpecPrefillKv, KeepAllWithDraftEqualToTargetEqualsPlainGeneration) {
+  Pair pair(GetParam());
   const auto prompt = golden_ids("p2.input_ids");
   const auto expected = offline(*pair.target, prompt, {}, 16);
   Engine engine(*pair.target, pair.options());
@@ -213,8 +223,8 @@ TEST(SpecPrefillEngine, ThresholdAndPerRequestOverrides) {
 }
 
 // A cached target prefix is reused as is; only the suffix is scored.
-TEST(SpecPrefillEngine, CachedPrefixIsReusedAndOnlyTheSuffixIsScored) {
-  Pair pair;
+TEST_P(SpecPrefillKv, CachedPrefixIsReusedAndOnlyTheSuffixIsScored) {
+  Pair pair(GetParam());
   Engine engine(*pair.target, pair.options());
   const auto prompt = golden_ids("p2.input_ids");
   RequestOptions dense{std::vector<int32_t>(prompt.begin(), prompt.begin() + 200), greedy(2), 1,

@@ -7,6 +7,10 @@
 // as tiles of queries x gathered keys with sgemm (S = Q Kᵀ, softmax, O = P V).
 // A sequence with few query tokens (decode) walks its slots directly, with
 // the group of query heads sharing each K/V row load (GQA).
+//
+// The cache holds K/V as f32, bf16 or f16 (the layer tensors' dtype,
+// --kv-dtype): rows are rounded to nearest even when written and widened to
+// f32 as they are loaded (backend/cpu/kv_rows.h); all arithmetic is f32.
 #include <cblas.h>
 
 #include <algorithm>
@@ -18,6 +22,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_elementwise.h"
+#include "backend/cpu/kv_rows.h"
 #include "backend/cpu/op_timer.h"
 
 namespace specstack {
@@ -39,13 +44,6 @@ inline int64_t flat_slot(const AttentionBatch& batch, int64_t seq, int64_t slot,
   return table[static_cast<size_t>(logical_block)] * block_size + slot % block_size;
 }
 
-inline float dot(const float* a, const float* b, int64_t n) {
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
 inline bool visible(const AttentionParams& params, int32_t key_pos, int32_t query_pos) {
   return params.sliding_window <= 0 ||
          static_cast<int64_t>(key_pos) > static_cast<int64_t>(query_pos) - params.sliding_window;
@@ -58,9 +56,12 @@ struct AttentionContext {
   const AttentionParams& params;
   Tensor& out;
   int64_t group;  // query heads per kv head
+  cpu::KvRowCodec codec;
 };
 
 // One token, one kv head: walk the slots once for all heads of the group.
+// The codec's fused loops widen each K/V value once for the whole group
+// (f32 rows are read in place).
 void attend_direct(const AttentionContext& c, int64_t t, int64_t g, std::vector<float>& scores,
                    std::vector<float>& acc) {
   const AttentionParams& p = c.params;
@@ -71,30 +72,34 @@ void attend_direct(const AttentionContext& c, int64_t t, int64_t g, std::vector<
   SS_CHECK_LE(n_visible, c.batch.seq_n_slots[static_cast<size_t>(seq)]);
   const int32_t q_pos = c.batch.token_pos[static_cast<size_t>(t)];
   const float* q_rows = c.q.f32() + t * p.n_heads * hd + g * c.group * hd;
-  const float* k_store = c.layer.k.f32();
-  const float* v_store = c.layer.v.f32();
+  const size_t elem = dtype_size(c.layer.k.dtype());
+  const auto* k_store = static_cast<const uint8_t*>(c.layer.k.raw());
+  const auto* v_store = static_cast<const uint8_t*>(c.layer.v.raw());
   const int32_t* positions = c.layer.positions.data<int32_t>();
 
   scores.assign(static_cast<size_t>(c.group * n_visible), kNegInf);
   for (int64_t s = 0; s < n_visible; ++s) {
     const int64_t flat = flat_slot(c.batch, seq, s, c.layer.block_size);
     if (!visible(p, positions[flat], q_pos)) continue;
-    const float* k_row = k_store + flat * kv_row + g * hd;
-    for (int64_t h = 0; h < c.group; ++h) {
-      scores[static_cast<size_t>(h * n_visible + s)] = dot(q_rows + h * hd, k_row, hd) * p.scale;
+    const uint8_t* k_row = k_store + static_cast<size_t>(flat * kv_row + g * hd) * elem;
+    for (int64_t h = 0; h < c.group; h += cpu::kKvHeadsPerCall) {
+      c.codec.dot_heads(q_rows + h * hd, std::min(cpu::kKvHeadsPerCall, c.group - h), hd, k_row,
+                        p.scale, scores.data() + h * n_visible + s, n_visible);
     }
   }
   for (int64_t h = 0; h < c.group; ++h) cpu::softmax_row(scores.data() + h * n_visible, n_visible);
   acc.assign(static_cast<size_t>(c.group * hd), 0.0f);
   for (int64_t s = 0; s < n_visible; ++s) {
+    bool any = false;
+    for (int64_t h = 0; h < c.group; ++h)
+      any |= scores[static_cast<size_t>(h * n_visible + s)] != 0.0f;
+    if (!any) continue;  // masked or underflowed for every head: skip the row load
     const int64_t flat = flat_slot(c.batch, seq, s, c.layer.block_size);
-    const float* v_row = v_store + flat * kv_row + g * hd;
-    for (int64_t h = 0; h < c.group; ++h) {
-      const float weight = scores[static_cast<size_t>(h * n_visible + s)];
-      if (weight == 0.0f) continue;
-      float* a = acc.data() + h * hd;
-#pragma omp simd
-      for (int64_t d = 0; d < hd; ++d) a[d] += weight * v_row[d];
+    const uint8_t* v_row = v_store + static_cast<size_t>(flat * kv_row + g * hd) * elem;
+    for (int64_t h = 0; h < c.group; h += cpu::kKvHeadsPerCall) {
+      c.codec.axpy_heads(scores.data() + h * n_visible + s, n_visible,
+                         std::min(cpu::kKvHeadsPerCall, c.group - h), v_row, hd,
+                         acc.data() + h * hd);
     }
   }
   std::memcpy(c.out.f32() + t * p.n_heads * hd + g * c.group * hd, acc.data(),
@@ -128,15 +133,20 @@ void attend_tile(const AttentionContext& c, int64_t seq, const int32_t* tokens, 
   w.v.resize(static_cast<size_t>(n_ctx * hd));
   w.pos.resize(static_cast<size_t>(n_ctx));
   const int32_t* positions = c.layer.positions.data<int32_t>();
+  const size_t elem = dtype_size(c.layer.k.dtype());
+  const auto* k_base = static_cast<const uint8_t*>(c.layer.k.raw());
+  const auto* v_base = static_cast<const uint8_t*>(c.layer.v.raw());
   for (int64_t s = 0; s < n_ctx; ++s) {
     const int64_t flat = flat_slot(c.batch, seq, s, c.layer.block_size);
-    std::memcpy(w.k.data() + s * hd, c.layer.k.f32() + flat * kv_row + g * hd, hd * sizeof(float));
-    std::memcpy(w.v.data() + s * hd, c.layer.v.f32() + flat * kv_row + g * hd, hd * sizeof(float));
+    const size_t offset = static_cast<size_t>(flat * kv_row + g * hd) * elem;
+    c.codec.load(k_base + offset, hd, w.k.data() + s * hd);
+    c.codec.load(v_base + offset, hd, w.v.data() + s * hd);
     w.pos[static_cast<size_t>(s)] = positions[flat];
   }
   w.q.resize(static_cast<size_t>(rows * hd));
   for (int64_t i = 0; i < m; ++i) {
-    std::memcpy(w.q.data() + i * c.group * hd, c.q.f32() + tokens[i] * p.n_heads * hd + g * c.group * hd,
+    std::memcpy(w.q.data() + i * c.group * hd,
+                c.q.f32() + tokens[i] * p.n_heads * hd + g * c.group * hd,
                 c.group * hd * sizeof(float));
   }
 
@@ -177,14 +187,17 @@ void CpuBackend::write_kv(const Tensor& k, const Tensor& v, const AttentionBatch
   SS_CHECK_EQ(k.size(0), n_tokens);
   SS_CHECK_EQ(k.size(1), row);
   SS_CHECK_EQ(v.size(1), row);
-  float* k_store = layer.k.f32();
-  float* v_store = layer.v.f32();
+  SS_CHECK(layer.k.dtype() == layer.v.dtype());
+  const cpu::KvRowCodec codec = cpu::kv_row_codec(layer.k.dtype());
+  const size_t row_bytes = dtype_bytes(layer.k.dtype(), row);
+  auto* k_store = static_cast<uint8_t*>(layer.k.raw());
+  auto* v_store = static_cast<uint8_t*>(layer.v.raw());
   int32_t* positions = layer.positions.data<int32_t>();
   for (int64_t t = 0; t < n_tokens; ++t) {
     const int64_t flat = flat_slot(batch, batch.token_seq[static_cast<size_t>(t)],
                                    batch.token_slot[static_cast<size_t>(t)], layer.block_size);
-    std::memcpy(k_store + flat * row, k.f32() + t * row, static_cast<size_t>(row) * sizeof(float));
-    std::memcpy(v_store + flat * row, v.f32() + t * row, static_cast<size_t>(row) * sizeof(float));
+    codec.store(k.f32() + t * row, row, k_store + static_cast<size_t>(flat) * row_bytes);
+    codec.store(v.f32() + t * row, row, v_store + static_cast<size_t>(flat) * row_bytes);
     positions[flat] = batch.token_pos[static_cast<size_t>(t)];
   }
 }
@@ -196,7 +209,14 @@ void CpuBackend::attention(const Tensor& q, const AttentionBatch& batch, const K
   SS_CHECK_EQ(q.size(0), n_tokens);
   SS_CHECK_EQ(q.size(1), params.n_heads * params.head_dim);
   SS_CHECK_EQ(params.n_heads % params.n_kv_heads, 0);
-  const AttentionContext context{q, batch, layer, params, out, params.n_heads / params.n_kv_heads};
+  SS_CHECK(layer.k.dtype() == layer.v.dtype());
+  const AttentionContext context{q,
+                                 batch,
+                                 layer,
+                                 params,
+                                 out,
+                                 params.n_heads / params.n_kv_heads,
+                                 cpu::kv_row_codec(layer.k.dtype())};
 
   // Split tokens: GEMM tiles for sequences with many queries, direct for the rest.
   std::vector<std::vector<int32_t>> by_seq(batch.block_tables.size());

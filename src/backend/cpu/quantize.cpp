@@ -15,6 +15,7 @@ namespace specstack::cpu {
 namespace {
 
 using quant::BlockQ4_K;
+using quant::BlockQ6_K;
 using quant::BlockQ8_0;
 using quant::kQk;
 using quant::kQkK;
@@ -110,7 +111,60 @@ void quantize_block_q4_k(const float* x, BlockQ4_K& block) {
   }
 }
 
+// Q6_K: 16 sub-blocks of 16 values, each with an int8 scale sc_j of the
+// f16 super-block scale d, codes q in [-32, 31] stored as q + 32 (low 4 bits
+// in ql, high 2 in qh). Round to nearest on the symmetric grid of step
+// d sc_j with sc_j = ceil(amax_j / (31 d)) (and d rounded up), so |x| <= 31
+// steps: no value is clipped, each is within half a step.
+void quantize_block_q6_k(const float* x, BlockQ6_K& block) {
+  constexpr int kSub = kQkK / 16;
+  float amax[kSub];
+  float max_step = 0;
+  for (int j = 0; j < kSub; ++j) {
+    amax[j] = 0;
+    for (int l = 0; l < 16; ++l) amax[j] = std::max(amax[j], std::fabs(x[16 * j + l]));
+    max_step = std::max(max_step, amax[j] / 31.0f);
+  }
+  block.d = max_step > 0
+                ? f16_at_least(max_step / 127.0f, [&](float d) { return max_step / d <= 127.0f; })
+                : 0;
+  const float d = f16_to_f32(block.d);
+  uint8_t q[kQkK];
+  for (int j = 0; j < kSub; ++j) {
+    int sc = d > 0 ? std::clamp(static_cast<int>(std::ceil(amax[j] / (31.0f * d))), 0, 127) : 0;
+    // The dequantizer's own step (d * sc) must reach the largest value in 31 codes.
+    while (sc < 127 && (d * static_cast<float>(sc)) * 31.0f < amax[j]) ++sc;
+    block.scales[j] = static_cast<int8_t>(sc);
+    const float step = d * static_cast<float>(sc);
+    const float inv = step > 0 ? 1.0f / step : 0.0f;
+    for (int l = 0; l < 16; ++l) {
+      const float v = std::round(x[16 * j + l] * inv);
+      q[16 * j + l] = static_cast<uint8_t>(std::clamp(v, -32.0f, 31.0f) + 32.0f);
+    }
+  }
+  // Each half of 128 values: value l and l + 64 share ql[l] (low, high
+  // nibble), l + 32 and l + 96 share ql[l + 32]; their top 2 bits go to qh[l]
+  // at bits 0, 4, 2, 6 (gguf_dequant.cpp's dequant_q6_k reads it back).
+  for (int half = 0; half < 2; ++half) {
+    const uint8_t* v = q + 128 * half;
+    uint8_t* ql = block.ql + 64 * half;
+    uint8_t* qh = block.qh + 32 * half;
+    for (int l = 0; l < 32; ++l) {
+      ql[l] = static_cast<uint8_t>((v[l] & 0x0F) | ((v[l + 64] & 0x0F) << 4));
+      ql[l + 32] = static_cast<uint8_t>((v[l + 32] & 0x0F) | ((v[l + 96] & 0x0F) << 4));
+      qh[l] = static_cast<uint8_t>((v[l] >> 4) | ((v[l + 32] >> 4) << 2) | ((v[l + 64] >> 4) << 4) |
+                                   ((v[l + 96] >> 4) << 6));
+    }
+  }
+}
+
 }  // namespace
+
+void quantize_row_q6_k(const float* x, int64_t n, void* dst) {
+  SS_CHECK_MSG(n % kQkK == 0, "quantize_row_q6_k: length not a multiple of 256");
+  auto* blocks = static_cast<BlockQ6_K*>(dst);
+  for (int64_t b = 0; b < n / kQkK; ++b) quantize_block_q6_k(x + b * kQkK, blocks[b]);
+}
 
 void quantize_row_q8_0(const float* x, int64_t n, void* dst) {
   SS_CHECK_MSG(n % kQk == 0, "quantize_row_q8_0: length not a multiple of 32");
@@ -126,8 +180,8 @@ void quantize_row_q4_k(const float* x, int64_t n, void* dst) {
 
 Tensor quantize_matrix(const Tensor& w, DType target) {
   SS_CHECK_EQ(w.dim(), 2);
-  SS_CHECK_MSG(target == DType::kQ8_0 || target == DType::kQ4_K,
-               "quantize_matrix: target must be q8_0 or q4_k");
+  SS_CHECK_MSG(target == DType::kQ8_0 || target == DType::kQ4_K || target == DType::kQ6_K,
+               "quantize_matrix: target must be q8_0, q4_k or q6_k");
   const int64_t rows = w.size(0), cols = w.size(1);
   SS_CHECK_MSG(cols % dtype_block_elements(target) == 0,
                "quantize_matrix: row length not a multiple of the block");
@@ -147,8 +201,10 @@ Tensor quantize_matrix(const Tensor& w, DType target) {
       convert_rows_to_f32(w, r, r + 1, row.data());
       if (target == DType::kQ8_0)
         quantize_row_q8_0(row.data(), cols, dst + r * row_bytes);
-      else
+      else if (target == DType::kQ4_K)
         quantize_row_q4_k(row.data(), cols, dst + r * row_bytes);
+      else
+        quantize_row_q6_k(row.data(), cols, dst + r * row_bytes);
     }
   };
   std::vector<std::thread> threads;

@@ -29,8 +29,17 @@ void quantize_row_q8_0(const float* x, int64_t n, void* dst);
 // price against an optimal search is a grid up to one scale step wider.
 void quantize_row_q4_k(const float* x, int64_t n, void* dst);
 
+// n values (a multiple of 256) -> n / 256 Q6_K blocks at dst (for the
+// Q4_K_M mix's LM head, attn_v and ffn_down). Round to nearest on a
+// symmetric grid per sub-block of 16 (not ggml's make_qx_quants search):
+// int8 scale sc_j = ceil(amax_j / (31 d)), d = max_j amax_j / (31 * 127)
+// rounded up to f16, codes in [-32, 31]; every value is within d sc_j / 2
+// of its dequantized value.
+void quantize_row_q6_k(const float* x, int64_t n, void* dst);
+
 // A [rows, cols] f32 / bf16 / f16 host matrix as a new tensor of `target`
-// (kQ8_0 or kQ4_K; cols a multiple of its block), rows split over threads.
+// (kQ8_0, kQ4_K or kQ6_K; cols a multiple of its block), rows split over
+// threads.
 Tensor quantize_matrix(const Tensor& w, DType target);
 
 }  // namespace specstack::cpu
