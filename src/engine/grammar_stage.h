@@ -7,6 +7,11 @@
 // among admitted tokens. After sampling the token advances the matcher; a
 // document that cannot continue ends the choice with "stop".
 //
+// With RequestOptions::constraint_trigger the grammar applies lazily
+// (grammar/triggered_matcher.h): free until the trigger string appears in the
+// output (tool_choice "auto": a call's opening marker), constrained through
+// the call, then free again (parallel calls) or complete.
+//
 // Speculative decoding is off for constrained requests (SpecDecodeStage asks
 // constrained()): a draft token's grammar state would have to be tracked
 // through every verified position. On the GPU a constrained step samples on

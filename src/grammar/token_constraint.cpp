@@ -1,7 +1,6 @@
 #include "grammar/token_constraint.h"
 
 #include <algorithm>
-#include <bit>
 #include <limits>
 
 namespace specstack::grammar {
@@ -15,15 +14,33 @@ constexpr size_t kMaxCachedMasks = 1024;
 
 }  // namespace
 
-int64_t TokenMask::count() const {
-  int64_t n = 0;
-  for (uint64_t w : words) n += std::popcount(w);
+TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar,
+                                 std::shared_ptr<const TokenVocabulary> vocabulary,
+                                 TokenConstraintOptions options)
+    : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)), options_(options) {}
+
+size_t TokenConstraint::precompute_positions() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t n = 0;
+  for (uint32_t pos = 0; pos < grammar_->elements.size(); ++pos) {
+    if (grammar_->elements[pos].kind != ElementKind::kElementBytes) continue;
+    position(pos);
+    ++n;
+  }
   return n;
 }
 
-TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar,
-                                 std::shared_ptr<const TokenVocabulary> vocabulary)
-    : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)) {}
+const PositionMasks& TokenConstraint::position(uint32_t pos) {
+  auto it = positions_.find(pos);
+  if (it == positions_.end()) {
+    auto masks = std::make_unique<const PositionMasks>(
+        classify_position(*grammar_, *vocabulary_, pos, scratch_));
+    ++stats_.positions_classified;
+    stats_.nodes_visited += masks->nodes_visited;
+    it = positions_.emplace(pos, std::move(masks)).first;
+  }
+  return *it->second;
+}
 
 TokenConstraintStats TokenConstraint::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -41,40 +58,61 @@ std::shared_ptr<const TokenMask> TokenConstraint::mask(const StackSet& state) {
   return mask;
 }
 
+std::shared_ptr<const TokenMask> TokenConstraint::side_mask(
+    const std::string& key, const std::function<TokenMask()>& compute) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto it = side_masks_.find(key); it != side_masks_.end()) return it->second;
+  auto mask = std::make_shared<const TokenMask>(compute());
+  side_masks_.emplace(key, mask);
+  return mask;
+}
+
 std::shared_ptr<TokenMask> TokenConstraint::walk(const StackSet& state) {
   ++stats_.mask_walks;
-  const Grammar& g = *grammar_;
-  const TokenVocabulary& v = *vocabulary_;
-  const std::vector<TrieNode>& nodes = v.nodes();
-  const std::vector<int32_t>& ids = v.token_ids();
-  auto mask = std::make_shared<TokenMask>();
-  mask->words.assign((static_cast<size_t>(v.size()) + 63) / 64, 0);
-
-  // states_[d]: the state after the first d bytes of the current path;
-  // allowed[d]: the bytes it admits (a cheap test before a full advance).
-  states_.resize(v.max_depth() + 1);
-  std::vector<ByteSet> allowed(v.max_depth() + 1);
-  states_[0] = state;
-  allowed[0] = GrammarMatcher::next_bytes(g, state);
-  int64_t visited = 0;
-  for (uint32_t i = 1; i < nodes.size();) {
-    const TrieNode& node = nodes[i];
-    const size_t d = node.depth;
-    ++visited;
-    if (!allowed[d - 1].test(node.byte)) {
-      i = node.subtree_end;
-      continue;
-    }
-    GrammarMatcher::advance(g, states_[d - 1], node.byte, states_[d], scratch_);
-    if (states_[d].empty()) {
-      i = node.subtree_end;
-      continue;
-    }
-    for (uint32_t t = node.tokens_begin; t < node.tokens_end; ++t) mask->set(ids[t]);
-    if (node.subtree_end > i + 1) allowed[d] = GrammarMatcher::next_bytes(g, states_[d]);
-    ++i;
+  if (options_.context_independent) {
+    if (std::shared_ptr<TokenMask> mask = split_mask(state)) return mask;
   }
-  stats_.nodes_visited += visited;
+  auto mask = std::make_shared<TokenMask>();
+  mask->words.assign((static_cast<size_t>(vocabulary_->size()) + 63) / 64, 0);
+  stats_.nodes_visited += walk_trie(*grammar_, vocabulary_->trie(), state, *mask, scratch_);
+  return mask;
+}
+
+std::shared_ptr<TokenMask> TokenConstraint::split_mask(const StackSet& state) {
+  const Grammar& g = *grammar_;
+  // Stacks by their top (ended stacks admit no token).
+  std::vector<std::pair<uint32_t, uint32_t>> tops;  // (top, stack index)
+  for (uint32_t i = 0; i < state.size(); ++i) {
+    if (state.begin(i) == state.ends[i]) continue;
+    tops.emplace_back(state.data[state.ends[i] - 1], i);
+  }
+  std::sort(tops.begin(), tops.end());
+  for (const auto& [top, i] : tops) {
+    // Too deep for the split to be exact (a path might hit the depth
+    // bound that the one-entry classification never saw): the plain walk.
+    const size_t depth = state.ends[i] - state.begin(i);
+    if (depth + position(top).max_growth + g.rules.size() + 1 > kMaxStackDepth) return nullptr;
+  }
+  auto mask = std::make_shared<TokenMask>();
+  mask->words.assign((static_cast<size_t>(vocabulary_->size()) + 63) / 64, 0);
+  for (size_t a = 0; a < tops.size();) {
+    size_t b = a;
+    while (b < tops.size() && tops[b].first == tops[a].first) ++b;
+    const PositionMasks& p = position(tops[a].first);
+    for (size_t w = 0; w < mask->words.size(); ++w) mask->words[w] |= p.accepted.words[w];
+    if (!p.context_dependent.empty()) {
+      group_.clear();
+      for (size_t k = a; k < b; ++k) {
+        const uint32_t i = tops[k].second;
+        group_.data.insert(group_.data.end(), state.data.begin() + state.begin(i),
+                           state.data.begin() + state.ends[i]);
+        group_.ends.push_back(static_cast<uint32_t>(group_.data.size()));
+        group_.hashes.push_back(state.hashes[i]);
+      }
+      stats_.nodes_visited += walk_trie(g, p.context_dependent, group_, *mask, scratch_);
+    }
+    a = b;
+  }
   return mask;
 }
 
@@ -116,6 +154,12 @@ void TokenMatcher::apply(std::span<float> logits, std::span<const int32_t> eos_i
     }
   }
   for (const auto& [id, value] : eos) logits[size_t(id)] = value;
+}
+
+bool TokenMatcher::accept_bytes(std::string_view bytes) {
+  if (!matcher_.accept_bytes(bytes)) return false;
+  mask_.reset();
+  return true;
 }
 
 bool TokenMatcher::accept(int32_t token, std::span<const int32_t> eos_ids) {
