@@ -7,12 +7,11 @@
 // the cost is per token per sequence. "cold" starts from an empty mask cache,
 // "warm" repeats the same workload on the filled one (a server that has seen
 // the schema before). Each is measured for three ways of computing a mask
-// on a miss: "plain" (the whole vocabulary trie walked per parser state),
-// "split" (context-independent tokens classified once per grammar position,
-// on first use, inside the measured time; only context-dependent tokens
-// walked per state) and "split-pre" (the positions classified up front, as a
-// grammar compiler would; that time is printed apart). Prints a table
-// (median of --repeats) and writes a CSV.
+// on a miss: "plain" (the whole vocabulary trie walked per parser state) and
+// "split-K" (context-independent tokens classified once per stack top of K
+// entries, on first use, inside the measured cold time; only the
+// context-dependent tokens walked per state; grammar/trie_walk.h). Prints a
+// table (median of --repeats) and writes a CSV.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -123,33 +122,29 @@ int main(int argc, char** argv) {
     std::vector<std::vector<int32_t>> docs;
     for (int i = 0; i < n_docs; ++i)
       docs.push_back(tok->encode(gen.serialize(gen.generate()), false));
-    for (const std::string method : {"plain", "split", "split-pre"}) {
+    for (const std::string method : {"plain", "split-1", "split-3"}) {
       grammar::TokenConstraintOptions options;
       options.context_independent = method != "plain";
+      options.context_depth = method == "split-1" ? 1 : 3;
       for (int batch : {1, 64}) {
-        std::vector<double> cold, warm, pre_ms;
+        std::vector<double> cold, warm;
         double walks_per_1k = 0;
-        size_t positions = 0;
+        int64_t classified = 0;
         for (int r = 0; r < repeats; ++r) {
           auto c = std::make_shared<grammar::TokenConstraint>(g, vocab, options);
-          if (method == "split-pre") {
-            const auto p0 = Clock::now();
-            positions = c->precompute_positions();
-            pre_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - p0).count());
-          }
           auto [cold_s, n] = run(c, docs, batch, vocab->size());
           walks_per_1k =
               1000.0 * static_cast<double>(c->stats().mask_walks) / static_cast<double>(n);
+          classified = c->stats().positions_classified;
           auto [warm_s, n2] = run(c, docs, batch, vocab->size());
           cold.push_back(cold_s * 1e6 / static_cast<double>(n));
           warm.push_back(warm_s * 1e6 / static_cast<double>(n2));
         }
         std::sort(cold.begin(), cold.end());
         std::sort(warm.begin(), warm.end());
-        if (!pre_ms.empty()) {
-          std::sort(pre_ms.begin(), pre_ms.end());
-          std::printf("%s batch %d: %zu grammar positions classified up front in %.0f ms\n",
-                      family.c_str(), batch, positions, pre_ms[pre_ms.size() / 2]);
+        if (options.context_independent) {
+          std::printf("%s batch %d %s: %lld stack tops classified\n", family.c_str(), batch,
+                      method.c_str(), static_cast<long long>(classified));
         }
         rows.push_back({family, batch, method, "cold", cold[cold.size() / 2], walks_per_1k});
         rows.push_back({family, batch, method, "warm", warm[warm.size() / 2], 0});

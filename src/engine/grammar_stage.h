@@ -1,6 +1,6 @@
 // GrammarStage: grammar-constrained decoding (response_format json_schema /
 // json_object, "grammar") as one stage of the sampling path. A request whose
-// RequestOptions::constraint is set gets a TokenMatcher per choice (its own
+// RequestOptions::constraint is set gets a TriggeredMatcher per choice (its own
 // parser state, so n > 1 choices diverge freely). Before sampling, every
 // logit the grammar does not admit becomes -inf and EOS survives only where
 // the document may end; so greedy, sampling, top-k/p and penalties all pick

@@ -19,25 +19,15 @@ TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar,
                                  TokenConstraintOptions options)
     : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)), options_(options) {}
 
-size_t TokenConstraint::precompute_positions() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  size_t n = 0;
-  for (uint32_t pos = 0; pos < grammar_->elements.size(); ++pos) {
-    if (grammar_->elements[pos].kind != ElementKind::kElementBytes) continue;
-    position(pos);
-    ++n;
-  }
-  return n;
-}
-
-const PositionMasks& TokenConstraint::position(uint32_t pos) {
-  auto it = positions_.find(pos);
+const PositionMasks& TokenConstraint::position(std::span<const uint32_t> suffix) {
+  std::string key(reinterpret_cast<const char*>(suffix.data()), suffix.size_bytes());
+  auto it = positions_.find(key);
   if (it == positions_.end()) {
     auto masks = std::make_unique<const PositionMasks>(
-        classify_position(*grammar_, *vocabulary_, pos, scratch_));
+        classify_position(*grammar_, *vocabulary_, suffix, scratch_));
     ++stats_.positions_classified;
     stats_.nodes_visited += masks->nodes_visited;
-    it = positions_.emplace(pos, std::move(masks)).first;
+    it = positions_.emplace(std::move(key), std::move(masks)).first;
   }
   return *it->second;
 }
@@ -80,30 +70,45 @@ std::shared_ptr<TokenMask> TokenConstraint::walk(const StackSet& state) {
 
 std::shared_ptr<TokenMask> TokenConstraint::split_mask(const StackSet& state) {
   const Grammar& g = *grammar_;
-  // Stacks by their top (ended stacks admit no token).
-  std::vector<std::pair<uint32_t, uint32_t>> tops;  // (top, stack index)
+  // Stacks by their top entries (ended stacks admit no token).
+  const size_t k = std::max<size_t>(options_.context_depth, 1);
+  struct Top {
+    std::span<const uint32_t> suffix;
+    uint32_t stack;
+  };
+  std::vector<Top> tops;
   for (uint32_t i = 0; i < state.size(); ++i) {
-    if (state.begin(i) == state.ends[i]) continue;
-    tops.emplace_back(state.data[state.ends[i] - 1], i);
+    const uint32_t b = state.begin(i), e = state.ends[i];
+    if (b == e) continue;
+    const uint32_t n = std::min<uint32_t>(e - b, static_cast<uint32_t>(k));
+    tops.push_back({std::span<const uint32_t>(state.data.data() + e - n, n), i});
   }
-  std::sort(tops.begin(), tops.end());
-  for (const auto& [top, i] : tops) {
+  std::sort(tops.begin(), tops.end(), [](const Top& x, const Top& y) {
+    return std::lexicographical_compare(x.suffix.begin(), x.suffix.end(), y.suffix.begin(),
+                                        y.suffix.end());
+  });
+  auto same = [](const Top& x, const Top& y) {
+    return std::equal(x.suffix.begin(), x.suffix.end(), y.suffix.begin(), y.suffix.end());
+  };
+  for (const Top& top : tops) {
     // Too deep for the split to be exact (a path might hit the depth
-    // bound that the one-entry classification never saw): the plain walk.
-    const size_t depth = state.ends[i] - state.begin(i);
-    if (depth + position(top).max_growth + g.rules.size() + 1 > kMaxStackDepth) return nullptr;
+    // bound that the classification never saw): the plain walk.
+    const size_t depth = state.ends[top.stack] - state.begin(top.stack);
+    if (depth + position(top.suffix).max_growth + g.rules.size() + 1 > kMaxStackDepth) {
+      return nullptr;
+    }
   }
   auto mask = std::make_shared<TokenMask>();
   mask->words.assign((static_cast<size_t>(vocabulary_->size()) + 63) / 64, 0);
   for (size_t a = 0; a < tops.size();) {
     size_t b = a;
-    while (b < tops.size() && tops[b].first == tops[a].first) ++b;
-    const PositionMasks& p = position(tops[a].first);
+    while (b < tops.size() && same(tops[b], tops[a])) ++b;
+    const PositionMasks& p = position(tops[a].suffix);
     for (size_t w = 0; w < mask->words.size(); ++w) mask->words[w] |= p.accepted.words[w];
     if (!p.context_dependent.empty()) {
       group_.clear();
-      for (size_t k = a; k < b; ++k) {
-        const uint32_t i = tops[k].second;
+      for (size_t t = a; t < b; ++t) {
+        const uint32_t i = tops[t].stack;
         group_.data.insert(group_.data.end(), state.data.begin() + state.begin(i),
                            state.data.begin() + state.ends[i]);
         group_.ends.push_back(static_cast<uint32_t>(group_.data.size()));

@@ -9,10 +9,11 @@
 // runs once per distinct state, later visits are a hash lookup.
 //
 // The walk itself is split as XGrammar does (grammar/trie_walk.h): per
-// grammar position, the tokens whose acceptance does not depend on the stack
-// below are classified once; a state's mask is then the union, over its
-// stacks, of their tops' accepted sets plus a walk of only the
-// context-dependent tokens with the real stack.
+// stack top (its last TokenConstraintOptions::context_depth entries), the
+// tokens whose acceptance does not depend on the stack below are classified
+// once, on first use; a state's mask is then the union, over its stacks, of
+// their tops' accepted sets plus a walk of only the context-dependent tokens
+// with the real stacks.
 //
 // TokenMatcher (one per sequence) holds the parser state, masks logits and
 // accepts the sampled token.
@@ -47,6 +48,10 @@ struct TokenConstraintOptions {
   // position) and the rest (walked per state), instead of walking the whole
   // vocabulary per state. Off: the plain walk (the benchmark's baseline).
   bool context_independent = true;
+  // How many top entries of a stack the split classifies together (see
+  // grammar/trie_walk.h): more decides more tokens ahead of time, fewer
+  // shares each classification among more states.
+  size_t context_depth = 3;
 };
 
 class TokenConstraint {
@@ -54,10 +59,6 @@ class TokenConstraint {
   TokenConstraint(std::shared_ptr<const Grammar> grammar,
                   std::shared_ptr<const TokenVocabulary> vocabulary,
                   TokenConstraintOptions options = {});
-
-  // Classifies every byte position of the grammar now instead of on first
-  // use (what a grammar compiler does ahead of requests); returns how many.
-  size_t precompute_positions();
 
   // The tokens whose bytes the state admits (EOS is not in the vocabulary).
   std::shared_ptr<const TokenMask> mask(const StackSet& state);
@@ -75,7 +76,8 @@ class TokenConstraint {
  private:
   std::shared_ptr<TokenMask> walk(const StackSet& state);
   std::shared_ptr<TokenMask> split_mask(const StackSet& state);
-  const PositionMasks& position(uint32_t pos);
+  // The split for a stack's top entries, classified on first use.
+  const PositionMasks& position(std::span<const uint32_t> suffix);
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const TokenVocabulary> vocabulary_;
@@ -84,7 +86,8 @@ class TokenConstraint {
   std::unordered_map<std::string, std::shared_ptr<const TokenMask>> side_masks_;
   TokenConstraintStats stats_;
   TokenConstraintOptions options_;
-  std::unordered_map<uint32_t, std::unique_ptr<const PositionMasks>> positions_;
+  // By the suffix's entries as bytes.
+  std::unordered_map<std::string, std::unique_ptr<const PositionMasks>> positions_;
   WalkScratch scratch_;
   StackSet group_;  // split_mask: the stacks sharing one top
 };

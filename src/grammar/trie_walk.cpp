@@ -44,8 +44,8 @@ int64_t walk_trie(const Grammar& g, const TokenTrie& trie, const StackSet& state
   return visited;
 }
 
-PositionMasks classify_position(const Grammar& g, const TokenVocabulary& vocabulary, uint32_t pos,
-                                WalkScratch& scratch) {
+PositionMasks classify_position(const Grammar& g, const TokenVocabulary& vocabulary,
+                                std::span<const uint32_t> suffix, WalkScratch& scratch) {
   const TokenTrie& trie = vocabulary.trie();
   const std::vector<TrieNode>& nodes = trie.nodes();
   const std::vector<int32_t>& ids = trie.token_ids();
@@ -65,8 +65,8 @@ PositionMasks classify_position(const Grammar& g, const TokenVocabulary& vocabul
   scratch.states.resize(trie.max_depth() + 1);
   scratch.allowed.resize(trie.max_depth() + 1);
   scratch.states[0].clear();
-  scratch.states[0].data.push_back(pos);
-  scratch.states[0].ends.push_back(1);
+  scratch.states[0].data.assign(suffix.begin(), suffix.end());
+  scratch.states[0].ends.push_back(static_cast<uint32_t>(suffix.size()));
   scratch.states[0].hashes.push_back(0);
   scratch.allowed[0] = GrammarMatcher::next_bytes(g, scratch.states[0]);
   for (uint32_t i = 1; i < nodes.size();) {
@@ -91,7 +91,7 @@ PositionMasks classify_position(const Grammar& g, const TokenVocabulary& vocabul
     for (size_t s = 0; s < after.size(); ++s) {
       const size_t size = after.ends[s] - after.begin(s);
       returned = returned || size == 0;
-      if (size > 0) out.max_growth = std::max(out.max_growth, size - 1);
+      if (size > suffix.size()) out.max_growth = std::max(out.max_growth, size - suffix.size());
     }
     popped[d] = returned ? 1 : 0;
     for (uint32_t t = node.tokens_begin; t < node.tokens_end; ++t) out.accepted.set(ids[t]);

@@ -4,21 +4,26 @@
 // walk_trie: which tokens of a trie a state admits. It advances the state
 // byte by byte down the trie, pruning a subtree at its first rejected byte.
 //
-// classify_position: XGrammar's context-independent split, for one grammar
-// position (a byte-set element, the top of some stack). Walking the
-// vocabulary with the one-entry stack [pos] sees everything the top rule
-// decides: a token whose bytes a path consumes without returning from that
-// rule is accepted whatever lies below it on a real stack; a token that every
-// path rejects inside the rule is rejected whatever lies below; only a
-// token some path consumes only by returning from the rule (into the unknown
-// entries below) depends on the stack. Those few context-dependent tokens
-// get a trie of their own, walked at run time with the real stacks. A
-// token that ends exactly where the rule returns is accepted: the path
-// stands whatever comes next.
+// classify_position: XGrammar's context-independent split, for the top
+// entries of a stack (its top position, a byte-set element, and the return
+// addresses just below it: the "suffix"). Walking the vocabulary with the
+// suffix alone as the stack sees everything those entries decide: a token
+// whose bytes a path consumes without returning below the suffix is accepted
+// whatever lies further down on a real stack; a token that every path rejects
+// within the suffix is rejected whatever lies below; only a token some path
+// consumes only by returning below the suffix (into the unknown entries)
+// depends on the stack. Those context-dependent tokens get a trie of their
+// own, walked at run time with the real stacks. A token that ends exactly
+// where the suffix is used up is accepted: the path stands whatever comes
+// next. One entry alone is too little for JSON: inside a string the top
+// rule is one character, so every longer token returns from it; with the
+// string's repetition and closing quote in the suffix only tokens that run
+// past the string depend on the context.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "grammar/matcher.h"
@@ -60,7 +65,7 @@ struct PositionMasks {
   int64_t nodes_visited = 0;
 };
 
-PositionMasks classify_position(const Grammar& g, const TokenVocabulary& vocabulary, uint32_t pos,
-                                WalkScratch& scratch);
+PositionMasks classify_position(const Grammar& g, const TokenVocabulary& vocabulary,
+                                std::span<const uint32_t> suffix, WalkScratch& scratch);
 
 }  // namespace specstack::grammar

@@ -277,26 +277,31 @@ item ::= "a" | "b" item | "[" item "]" | "(" item ")"?)g");
   auto v = std::make_shared<const TokenVocabulary>(std::vector<std::string>{
       "[",   "]",  ",",  "a",  "b",  "(",  ")",   "a]", "a,",   "]]", "],", "],[",
       "a]]", "ba", "b[", "[a", "[[", "a)", "a),", ")]", "a]),", "x",  "]x", ",a"});
-  auto split = std::make_shared<TokenConstraint>(g, v);
   auto plain = std::make_shared<TokenConstraint>(g, v, TokenConstraintOptions{false});
-  std::mt19937 rng(5);
-  int states = 0;
-  for (int walk = 0; walk < 200; ++walk) {
-    TokenMatcher m(split);
-    for (int step = 0; step < 12; ++step, ++states) {
-      const TokenMask expected = brute_force_mask(m.matcher(), *v);
-      ASSERT_EQ(m.mask().words, expected.words) << "walk " << walk << " step " << step;
-      ASSERT_EQ(plain->mask(m.matcher().stacks())->words, expected.words);
-      std::vector<int32_t> allowed;
-      for (int32_t id = 0; id < v->size(); ++id) {
-        if (expected.test(id)) allowed.push_back(id);
+  for (size_t depth : {1, 2, 3}) {
+    TokenConstraintOptions options;
+    options.context_depth = depth;
+    auto split = std::make_shared<TokenConstraint>(g, v, options);
+    std::mt19937 rng(5);
+    int states = 0;
+    for (int walk = 0; walk < 200; ++walk) {
+      TokenMatcher m(split);
+      for (int step = 0; step < 12; ++step, ++states) {
+        const TokenMask expected = brute_force_mask(m.matcher(), *v);
+        ASSERT_EQ(m.mask().words, expected.words)
+            << "depth " << depth << " walk " << walk << " step " << step;
+        ASSERT_EQ(plain->mask(m.matcher().stacks())->words, expected.words);
+        std::vector<int32_t> allowed;
+        for (int32_t id = 0; id < v->size(); ++id) {
+          if (expected.test(id)) allowed.push_back(id);
+        }
+        if (allowed.empty()) break;
+        ASSERT_TRUE(m.accept(allowed[rng() % allowed.size()], {}));
       }
-      if (allowed.empty()) break;
-      ASSERT_TRUE(m.accept(allowed[rng() % allowed.size()], {}));
     }
+    EXPECT_GT(states, 1000);
+    EXPECT_GT(split->stats().positions_classified, 0);
   }
-  EXPECT_GT(states, 1000);
-  EXPECT_GT(split->stats().positions_classified, 0);
 }
 
 // The split and the plain walk agree at every state of real documents on
