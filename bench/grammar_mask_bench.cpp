@@ -6,11 +6,17 @@
 // per grammar text) and advances token by token in lock step on one thread;
 // the cost is per token per sequence. "cold" starts from an empty mask cache,
 // "warm" repeats the same workload on the filled one (a server that has seen
-// the schema before). Prints a table (median of --repeats) and writes a CSV.
+// the schema before). Each is measured for three ways of computing a mask
+// on a miss: "plain" (the whole vocabulary trie walked per parser state) and
+// "split-K" (context-independent tokens classified once per stack top of K
+// entries, on first use, inside the measured cold time; only the
+// context-dependent tokens walked per state; grammar/trie_walk.h). Prints a
+// table (median of --repeats) and writes a CSV.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 
 #include "grammar/gbnf_parser.h"
@@ -35,8 +41,10 @@ const char* kSchema = R"({"type":"object","properties":{
 struct Row {
   std::string vocab;
   int batch = 0;
+  std::string method;
   std::string cache;
-  double us_per_token = 0;
+  double us_per_token = 0;      // wall clock
+  double cpu_us_per_token = 0;  // process CPU time: steadier on a shared machine
   double walks_per_1k_tokens = 0;
 };
 
@@ -45,15 +53,20 @@ std::string read_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// Runs `docs` (token ids) through `batch`-sized groups in lock step; returns
-// seconds and the number of tokens.
-std::pair<double, int64_t> run(const std::shared_ptr<grammar::TokenConstraint>& c,
-                               const std::vector<std::vector<int32_t>>& docs, int batch,
-                               int64_t vocab) {
+struct Timing {
+  double wall_s = 0;
+  double cpu_s = 0;
+  int64_t tokens = 0;
+};
+
+// Runs `docs` (token ids) through `batch`-sized groups in lock step.
+Timing run(const std::shared_ptr<grammar::TokenConstraint>& c,
+           const std::vector<std::vector<int32_t>>& docs, int batch, int64_t vocab) {
   std::vector<float> logits(static_cast<size_t>(vocab), 0.5f);
   const std::vector<int32_t> eos;
   int64_t tokens = 0;
   const auto start = Clock::now();
+  const std::clock_t cpu_start = std::clock();
   for (size_t first = 0; first < docs.size(); first += static_cast<size_t>(batch)) {
     const size_t end = std::min(docs.size(), first + static_cast<size_t>(batch));
     std::vector<grammar::TokenMatcher> seqs;
@@ -75,7 +88,8 @@ std::pair<double, int64_t> run(const std::shared_ptr<grammar::TokenConstraint>& 
       if (!any) break;
     }
   }
-  return {std::chrono::duration<double>(Clock::now() - start).count(), tokens};
+  return {std::chrono::duration<double>(Clock::now() - start).count(),
+          double(std::clock() - cpu_start) / CLOCKS_PER_SEC, tokens};
 }
 
 }  // namespace
@@ -116,32 +130,47 @@ int main(int argc, char** argv) {
     std::vector<std::vector<int32_t>> docs;
     for (int i = 0; i < n_docs; ++i)
       docs.push_back(tok->encode(gen.serialize(gen.generate()), false));
-    for (int batch : {1, 64}) {
-      std::vector<double> cold, warm;
-      double walks_per_1k = 0;
-      for (int r = 0; r < repeats; ++r) {
-        auto c = std::make_shared<grammar::TokenConstraint>(g, vocab);
-        auto [cold_s, n] = run(c, docs, batch, vocab->size());
-        walks_per_1k = 1000.0 * static_cast<double>(c->stats().mask_walks) / static_cast<double>(n);
-        auto [warm_s, n2] = run(c, docs, batch, vocab->size());
-        cold.push_back(cold_s * 1e6 / static_cast<double>(n));
-        warm.push_back(warm_s * 1e6 / static_cast<double>(n2));
+    for (const std::string method : {"plain", "split-1", "split-3"}) {
+      grammar::TokenConstraintOptions options;
+      options.context_independent = method != "plain";
+      if (options.context_independent) options.context_depth = size_t(method.back() - '0');
+      for (int batch : {1, 64}) {
+        std::vector<double> cold, warm, cold_cpu, warm_cpu;
+        double walks_per_1k = 0;
+        int64_t classified = 0;
+        for (int r = 0; r < repeats; ++r) {
+          auto c = std::make_shared<grammar::TokenConstraint>(g, vocab, options);
+          const Timing cold_t = run(c, docs, batch, vocab->size());
+          const double n = static_cast<double>(cold_t.tokens);
+          walks_per_1k = 1000.0 * static_cast<double>(c->stats().mask_walks) / n;
+          classified = c->stats().positions_classified;
+          const Timing warm_t = run(c, docs, batch, vocab->size());
+          cold.push_back(cold_t.wall_s * 1e6 / n);
+          warm.push_back(warm_t.wall_s * 1e6 / n);
+          cold_cpu.push_back(cold_t.cpu_s * 1e6 / n);
+          warm_cpu.push_back(warm_t.cpu_s * 1e6 / n);
+        }
+        for (auto* v : {&cold, &warm, &cold_cpu, &warm_cpu}) std::sort(v->begin(), v->end());
+        if (options.context_independent) {
+          std::printf("%s batch %d %s: %lld stack tops classified\n", family.c_str(), batch,
+                      method.c_str(), static_cast<long long>(classified));
+        }
+        const size_t mid = cold.size() / 2;
+        rows.push_back({family, batch, method, "cold", cold[mid], cold_cpu[mid], walks_per_1k});
+        rows.push_back({family, batch, method, "warm", warm[mid], warm_cpu[mid], 0});
       }
-      std::sort(cold.begin(), cold.end());
-      std::sort(warm.begin(), warm.end());
-      rows.push_back({family, batch, "cold", cold[cold.size() / 2], walks_per_1k});
-      rows.push_back({family, batch, "warm", warm[warm.size() / 2], 0});
     }
   }
   std::ofstream out(csv);
-  out << "vocab,batch,cache,us_per_token,walks_per_1k_tokens\n";
-  std::printf("\n%-8s %6s %6s %14s %18s\n", "vocab", "batch", "cache", "us/token/seq",
-              "walks/1k tokens");
+  out << "vocab,batch,method,cache,us_per_token,cpu_us_per_token,walks_per_1k_tokens\n";
+  std::printf("\n%-8s %6s %10s %6s %14s %14s %18s\n", "vocab", "batch", "method", "cache",
+              "us/token/seq", "cpu us/token", "walks/1k tokens");
   for (const Row& r : rows) {
-    std::printf("%-8s %6d %6s %14.2f %18.1f\n", r.vocab.c_str(), r.batch, r.cache.c_str(),
-                r.us_per_token, r.walks_per_1k_tokens);
-    out << r.vocab << ',' << r.batch << ',' << r.cache << ',' << r.us_per_token << ','
-        << r.walks_per_1k_tokens << '\n';
+    std::printf("%-8s %6d %10s %6s %14.2f %14.2f %18.1f\n", r.vocab.c_str(), r.batch,
+                r.method.c_str(), r.cache.c_str(), r.us_per_token, r.cpu_us_per_token,
+                r.walks_per_1k_tokens);
+    out << r.vocab << ',' << r.batch << ',' << r.method << ',' << r.cache << ',' << r.us_per_token
+        << ',' << r.cpu_us_per_token << ',' << r.walks_per_1k_tokens << '\n';
   }
   return 0;
 }

@@ -214,6 +214,10 @@ Result<std::shared_ptr<RequestStream>> EngineCore::submit(RequestOptions options
     if (id < 0 || id >= vocab_)
       return errorf("prompt token id {} is out of range [0, {})", id, vocab_);
   }
+  if (options.constraint_trigger &&
+      (options.constraint == nullptr || options.constraint_trigger->text.empty())) {
+    return make_error("a constraint trigger needs a constraint and a non-empty text");
+  }
   if (options.n < 1 || options.n > 16) return errorf("n must be in [1, 16], got {}", options.n);
   if (options.top_logprobs < -1 || options.top_logprobs > 20) {
     return errorf("top_logprobs must be in [0, 20], got {}", options.top_logprobs);

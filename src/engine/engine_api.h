@@ -13,6 +13,7 @@
 
 #include "base/status.h"
 #include "engine/sampling_params.h"
+#include "grammar/grammar_trigger.h"
 #include "grammar/token_constraint.h"
 
 namespace specstack {
@@ -53,6 +54,10 @@ struct RequestOptions {
   // output is a sentence of this grammar. Null: unconstrained. Shared: the
   // server caches one per grammar text, and its mask cache with it.
   std::shared_ptr<grammar::TokenConstraint> constraint = nullptr;
+  // Set: the constraint applies lazily, from the trigger on (tool_choice
+  // "auto": free text until the call's opening marker); unset: from the
+  // first token (grammar/grammar_trigger.h).
+  std::optional<grammar::GrammarTrigger> constraint_trigger = std::nullopt;
 };
 
 struct TokenLogprob {

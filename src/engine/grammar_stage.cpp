@@ -9,7 +9,9 @@ bool GrammarStage::constrained(const Request& request) {
 }
 
 void GrammarStage::attach(Sequence& seq) const {
-  if (constrained(*seq.request)) seq.grammar.emplace(seq.request->options.constraint);
+  if (constrained(*seq.request)) {
+    seq.grammar.emplace(seq.request->options.constraint, seq.request->options.constraint_trigger);
+  }
 }
 
 std::span<const int32_t> GrammarStage::eos_for(const Sequence& seq) const {
@@ -24,14 +26,20 @@ bool GrammarStage::mask(Sequence& seq, std::span<float> logits) const {
   // A dead end: no token continues the document and it may not end here.
   // (Admitted tokens whose own logits are -inf or NaN are the sampler's
   // problem; accept() refuses what it then picks.)
-  return seq.grammar->mask().count() > 0 || (seq.grammar->can_end() && !eos_for(seq).empty());
+  return seq.grammar->any_admitted(eos_for(seq));
 }
 
 GrammarOutcome GrammarStage::accept(Sequence& seq, int32_t token) const {
   if (!seq.grammar) return GrammarOutcome::kGrammarContinue;
-  if (!seq.grammar->accept(token, eos_for(seq))) return GrammarOutcome::kGrammarRejected;
-  return seq.grammar->must_end() ? GrammarOutcome::kGrammarComplete
-                                 : GrammarOutcome::kGrammarContinue;
+  switch (seq.grammar->accept(token, eos_for(seq))) {
+    case grammar::TriggeredOutcome::kTriggeredContinue:
+      return GrammarOutcome::kGrammarContinue;
+    case grammar::TriggeredOutcome::kTriggeredComplete:
+      return GrammarOutcome::kGrammarComplete;
+    case grammar::TriggeredOutcome::kTriggeredRejected:
+      return GrammarOutcome::kGrammarRejected;
+  }
+  return GrammarOutcome::kGrammarRejected;
 }
 
 }  // namespace specstack

@@ -1,11 +1,16 @@
 // GrammarStage: grammar-constrained decoding (response_format json_schema /
 // json_object, "grammar") as one stage of the sampling path. A request whose
-// RequestOptions::constraint is set gets a TokenMatcher per choice (its own
+// RequestOptions::constraint is set gets a TriggeredMatcher per choice (its own
 // parser state, so n > 1 choices diverge freely). Before sampling, every
 // logit the grammar does not admit becomes -inf and EOS survives only where
 // the document may end; so greedy, sampling, top-k/p and penalties all pick
 // among admitted tokens. After sampling the token advances the matcher; a
 // document that cannot continue ends the choice with "stop".
+//
+// With RequestOptions::constraint_trigger the grammar applies lazily
+// (grammar/triggered_matcher.h): free until the trigger string appears in the
+// output (tool_choice "auto": a call's opening marker), constrained through
+// the call, then free again (parallel calls) or complete.
 //
 // Speculative decoding is off for constrained requests (SpecDecodeStage asks
 // constrained()): a draft token's grammar state would have to be tracked

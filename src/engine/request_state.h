@@ -14,6 +14,7 @@
 
 #include "engine/engine_api.h"
 #include "engine/sampler.h"
+#include "grammar/triggered_matcher.h"
 #include "kv/kv_manager.h"
 
 namespace specstack {
@@ -67,7 +68,7 @@ struct Sequence {
   int32_t n_draft = 0;
   std::optional<Sampler> sampler;
   // The parser state of a constrained request (engine/grammar_stage.h).
-  std::optional<grammar::TokenMatcher> grammar;
+  std::optional<grammar::TriggeredMatcher> grammar;
   bool admitted = false;  // has KV (running) vs waiting
   bool finished = false;
   uint64_t admit_order = 0;  // larger = admitted later (preempted first)

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "grammar/integer_range.h"
+#include "grammar/number_range.h"
 #include "grammar/schema_disjoint.h"
 #include "grammar/schema_pattern.h"
 
@@ -144,7 +145,8 @@ class SchemaCompiler {
     if (!schema.contains("type")) {
       for (const char* key :
            {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}) {
-        if (schema.contains(key)) return unsupported(pointer, key, "needs \"type\": \"integer\"");
+        if (schema.contains(key))
+          return unsupported(pointer, key, "needs \"type\": \"integer\" or \"number\"");
       }
       if (schema.contains("properties")) return visit_object(schema, hint, pointer);
       if (schema.contains("items")) return visit_array(schema, hint, pointer);
@@ -173,7 +175,8 @@ class SchemaCompiler {
     if (type == "array") return visit_array(schema, hint, pointer);
     if (type == "string") return visit_string(schema, hint, pointer);
     if (type == "integer") return visit_integer(schema, pointer);
-    if (type == "number" || type == "boolean" || type == "null") {
+    if (type == "number") return visit_number(schema, pointer);
+    if (type == "boolean" || type == "null") {
       for (const char* key :
            {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}) {
         if (schema.contains(key)) return unsupported(pointer, key);
@@ -232,6 +235,46 @@ class SchemaCompiler {
       return errorf("JSON schema at '{}': the integer bounds admit no value", pointer);
     }
     return integer_range_gbnf(lo, hi);
+  }
+
+  // Bounds on numbers: whole-number bounds compile into the digits
+  // (grammar/number_range.h; a bounded number has no exponent); fractional
+  // bounds and multipleOf are refused.
+  Result<std::string> visit_number(const Json& schema, const std::string& pointer) {
+    if (schema.contains("multipleOf")) return unsupported(pointer, "multipleOf");
+    std::optional<NumberBound> lo, hi;
+    for (const char* key : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+      if (!schema.contains(key)) continue;
+      const Json& v = schema[key];
+      if (!v.is_number() || std::abs(v.get<double>()) > double(kMaxJsonInteger)) {
+        return errorf("JSON schema '{}' at '{}' must be a number within +-{}", key, pointer,
+                      kMaxJsonInteger);
+      }
+      const double d = v.get<double>();
+      if (d != std::floor(d)) {
+        return errorf(
+            "JSON schema '{}' at '{}': bounds on numbers must be whole numbers (got {}); "
+            "fractional bounds are not supported",
+            key, pointer, v.dump());
+      }
+      const std::string_view name = key;
+      const NumberBound bound{int64_t(d), name.rfind("exclusive", 0) == 0};
+      // The tighter of two bounds on one side (exclusive wins a tie).
+      auto tighter = [](const NumberBound& a, const NumberBound& b, bool low) {
+        if (a.value != b.value) return (low ? a.value > b.value : a.value < b.value) ? a : b;
+        return a.exclusive ? a : b;
+      };
+      if (name == "minimum" || name == "exclusiveMinimum") {
+        lo = lo ? tighter(*lo, bound, true) : bound;
+      } else {
+        hi = hi ? tighter(*hi, bound, false) : bound;
+      }
+    }
+    if (!lo && !hi) return std::string("number");
+    std::string range = number_range_gbnf(lo, hi);
+    if (range.empty())
+      return errorf("JSON schema at '{}': the number bounds admit no value", pointer);
+    return range;
   }
 
   Result<std::string> visit_ref(const Json& schema, const std::string& pointer) {

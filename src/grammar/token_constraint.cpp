@@ -1,7 +1,6 @@
 #include "grammar/token_constraint.h"
 
 #include <algorithm>
-#include <bit>
 #include <limits>
 
 namespace specstack::grammar {
@@ -15,15 +14,23 @@ constexpr size_t kMaxCachedMasks = 1024;
 
 }  // namespace
 
-int64_t TokenMask::count() const {
-  int64_t n = 0;
-  for (uint64_t w : words) n += std::popcount(w);
-  return n;
-}
-
 TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar,
-                                 std::shared_ptr<const TokenVocabulary> vocabulary)
-    : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)) {}
+                                 std::shared_ptr<const TokenVocabulary> vocabulary,
+                                 TokenConstraintOptions options)
+    : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)), options_(options) {}
+
+const PositionMasks& TokenConstraint::position(std::span<const uint32_t> suffix) {
+  std::string key(reinterpret_cast<const char*>(suffix.data()), suffix.size_bytes());
+  auto it = positions_.find(key);
+  if (it == positions_.end()) {
+    auto masks = std::make_unique<const PositionMasks>(
+        classify_position(*grammar_, *vocabulary_, suffix, scratch_));
+    ++stats_.positions_classified;
+    stats_.nodes_visited += masks->nodes_visited;
+    it = positions_.emplace(std::move(key), std::move(masks)).first;
+  }
+  return *it->second;
+}
 
 TokenConstraintStats TokenConstraint::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -41,40 +48,76 @@ std::shared_ptr<const TokenMask> TokenConstraint::mask(const StackSet& state) {
   return mask;
 }
 
+std::shared_ptr<const TokenMask> TokenConstraint::side_mask(
+    const std::string& key, const std::function<TokenMask()>& compute) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto it = side_masks_.find(key); it != side_masks_.end()) return it->second;
+  auto mask = std::make_shared<const TokenMask>(compute());
+  side_masks_.emplace(key, mask);
+  return mask;
+}
+
 std::shared_ptr<TokenMask> TokenConstraint::walk(const StackSet& state) {
   ++stats_.mask_walks;
-  const Grammar& g = *grammar_;
-  const TokenVocabulary& v = *vocabulary_;
-  const std::vector<TrieNode>& nodes = v.nodes();
-  const std::vector<int32_t>& ids = v.token_ids();
-  auto mask = std::make_shared<TokenMask>();
-  mask->words.assign((static_cast<size_t>(v.size()) + 63) / 64, 0);
-
-  // states_[d]: the state after the first d bytes of the current path;
-  // allowed[d]: the bytes it admits (a cheap test before a full advance).
-  states_.resize(v.max_depth() + 1);
-  std::vector<ByteSet> allowed(v.max_depth() + 1);
-  states_[0] = state;
-  allowed[0] = GrammarMatcher::next_bytes(g, state);
-  int64_t visited = 0;
-  for (uint32_t i = 1; i < nodes.size();) {
-    const TrieNode& node = nodes[i];
-    const size_t d = node.depth;
-    ++visited;
-    if (!allowed[d - 1].test(node.byte)) {
-      i = node.subtree_end;
-      continue;
-    }
-    GrammarMatcher::advance(g, states_[d - 1], node.byte, states_[d], scratch_);
-    if (states_[d].empty()) {
-      i = node.subtree_end;
-      continue;
-    }
-    for (uint32_t t = node.tokens_begin; t < node.tokens_end; ++t) mask->set(ids[t]);
-    if (node.subtree_end > i + 1) allowed[d] = GrammarMatcher::next_bytes(g, states_[d]);
-    ++i;
+  if (options_.context_independent) {
+    if (std::shared_ptr<TokenMask> mask = split_mask(state)) return mask;
   }
-  stats_.nodes_visited += visited;
+  auto mask = std::make_shared<TokenMask>();
+  mask->words.assign((static_cast<size_t>(vocabulary_->size()) + 63) / 64, 0);
+  stats_.nodes_visited += walk_trie(*grammar_, vocabulary_->trie(), state, *mask, scratch_);
+  return mask;
+}
+
+std::shared_ptr<TokenMask> TokenConstraint::split_mask(const StackSet& state) {
+  const Grammar& g = *grammar_;
+  // Stacks by their top entries (ended stacks admit no token).
+  const size_t k = std::max<size_t>(options_.context_depth, 1);
+  struct Top {
+    std::span<const uint32_t> suffix;
+    uint32_t stack;
+  };
+  std::vector<Top> tops;
+  for (uint32_t i = 0; i < state.size(); ++i) {
+    const uint32_t b = state.begin(i), e = state.ends[i];
+    if (b == e) continue;
+    const uint32_t n = std::min<uint32_t>(e - b, static_cast<uint32_t>(k));
+    tops.push_back({std::span<const uint32_t>(state.data.data() + e - n, n), i});
+  }
+  std::sort(tops.begin(), tops.end(), [](const Top& x, const Top& y) {
+    return std::lexicographical_compare(x.suffix.begin(), x.suffix.end(), y.suffix.begin(),
+                                        y.suffix.end());
+  });
+  auto same = [](const Top& x, const Top& y) {
+    return std::equal(x.suffix.begin(), x.suffix.end(), y.suffix.begin(), y.suffix.end());
+  };
+  for (const Top& top : tops) {
+    // Too deep for the split to be exact (a path might hit the depth
+    // bound that the classification never saw): the plain walk.
+    const size_t depth = state.ends[top.stack] - state.begin(top.stack);
+    if (depth + position(top.suffix).max_growth + g.rules.size() + 1 > kMaxStackDepth) {
+      return nullptr;
+    }
+  }
+  auto mask = std::make_shared<TokenMask>();
+  mask->words.assign((static_cast<size_t>(vocabulary_->size()) + 63) / 64, 0);
+  for (size_t a = 0; a < tops.size();) {
+    size_t b = a;
+    while (b < tops.size() && same(tops[b], tops[a])) ++b;
+    const PositionMasks& p = position(tops[a].suffix);
+    for (size_t w = 0; w < mask->words.size(); ++w) mask->words[w] |= p.accepted.words[w];
+    if (!p.context_dependent.empty()) {
+      group_.clear();
+      for (size_t t = a; t < b; ++t) {
+        const uint32_t i = tops[t].stack;
+        group_.data.insert(group_.data.end(), state.data.begin() + state.begin(i),
+                           state.data.begin() + state.ends[i]);
+        group_.ends.push_back(static_cast<uint32_t>(group_.data.size()));
+        group_.hashes.push_back(state.hashes[i]);
+      }
+      stats_.nodes_visited += walk_trie(g, p.context_dependent, group_, *mask, scratch_);
+    }
+    a = b;
+  }
   return mask;
 }
 
@@ -116,6 +159,12 @@ void TokenMatcher::apply(std::span<float> logits, std::span<const int32_t> eos_i
     }
   }
   for (const auto& [id, value] : eos) logits[size_t(id)] = value;
+}
+
+bool TokenMatcher::accept_bytes(std::string_view bytes) {
+  if (!matcher_.accept_bytes(bytes)) return false;
+  mask_.reset();
+  return true;
 }
 
 bool TokenMatcher::accept(int32_t token, std::span<const int32_t> eos_ids) {

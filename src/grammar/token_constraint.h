@@ -8,47 +8,66 @@
 // character leaves the same stacks), so masks are cached per state: the walk
 // runs once per distinct state, later visits are a hash lookup.
 //
+// The walk itself is split as XGrammar does (grammar/trie_walk.h): per
+// stack top (its last TokenConstraintOptions::context_depth entries), the
+// tokens whose acceptance does not depend on the stack below are classified
+// once, on first use; a state's mask is then the union, over its stacks, of
+// their tops' accepted sets plus a walk of only the context-dependent tokens
+// with the real stacks.
+//
 // TokenMatcher (one per sequence) holds the parser state, masks logits and
 // accepts the sampled token.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "grammar/matcher.h"
 #include "grammar/token_vocabulary.h"
+#include "grammar/trie_walk.h"
 
 namespace specstack::grammar {
 
-// One bit per token id.
-struct TokenMask {
-  std::vector<uint64_t> words;
-  bool test(int32_t id) const {
-    const auto i = static_cast<size_t>(id);
-    return i / 64 < words.size() && ((words[i / 64] >> (i % 64)) & 1) != 0;
-  }
-  void set(int32_t id) { words[size_t(id) / 64] |= uint64_t{1} << (size_t(id) % 64); }
-  int64_t count() const;
-};
-
 struct TokenConstraintStats {
   int64_t mask_requests = 0;
-  int64_t mask_walks = 0;     // cache misses (trie walks)
-  int64_t nodes_visited = 0;  // over all walks
+  int64_t mask_walks = 0;            // cache misses (trie walks)
+  int64_t nodes_visited = 0;         // over all walks
+  int64_t positions_classified = 0;  // context-independent splits computed
+};
+
+struct TokenConstraintOptions {
+  // Split each grammar position's tokens into context-independent ones
+  // (accepted or rejected whatever the stack below; computed once per
+  // position) and the rest (walked per state), instead of walking the whole
+  // vocabulary per state. Off: the plain walk (the benchmark's baseline).
+  bool context_independent = true;
+  // How many top entries of a stack the split classifies together (see
+  // grammar/trie_walk.h): more decides more tokens ahead of time, fewer
+  // shares each classification among more states.
+  size_t context_depth = 3;
 };
 
 class TokenConstraint {
  public:
   TokenConstraint(std::shared_ptr<const Grammar> grammar,
-                  std::shared_ptr<const TokenVocabulary> vocabulary);
+                  std::shared_ptr<const TokenVocabulary> vocabulary,
+                  TokenConstraintOptions options = {});
 
   // The tokens whose bytes the state admits (EOS is not in the vocabulary).
   std::shared_ptr<const TokenMask> mask(const StackSet& state);
+
+  // Another per-grammar mask kept with this constraint (so it is shared and
+  // cached as the state masks are): computed by `compute` on the first ask
+  // for `key`. Used for the trigger refusals (grammar/grammar_trigger.h).
+  std::shared_ptr<const TokenMask> side_mask(const std::string& key,
+                                             const std::function<TokenMask()>& compute);
 
   const std::shared_ptr<const Grammar>& grammar() const { return grammar_; }
   const TokenVocabulary& vocabulary() const { return *vocabulary_; }
@@ -56,15 +75,21 @@ class TokenConstraint {
 
  private:
   std::shared_ptr<TokenMask> walk(const StackSet& state);
+  std::shared_ptr<TokenMask> split_mask(const StackSet& state);
+  // The split for a stack's top entries, classified on first use.
+  const PositionMasks& position(std::span<const uint32_t> suffix);
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const TokenVocabulary> vocabulary_;
   mutable std::mutex mutex_;  // sequences of several requests may share one constraint
   std::unordered_map<std::string, std::shared_ptr<const TokenMask>> cache_;
+  std::unordered_map<std::string, std::shared_ptr<const TokenMask>> side_masks_;
   TokenConstraintStats stats_;
-  // Walk scratch: one state per trie depth.
-  std::vector<StackSet> states_;
-  std::vector<uint32_t> scratch_;
+  TokenConstraintOptions options_;
+  // By the suffix's entries as bytes.
+  std::unordered_map<std::string, std::unique_ptr<const PositionMasks>> positions_;
+  WalkScratch scratch_;
+  StackSet group_;  // split_mask: the stacks sharing one top
 };
 
 class TokenMatcher {
@@ -78,6 +103,9 @@ class TokenMatcher {
   // Advances by the token's bytes. An EOS id (listed in `eos_ids`) is
   // accepted only where the document may end. False: rejected, state kept.
   bool accept(int32_t token, std::span<const int32_t> eos_ids);
+  // Advances by bytes that are not one token (a trigger and the rest of the
+  // token that completed it). False: rejected, state kept.
+  bool accept_bytes(std::string_view bytes);
   bool can_end() const { return matcher_.can_end(); }
   bool must_end() const { return matcher_.must_end(); }
   const TokenMask& mask();  // for the current state

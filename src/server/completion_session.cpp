@@ -21,8 +21,8 @@ struct CompletionSession::Choice {
   int64_t n_tokens = 0;                    // consumed tokens (up to the stop string)
   std::optional<FinishReason> finish;      // as the client sees it
   bool engine_finished = false;            // the engine sent this choice's last event
-  std::unique_ptr<ToolCallStream> tools;   // chat with tools: holds back calls
-  std::vector<ToolCall> tool_calls;        // parsed when the choice ended
+  std::unique_ptr<ToolCallStream> tools;   // chat with tools: splits content and calls
+  std::vector<ToolCall> tool_calls;        // complete when the choice ended
 };
 
 SessionOptions session_options_for(const OpenAiRequest& request, ResponseHeader header) {
@@ -151,12 +151,15 @@ void CompletionSession::append_logprobs(Choice& choice, const TokenLogprob& logp
 
 void CompletionSession::settle_tool_calls(Choice& choice, ChoiceOutput& out) {
   if (!choice.tools) return;
-  out.text = choice.tools->push(out.text);
+  ToolStreamOutput pushed = choice.tools->push(out.text);
+  out.text = std::move(pushed.content);
+  out.tool_call_deltas = std::move(pushed.calls);
   if (!choice.finish) return;
-  ParsedToolOutput parsed = choice.tools->finish();
-  if (parsed.content) out.text += *parsed.content;
-  choice.tool_calls = parsed.calls;
-  out.tool_calls = std::move(parsed.calls);
+  ToolStreamOutput last = choice.tools->finish();
+  out.text += last.content;
+  for (ToolCallDelta& call : last.calls) out.tool_call_deltas.push_back(std::move(call));
+  choice.tool_calls = choice.tools->calls();
+  out.tool_calls = choice.tool_calls;
 }
 
 ChoiceOutput CompletionSession::apply(const RequestEvent& event) {
@@ -243,27 +246,34 @@ std::string CompletionSession::poll_stream(std::chrono::milliseconds timeout) {
   }
   for (const ChoiceOutput& delta : outputs) {
     // Events of a choice that already ended come back empty, without finish.
-    if (delta.text.empty() && delta.logprobs.empty() && !delta.finish) continue;
-    if (delta.tool_calls.empty()) {
+    if (delta.text.empty() && delta.logprobs.empty() && !delta.finish &&
+        delta.tool_call_deltas.empty()) {
+      continue;
+    }
+    if (delta.tool_call_deltas.empty() && delta.tool_calls.empty()) {
       out += sse_event(stream_chunk(options_.header, delta, want_logprobs, options_.include_usage));
       continue;
     }
-    // Text before the calls, the calls, then the finish on a chunk of its own.
+    // Text first, then the call deltas as they came, then the finish on a
+    // chunk of its own.
     ChoiceOutput head = delta;
     head.finish.reset();
     head.tool_calls.clear();
+    head.tool_call_deltas.clear();
     if (!head.text.empty() || !head.logprobs.empty()) {
       out += sse_event(stream_chunk(options_.header, head, want_logprobs, options_.include_usage));
     }
-    for (const OrderedJson& chunk : tool_call_chunks(options_.header, delta.index, delta.tool_calls,
-                                                     0, options_.include_usage)) {
-      out += sse_event(chunk);
+    for (const ToolCallDelta& call : delta.tool_call_deltas) {
+      out += sse_event(
+          tool_call_delta_chunk(options_.header, delta.index, call, options_.include_usage));
     }
-    ChoiceOutput tail;
-    tail.index = delta.index;
-    tail.finish = delta.finish;
-    tail.tool_calls = delta.tool_calls;  // for finish_reason "tool_calls"
-    out += sse_event(stream_chunk(options_.header, tail, false, options_.include_usage));
+    if (delta.finish) {
+      ChoiceOutput tail;
+      tail.index = delta.index;
+      tail.finish = delta.finish;
+      tail.tool_calls = delta.tool_calls;  // for finish_reason "tool_calls"
+      out += sse_event(stream_chunk(options_.header, tail, false, options_.include_usage));
+    }
   }
   if (all_choices_finished()) {
     note_end();

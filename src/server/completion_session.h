@@ -23,6 +23,7 @@
 #include "engine/sampler.h"
 #include "server/errors.h"
 #include "server/openai_response.h"
+#include "server/tool_call_stream.h"
 #include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
@@ -96,7 +97,8 @@ class CompletionSession {
   // Applies one event; returns the choice's new output (text, logprobs, finish).
   ChoiceOutput apply(const RequestEvent& event);
   // Chat with tools: passes out.text through the choice's ToolCallStream
-  // and, once the choice has finished, adds the parsed calls to `out`.
+  // (content and call deltas into `out`) and, once the choice has finished,
+  // adds the choice's calls to `out`.
   void settle_tool_calls(Choice& choice, ChoiceOutput& out);
   void append_logprobs(Choice& choice, const TokenLogprob& logprob, ChoiceOutput& out) const;
   bool all_choices_finished() const;

@@ -282,6 +282,17 @@ Status parse_chat_prompt(const OrderedJson& body, const ServedModel& model, Open
     auto forced = model.grammars->get(gbnf);
     if (!forced.ok()) return errorf("the tool-call grammar does not compile: {}", forced.message());
     request.options.constraint = std::move(forced).value();
+  } else if (request.options.constraint == nullptr && model.grammars != nullptr) {
+    // "auto": free text, but a call, once its opening marker is out, is
+    // constrained to a valid call of a declared function. (With a
+    // response_format or grammar, that constraint governs instead.)
+    SS_ASSIGN_OR_RETURN(LazyToolGrammar lazy, tool_call_lazy_grammar(tools, *model.tool_format));
+    auto compiled = model.grammars->get(lazy.gbnf);
+    if (!compiled.ok()) {
+      return errorf("the tool-call grammar does not compile: {}", compiled.message());
+    }
+    request.options.constraint = std::move(compiled).value();
+    request.options.constraint_trigger = std::move(lazy.trigger);
   }
   param.clear();
   return Status::ok_status();

@@ -214,43 +214,28 @@ OrderedJson stream_chunk(const ResponseHeader& header, const ChoiceOutput& delta
   return out;
 }
 
-std::vector<OrderedJson> tool_call_chunks(const ResponseHeader& header, int32_t index,
-                                          const std::vector<ToolCall>& calls, size_t first_call,
-                                          bool with_null_usage) {
-  std::vector<OrderedJson> chunks;
-  auto chunk_with = [&](OrderedJson call_delta) {
-    OrderedJson delta = OrderedJson::object();
-    delta["tool_calls"] = OrderedJson::array({std::move(call_delta)});
-    OrderedJson item = OrderedJson::object();
-    item["index"] = index;
-    item["delta"] = std::move(delta);
-    item["logprobs"] = nullptr;
-    item["finish_reason"] = nullptr;
-    OrderedJson out = header_json(header, "chat.completion.chunk");
-    out["choices"] = OrderedJson::array({std::move(item)});
-    if (with_null_usage) out["usage"] = nullptr;
-    chunks.push_back(std::move(out));
-  };
-  for (size_t i = 0; i < calls.size(); ++i) {
-    const ToolCall& call = calls[i];
-    OrderedJson opening = OrderedJson::object();
-    opening["index"] = first_call + i;
-    opening["id"] = call.id;
-    opening["type"] = "function";
-    opening["function"] = OrderedJson{{"name", call.name}, {"arguments", ""}};
-    chunk_with(std::move(opening));
-    for (size_t at = 0; at < call.arguments.size();) {
-      size_t end = std::min(call.arguments.size(), at + kToolCallArgumentPiece);
-      // Never split a UTF-8 character between two pieces.
-      while (end < call.arguments.size() && (call.arguments[end] & 0xC0) == 0x80) ++end;
-      OrderedJson piece = OrderedJson::object();
-      piece["index"] = first_call + i;
-      piece["function"] = OrderedJson{{"arguments", call.arguments.substr(at, end - at)}};
-      chunk_with(std::move(piece));
-      at = end;
-    }
+OrderedJson tool_call_delta_chunk(const ResponseHeader& header, int32_t index,
+                                  const ToolCallDelta& call, bool with_null_usage) {
+  OrderedJson call_delta = OrderedJson::object();
+  call_delta["index"] = call.index;
+  if (call.opening) {
+    call_delta["id"] = call.id;
+    call_delta["type"] = "function";
+    call_delta["function"] = OrderedJson{{"name", call.name}, {"arguments", ""}};
+  } else {
+    call_delta["function"] = OrderedJson{{"arguments", call.arguments}};
   }
-  return chunks;
+  OrderedJson delta = OrderedJson::object();
+  delta["tool_calls"] = OrderedJson::array({std::move(call_delta)});
+  OrderedJson item = OrderedJson::object();
+  item["index"] = index;
+  item["delta"] = std::move(delta);
+  item["logprobs"] = nullptr;
+  item["finish_reason"] = nullptr;
+  OrderedJson out = header_json(header, "chat.completion.chunk");
+  out["choices"] = OrderedJson::array({std::move(item)});
+  if (with_null_usage) out["usage"] = nullptr;
+  return out;
 }
 
 OrderedJson usage_chunk(const ResponseHeader& header, const UsageCounts& usage) {

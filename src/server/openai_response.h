@@ -13,6 +13,7 @@
 #include "engine/engine_api.h"
 #include "server/openai_request.h"
 #include "server/request_fields.h"
+#include "server/tool_call_stream.h"
 #include "server/tool_calls.h"
 
 namespace specstack {
@@ -64,12 +65,14 @@ struct ChoiceOutput {
   std::vector<TokenLogprobText> logprobs;
   int64_t text_offset = 0;  // completions logprobs: offset of this output in the choice's text
   std::optional<FinishReason> finish;
-  // Chat with tools: the calls parsed out of the choice's output (whole
-  // response: all of them, message.content then null unless text came
-  // before them; streamed: the calls this output completes, sent by
-  // tool_call_chunks()). A choice that stopped with calls finishes with
-  // "tool_calls".
+  // Chat with tools: the calls of the choice (whole response: all of them,
+  // message.content then null unless text came before them; streamed: set
+  // on the finishing output, for its finish_reason). A choice that stopped
+  // with calls finishes with "tool_calls".
   std::vector<ToolCall> tool_calls;
+  // Streamed chat with tools: the call deltas this output carries (after
+  // `text`), each sent by tool_call_delta_chunk().
+  std::vector<ToolCallDelta> tool_call_deltas;
 };
 
 // "stop", "length"; "timeout" when the request's deadline cut it, "shutdown"
@@ -102,15 +105,12 @@ OrderedJson completion_response(const ResponseHeader& header,
 OrderedJson stream_chunk(const ResponseHeader& header, const ChoiceOutput& delta,
                          bool want_logprobs, bool with_null_usage);
 
-// The chunks that stream `calls` of choice `index` as OpenAI does: per call a
-// delta {tool_calls: [{index, id, type, function: {name, arguments: ""}}]},
-// then its arguments in pieces of at most kToolCallArgumentPiece bytes
-// ({tool_calls: [{index, function: {arguments}}]}); `first_call` is the
-// tool-call index of calls[0].
-inline constexpr size_t kToolCallArgumentPiece = 32;
-std::vector<OrderedJson> tool_call_chunks(const ResponseHeader& header, int32_t index,
-                                          const std::vector<ToolCall>& calls, size_t first_call,
-                                          bool with_null_usage);
+// The chunk of one streamed tool-call delta of choice `index`, as OpenAI
+// sends them: the opening {tool_calls: [{index, id, type: "function",
+// function: {name, arguments: ""}}]}, then {tool_calls: [{index, function:
+// {arguments: <fragment>}}]} per fragment.
+OrderedJson tool_call_delta_chunk(const ResponseHeader& header, int32_t index,
+                                  const ToolCallDelta& call, bool with_null_usage);
 
 // The final usage chunk of a stream with include_usage: no choices.
 OrderedJson usage_chunk(const ResponseHeader& header, const UsageCounts& usage);

@@ -109,53 +109,6 @@ ParsedToolOutput parse_tool_calls(ToolCallFormat format, std::string_view text) 
   return format == ToolCallFormat::kToolCallHermes ? parse_hermes(text) : parse_llama_json(text);
 }
 
-std::string ToolCallStream::push(std::string_view text) {
-  held_ += text;
-  if (in_call_) return {};
-  std::string out;
-  if (format_ == ToolCallFormat::kToolCallLlamaJson) {
-    if (!plain_) {
-      const size_t first = held_.find_first_not_of(" \t\r\n");
-      if (first == std::string::npos) return {};  // undecided: only whitespace yet
-      if (held_[first] == '{' || held_.compare(first, kPythonTag.size(), kPythonTag) == 0) {
-        in_call_ = true;
-        return {};
-      }
-      plain_ = true;
-    }
-    out.swap(held_);
-    return out;
-  }
-  if (const size_t open = held_.find(kHermesOpen); open != std::string::npos) {
-    out = held_.substr(0, open);
-    held_.erase(0, open);
-    in_call_ = true;
-    return out;
-  }
-  // Keep the longest tail that may still grow into "<tool_call>".
-  size_t keep = std::min(held_.size(), kHermesOpen.size() - 1);
-  while (keep > 0 &&
-         kHermesOpen.substr(0, keep) != std::string_view(held_).substr(held_.size() - keep)) {
-    --keep;
-  }
-  out = held_.substr(0, held_.size() - keep);
-  held_.erase(0, held_.size() - keep);
-  return out;
-}
-
-ParsedToolOutput ToolCallStream::finish() {
-  ParsedToolOutput out;
-  if (in_call_) {
-    out = parse_tool_calls(format_, held_);
-    // Hermes content before the marker already went out.
-    if (!out.calls.empty() && format_ == ToolCallFormat::kToolCallHermes) out.content.reset();
-  } else if (!held_.empty()) {
-    out.content = held_;
-  }
-  held_.clear();
-  return out;
-}
-
 OrderedJson tool_calls_json(const std::vector<ToolCall>& calls) {
   OrderedJson out = OrderedJson::array();
   for (const ToolCall& call : calls) {

@@ -51,25 +51,7 @@ ParsedToolOutput parse_tool_calls(ToolCallFormat format, std::string_view text);
 // A fresh call id.
 std::string new_tool_call_id();
 
-// The streaming side: text goes out as content while it cannot be part of a
-// call; from a call's opening marker (Hermes "<tool_call>", Llama a leading
-// "{") on it is held and parsed when the choice ends. Text that might still
-// become a marker (a trailing "<tool_" ...) is held until it cannot.
-class ToolCallStream {
- public:
-  explicit ToolCallStream(ToolCallFormat format) : format_(format) {}
-  // New text of the choice; returns the content that may be sent now.
-  std::string push(std::string_view text);
-  // The choice ended: the held text parsed. `content` is the rest of the
-  // content to send (null when nothing is left), `calls` the calls.
-  ParsedToolOutput finish();
-
- private:
-  ToolCallFormat format_;
-  std::string held_;      // not yet sent as content
-  bool in_call_ = false;  // held_ holds a call's start: nothing more goes out
-  bool plain_ = false;    // Llama: the output did not open with a call, so none follows
-};
+// The streaming side is server/tool_call_stream.h.
 
 // The `tool_calls` array of a message: [{id, type: "function", function:
 // {name, arguments}}].

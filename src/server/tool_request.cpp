@@ -151,28 +151,63 @@ Result<ToolRequest> parse_tool_request(const OrderedJson& body, std::string& err
   return request;
 }
 
-Result<std::string> tool_call_gbnf(const ToolRequest& request, ToolCallFormat format) {
-  std::string rules, alternatives;
+namespace {
+
+// The rules of every callable function and the alternation of their call
+// rules ("tool-call-0 | tool-call-2").
+struct CallRules {
+  std::string rules;
+  std::string alternatives;
+};
+
+Result<CallRules> call_rules(const ToolRequest& request, ToolCallFormat format) {
+  CallRules out;
   for (size_t i = 0; i < request.functions.size(); ++i) {
     const ToolFunction& function = request.functions[i];
     if (request.choice == ToolChoice::kToolChoiceNamed && function.name != request.named) continue;
     const std::string rule = "tool-call-" + std::to_string(i);
     SS_ASSIGN_OR_RETURN(std::string compiled, compile_call(function, format, rule));
-    rules += compiled;
-    alternatives += (alternatives.empty() ? "" : " | ") + rule;
+    out.rules += compiled;
+    out.alternatives += (out.alternatives.empty() ? "" : " | ") + rule;
   }
-  if (alternatives.empty()) return make_error("no function to call");
+  if (out.alternatives.empty()) return make_error("no function to call");
+  return out;
+}
+
+constexpr std::string_view kCallBlock =
+    "call-block ::= \"<tool_call>\\n\" ({}) \"\\n</tool_call>\"\n";
+
+}  // namespace
+
+Result<std::string> tool_call_gbnf(const ToolRequest& request, ToolCallFormat format) {
+  SS_ASSIGN_OR_RETURN(CallRules calls, call_rules(request, format));
   std::string root;
   if (format == ToolCallFormat::kToolCallHermes) {
     root = "root ::= call-block";
     if (request.parallel) {
       root += fmt::format(" (\"\\n\" call-block){{0,{}}}", kMaxParallelToolCalls - 1);
     }
-    root += "\ncall-block ::= \"<tool_call>\\n\" (" + alternatives + ") \"\\n</tool_call>\"\n";
+    root += "\n" + fmt::format(kCallBlock, calls.alternatives);
   } else {
-    root = "root ::= " + alternatives + "\n";
+    root = "root ::= " + calls.alternatives + "\n";
   }
-  return root + rules + grammar::json_schema_primitives_gbnf();
+  return root + calls.rules + grammar::json_schema_primitives_gbnf();
+}
+
+Result<LazyToolGrammar> tool_call_lazy_grammar(const ToolRequest& request, ToolCallFormat format) {
+  SS_ASSIGN_OR_RETURN(CallRules calls, call_rules(request, format));
+  LazyToolGrammar out;
+  if (format == ToolCallFormat::kToolCallHermes) {
+    // One call per activation; the trigger re-arms after it for the next.
+    out.gbnf = "root ::= call-block\n" + fmt::format(kCallBlock, calls.alternatives);
+    out.trigger = grammar::GrammarTrigger{"<tool_call>", /*at_start=*/false, request.parallel};
+  } else {
+    // The call is the whole output (one call), from its first "{".
+    out.gbnf = "root ::= " + calls.alternatives + "\n";
+    out.trigger = grammar::GrammarTrigger{"{", /*at_start=*/true, /*repeat=*/false};
+  }
+  out.gbnf += calls.rules + grammar::json_schema_primitives_gbnf();
+  return out;
 }
 
 }  // namespace specstack

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "grammar/grammar_trigger.h"
 #include "server/request_fields.h"
 #include "server/tool_calls.h"
 
@@ -14,7 +15,7 @@ namespace specstack {
 
 enum class ToolChoice {
   kToolChoiceNone,      // tools not offered, output not parsed
-  kToolChoiceAuto,      // text or calls; calls parsed leniently, not constrained
+  kToolChoiceAuto,      // text or calls; a call, once opened, is constrained (lazily)
   kToolChoiceRequired,  // at least one call, constrained by grammar
   kToolChoiceNamed,     // exactly calls of `ToolRequest::named`, constrained
 };
@@ -54,5 +55,18 @@ Result<ToolRequest> parse_tool_request(const OrderedJson& body, std::string& err
 // arguments matching that function's schema (strict or not, as declared).
 // Llama's JSON format carries one call, so parallel is ignored there.
 Result<std::string> tool_call_gbnf(const ToolRequest& request, ToolCallFormat format);
+
+// tool_choice "auto": the grammar of one call and the trigger that starts
+// it (grammar/grammar_trigger.h). Hermes: the trigger is "<tool_call>"
+// anywhere in the output, the grammar one call block, and with parallel the
+// trigger re-arms after each call. Llama 3.1 JSON: the trigger is a "{" as
+// the output's first non-whitespace byte (the format's call is the whole
+// output; <|python_tag|> calls, for built-in tools, stay unconstrained and
+// are parsed leniently), one call.
+struct LazyToolGrammar {
+  std::string gbnf;
+  grammar::GrammarTrigger trigger;
+};
+Result<LazyToolGrammar> tool_call_lazy_grammar(const ToolRequest& request, ToolCallFormat format);
 
 }  // namespace specstack

@@ -6,7 +6,9 @@
 // schema and not the grammar. Speculative decoding turns itself off for them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/engine.h"
@@ -252,6 +254,83 @@ TEST(GrammarEngine, SpeculativeDecodingIsOffForConstrainedRequests) {
   ASSERT_TRUE(plain.ok());
   collect(**plain, 1);
   EXPECT_TRUE((*plain)->stats().speculative.enabled);
+}
+
+// A lazily applied grammar (tool_choice "auto"): the trigger is two tokens
+// of the model's own greedy output (so the marker is split over tokens and
+// surely emitted), the grammar that trigger followed by a JSON document.
+// The output up to the marker is exactly unconstrained greedy; from the
+// marker on every token is admitted by the grammar and the document
+// validates.
+TEST(GrammarEngine, TriggeredGrammarLeavesTextFreeUntilTheMarker) {
+  Fixture& f = fixture();
+  Engine engine(*f.model, EngineOptions{});
+  const std::vector<int32_t> prompt = f.tokenizer->encode("Once upon a time", true);
+  auto run = [&](std::shared_ptr<grammar::TokenConstraint> constraint,
+                 std::optional<grammar::GrammarTrigger> trigger, int32_t max_tokens) {
+    RequestOptions options;
+    options.prompt = prompt;
+    options.params.max_tokens = max_tokens;
+    options.params.temperature = 0;
+    options.constraint = std::move(constraint);
+    options.constraint_trigger = std::move(trigger);
+    auto stream = engine.submit(std::move(options));
+    SS_CHECK_MSG(stream.ok(), stream.ok() ? "" : stream.message());
+    return collect(**stream, 1);
+  };
+  const std::vector<int32_t> free_tokens = run(nullptr, std::nullopt, 64).tokens[0];
+  const grammar::TokenVocabulary& v = *f.vocabulary;
+  auto printable = [&](int32_t id) {
+    if (id < 0 || id >= v.size() || v.bytes(id).empty()) return false;
+    for (char c : v.bytes(id)) {
+      if (c < 0x20 || c > 0x7e || c == '"' || c == '\\') return false;
+    }
+    return true;
+  };
+  // The first pair of printable tokens whose text first occurs where they end.
+  std::string text, trigger;
+  size_t last = 0;
+  for (size_t i = 0; i < free_tokens.size() && trigger.empty(); ++i) {
+    if (free_tokens[i] >= 0 && free_tokens[i] < v.size()) text += v.bytes(free_tokens[i]);
+    if (i == 0 || !printable(free_tokens[i - 1]) || !printable(free_tokens[i])) continue;
+    const std::string pair = v.bytes(free_tokens[i - 1]) + v.bytes(free_tokens[i]);
+    if (text.find(pair) == text.size() - pair.size()) {
+      trigger = pair;
+      last = i;
+    }
+  }
+  ASSERT_FALSE(trigger.empty()) << "no usable marker in the free output: " << text;
+
+  const Json schema = Json::parse(kSchemas[0]);
+  grammar::JsonSchemaOptions schema_options;
+  schema_options.root_rule = "call";
+  auto call = grammar::json_schema_to_gbnf(schema, schema_options);
+  ASSERT_TRUE(call.ok()) << call.message();
+  auto g = grammar::parse_gbnf("root ::= \"" + trigger + "\" call\n" + *call);
+  ASSERT_TRUE(g.ok()) << g.message();
+  auto grammar_ptr = std::make_shared<const grammar::Grammar>(std::move(g).value());
+  auto constraint = std::make_shared<grammar::TokenConstraint>(grammar_ptr, f.vocabulary);
+  Output lazy = run(constraint, grammar::GrammarTrigger{trigger, false, false}, 400);
+  const std::vector<int32_t>& out = lazy.tokens[0];
+  ASSERT_GT(out.size(), last + 1);
+  EXPECT_TRUE(std::equal(free_tokens.begin(), free_tokens.begin() + long(last) + 1, out.begin()))
+      << "the free text before the marker changed";
+  EXPECT_EQ(lazy.finish[0], FinishReason::kFinishStop);
+
+  // Replayed through the grammar from the marker on: every token admitted.
+  grammar::GrammarMatcher m(grammar_ptr);
+  ASSERT_TRUE(m.accept_bytes(trigger));
+  std::string document;
+  for (size_t i = last + 1; i < out.size(); ++i) {
+    ASSERT_TRUE(out[size_t(i)] >= 0 && out[i] < v.size()) << "a special token in the call";
+    EXPECT_TRUE(m.accept_bytes(v.bytes(out[i]))) << "token " << i << " not admitted";
+    document += v.bytes(out[i]);
+  }
+  EXPECT_TRUE(m.can_end());
+  const Json doc = Json::parse(document, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded()) << "not JSON: " << document;
+  std::string why;
+  EXPECT_TRUE(testing::schema_valid(doc, schema, schema, &why)) << why << "\n" << document;
 }
 
 }  // namespace

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <optional>
+
 #include "grammar/gbnf_parser.h"
 #include "grammar/json_generator.h"
 #include "grammar/matcher.h"
@@ -141,7 +144,9 @@ TEST(JsonSchema, AnyOfRefsAndRecursion) {
 }
 
 TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
-  EXPECT_NE(error_of(Json::parse(R"({"type":"number","minimum":3})")).find("'minimum'"),
+  EXPECT_NE(error_of(Json::parse(R"({"type":"number","minimum":3.5})")).find("whole numbers"),
+            std::string::npos);
+  EXPECT_NE(error_of(Json::parse(R"({"type":"number","multipleOf":2})")).find("'multipleOf'"),
             std::string::npos);
   EXPECT_NE(error_of(Json::parse(R"({"minimum":3})")).find("needs \"type\": \"integer\""),
             std::string::npos);
@@ -246,6 +251,52 @@ TEST(JsonSchema, IntegerBounds) {
             std::string::npos);
   EXPECT_NE(error_of(Json::parse(R"({"type":"integer","minimum":"5"})")).find("'minimum'"),
             std::string::npos);
+}
+
+// Whole-number bounds on numbers: over every sign, integer part 0-12 and a
+// set of fractions, the grammar admits exactly the values in range (a "-0"
+// spelling of zero is left out of the comparison: the grammar admits it only
+// where negative numbers are in range). Exponents are never admitted.
+TEST(JsonSchema, NumberBounds) {
+  struct Case {
+    const char* schema;
+    std::optional<double> lo, hi;
+    bool lo_exclusive = false, hi_exclusive = false;
+  };
+  const Case cases[] = {
+      {R"({"type":"number","minimum":-2,"maximum":3})", -2, 3},
+      {R"({"type":"number","exclusiveMinimum":0,"exclusiveMaximum":1})", 0, 1, true, true},
+      {R"({"type":"number","minimum":0})", 0, std::nullopt},
+      {R"({"type":"number","exclusiveMaximum":0})", std::nullopt, 0, false, true},
+      {R"({"type":"number","minimum":5,"maximum":5})", 5, 5},
+      {R"({"type":"number","exclusiveMinimum":-10,"maximum":-3})", -10, -3, true, false},
+      {R"({"type":"number","minimum":-1,"exclusiveMinimum":-1,"maximum":10,"exclusiveMaximum":12})",
+       -1, 10, true, false},
+  };
+  const char* fractions[] = {"", ".0", ".5", ".25", ".05", ".000", ".999", ".0001"};
+  for (const Case& c : cases) {
+    auto g = compile(Json::parse(c.schema));
+    ASSERT_NE(g, nullptr) << c.schema;
+    for (const char* sign : {"", "-"}) {
+      for (int i = 0; i <= 12; ++i) {
+        for (const char* fraction : fractions) {
+          const std::string text = sign + std::to_string(i) + fraction;
+          const double v = std::strtod(text.c_str(), nullptr);
+          if (sign[0] == '-' && v == 0) continue;
+          const bool above = !c.lo || (c.lo_exclusive ? v > *c.lo : v >= *c.lo);
+          const bool below = !c.hi || (c.hi_exclusive ? v < *c.hi : v <= *c.hi);
+          EXPECT_EQ(matches(g, text), above && below) << c.schema << " " << text;
+        }
+      }
+    }
+    EXPECT_FALSE(matches(g, "1e0")) << c.schema;
+    EXPECT_FALSE(matches(g, "01")) << c.schema;
+  }
+  EXPECT_NE(error_of(Json::parse(R"({"type":"number","exclusiveMinimum":2,"maximum":2})"))
+                .find("no value"),
+            std::string::npos);
+  auto unbounded = compile(Json::parse(R"({"type":"number"})"));
+  EXPECT_TRUE(matches(unbounded, "1e5"));  // no bounds: exponents as before
 }
 
 // oneOf compiles only when its branches are disjoint; overlap is a 400

@@ -123,8 +123,8 @@ TEST_F(StructuredOutputTest, ErrorsNameTheParam) {
       "response_format", "'response_format.json_schema.name' must be a string");
   expect_400(
       R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "n",
-          "schema": {"type": "object", "properties": {"a": {"type": "number", "minimum": 0}}}}}})",
-      "response_format", "keyword 'minimum' at '#/properties/a' is not supported");
+          "schema": {"type": "object", "properties": {"a": {"type": "number", "minimum": 0.5}}}}}})",
+      "response_format", "'minimum' at '#/properties/a': bounds on numbers must be whole numbers");
   expect_400(R"({"prompt": "x", "grammar": "root ::= [a-"})", "grammar", "line 1, column");
   expect_400(R"({"prompt": "x", "grammar": "root ::= undefined-rule"})", "grammar",
              "'undefined-rule' is used");

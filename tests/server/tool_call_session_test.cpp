@@ -126,5 +126,59 @@ TEST_F(ToolCallSessionTest, WholeAnswersPerChoice) {
   EXPECT_FALSE(malformed["message"].contains("tool_calls"));
 }
 
+// Argument fragments go out as the tokens arrive, before the choice ends,
+// and the fragments of the stream reassemble to the whole message's calls.
+TEST_F(ToolCallSessionTest, ArgumentsStreamBeforeTheEndAndMatchTheWholeMessage) {
+  const std::vector<int32_t> tokens = tokenizer_->encode(kAnswer, false);
+  std::vector<RequestEvent> events = token_events(0, tokens, FinishReason::kFinishStop);
+  // Hold back the tail: the engine is still generating the second call.
+  const size_t held = 40;
+  std::vector<RequestEvent> tail(events.end() - held, events.end());
+  events.resize(events.size() - held);
+  auto fake = std::make_shared<FakeStream>(1, std::move(events), RequestStats{}, false);
+  CompletionSession session(*tokenizer_, options(true), fake);
+  std::string early;
+  for (int i = 0; i < 20; ++i) early += session.poll_stream(1ms);
+  EXPECT_FALSE(session.finished());
+  // Several fragments of the first call's arguments are out already.
+  size_t fragments = 0;
+  for (size_t at = early.find("\"arguments\":\""); at != std::string::npos;
+       at = early.find("\"arguments\":\"", at + 1)) {
+    if (early.compare(at, 15, "\"arguments\":\"\"") != 0) ++fragments;
+  }
+  EXPECT_GT(fragments, 5u);
+  for (RequestEvent& e : tail) fake->push(std::move(e));
+  std::string text = early;
+  for (int i = 0; i < 10000 && !session.finished(); ++i) text += session.poll_stream(1ms);
+  ASSERT_TRUE(session.finished());
+
+  std::vector<std::string> names, arguments;
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = text.find("\n\n", at);
+    const std::string data = text.substr(at + 6, end - at - 6);
+    at = end + 2;
+    if (data == "[DONE]") break;
+    const OrderedJson delta = OrderedJson::parse(data)["choices"][0]["delta"];
+    if (!delta.contains("tool_calls")) continue;
+    const OrderedJson& call = delta["tool_calls"][0];
+    const size_t index = call["index"];
+    if (call.contains("id")) {
+      names.push_back(call["function"]["name"]);
+      arguments.emplace_back();
+    }
+    ASSERT_LT(index, arguments.size());
+    arguments[index] += call["function"]["arguments"].get<std::string>();
+  }
+
+  CompletionSession whole(*tokenizer_, options(false), stream_of({kAnswer}));
+  for (int i = 0; i < 10000 && !whole.finished(); ++i) whole.poll(1ms);
+  const OrderedJson calls = whole.response()["choices"][0]["message"]["tool_calls"];
+  ASSERT_EQ(calls.size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_EQ(calls[i]["function"]["name"], names[i]);
+    EXPECT_EQ(calls[i]["function"]["arguments"], arguments[i]);
+  }
+}
+
 }  // namespace
 }  // namespace specstack

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "server/tool_call_stream.h"
 #include "test_util.h"
 
 namespace specstack {
@@ -106,51 +107,133 @@ TEST(ToolCallParse, LlamaJson) {
   }
 }
 
-// Feeds `text` in chunks of `step` bytes; returns the streamed content and
-// the final parse.
-std::pair<std::string, ParsedToolOutput> stream_in(ToolCallFormat format, const std::string& text,
-                                                   size_t step) {
-  ToolCallStream stream(format);
+// Feeds `text` in chunks of `step` bytes: the streamed content, the calls
+// reassembled from the streamed deltas, the stream's final calls, and how
+// many argument fragments arrived before finish().
+struct Streamed {
   std::string content;
-  for (size_t at = 0; at < text.size(); at += step) content += stream.push(text.substr(at, step));
-  ParsedToolOutput last = stream.finish();
-  if (last.content) content += *last.content;
-  return {content, last};
+  std::vector<ToolCall> reassembled;
+  std::vector<ToolCall> calls;
+  size_t fragments_before_end = 0;
+};
+
+Streamed stream_in(ToolCallFormat format, const std::string& text, size_t step) {
+  ToolCallStream stream(format);
+  Streamed s;
+  auto take = [&](const ToolStreamOutput& out, bool at_end) {
+    s.content += out.content;
+    for (const ToolCallDelta& d : out.calls) {
+      if (d.opening) {
+        EXPECT_EQ(d.index, s.reassembled.size());
+        EXPECT_TRUE(d.arguments.empty());
+        s.reassembled.push_back(ToolCall{d.id, d.name, ""});
+        continue;
+      }
+      EXPECT_LT(d.index, s.reassembled.size());
+      if (d.index >= s.reassembled.size()) continue;
+      // Every fragment is whole UTF-8 (it travels as a JSON string).
+      EXPECT_NO_THROW((void)OrderedJson(d.arguments).dump());
+      s.reassembled[d.index].arguments += d.arguments;
+      if (!at_end) ++s.fragments_before_end;
+    }
+  };
+  for (size_t at = 0; at < text.size(); at += step) take(stream.push(text.substr(at, step)), false);
+  take(stream.finish(), true);
+  s.calls = stream.calls();
+  return s;
 }
 
-TEST(ToolCallStream, ContentFlowsAndCallsAreHeldWhateverTheChunking) {
+void expect_same_calls(const std::vector<ToolCall>& a, const std::vector<ToolCall>& b,
+                       size_t step) {
+  ASSERT_EQ(a.size(), b.size()) << step;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].id, b[i].id) << step;
+    EXPECT_EQ(a[i].name, b[i].name) << step;
+    EXPECT_EQ(a[i].arguments, b[i].arguments) << step;
+  }
+}
+
+TEST(ToolCallStream, ContentFlowsAndArgumentsStreamWhateverTheChunking) {
   const std::string text =
       "Sure <b>. <tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": \"<tool_call>\"}}\n"
       "</tool_call>";
   for (size_t step = 1; step <= text.size(); ++step) {
-    auto [content, parsed] = stream_in(ToolCallFormat::kToolCallHermes, text, step);
-    EXPECT_EQ(content, "Sure <b>. ") << step;
-    ASSERT_EQ(parsed.calls.size(), 1u) << step;
-    EXPECT_EQ(parsed.calls[0].arguments, R"({"a":"<tool_call>"})");
+    Streamed s = stream_in(ToolCallFormat::kToolCallHermes, text, step);
+    EXPECT_EQ(s.content, "Sure <b>. ") << step;
+    ASSERT_EQ(s.calls.size(), 1u) << step;
+    EXPECT_EQ(s.calls[0].name, "f");
+    EXPECT_EQ(s.calls[0].arguments, R"({"a":"<tool_call>"})");
+    expect_same_calls(s.reassembled, s.calls, step);
   }
   // A prefix of the marker is held only while it may still become one.
   ToolCallStream stream(ToolCallFormat::kToolCallHermes);
-  EXPECT_EQ(stream.push("a <tool_"), "a ");
-  EXPECT_EQ(stream.push("box>"), "<tool_box>");
+  EXPECT_EQ(stream.push("a <tool_").content, "a ");
+  EXPECT_EQ(stream.push("box>").content, "<tool_box>");
   // Streamed malformed calls come back as content at the end.
-  auto [content, parsed] =
-      stream_in(ToolCallFormat::kToolCallHermes, "hi <tool_call>\n{\"name\": 1}", 3);
-  EXPECT_TRUE(parsed.calls.empty());
-  EXPECT_EQ(content, "hi <tool_call>\n{\"name\": 1}");
+  Streamed bad = stream_in(ToolCallFormat::kToolCallHermes, "hi <tool_call>\n{\"name\": 1}", 3);
+  EXPECT_TRUE(bad.calls.empty());
+  EXPECT_TRUE(bad.reassembled.empty());
+  EXPECT_EQ(bad.content, "hi <tool_call>\n{\"name\": 1}");
+}
+
+TEST(ToolCallStream, ParallelCallsStreamTokenByToken) {
+  // Pretty-printed arguments with multi-byte characters: fragments go out
+  // compact, never split a character, and arrive before the choice ends.
+  const std::string text =
+      "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"s\": \"caf\xc3\xa9 \\\" }\", "
+      "\"n\": [1, 2, {\"k\": null}]}}\n</tool_call>\n<tool_call>\n{\"name\": \"b\", "
+      "\"arguments\": {}}\n</tool_call>";
+  for (size_t step = 1; step <= 7; ++step) {
+    Streamed s = stream_in(ToolCallFormat::kToolCallHermes, text, step);
+    EXPECT_EQ(s.content, "") << step;
+    ASSERT_EQ(s.calls.size(), 2u) << step;
+    EXPECT_EQ(s.calls[0].arguments, "{\"s\":\"caf\xc3\xa9 \\\" }\",\"n\":[1,2,{\"k\":null}]}");
+    EXPECT_EQ(s.calls[1].name, "b");
+    EXPECT_EQ(s.calls[1].arguments, "{}");
+    EXPECT_NE(s.calls[0].id, s.calls[1].id);
+    expect_same_calls(s.reassembled, s.calls, step);
+    // Byte by byte: one fragment per non-space byte of the arguments.
+    if (step == 1) {
+      EXPECT_GT(s.fragments_before_end, 20u);
+    }
+  }
+}
+
+TEST(ToolCallStream, WhatItCannotFollowIsParsedAtTheEnd) {
+  // Keys in the other order, arguments as a string holding JSON.
+  for (const char* text :
+       {"<tool_call>\n{\"arguments\": {\"x\": 1}, \"name\": \"f\"}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"f\", \"arguments\": \"{\\\"x\\\": 1}\"}\n"
+        "</tool_call>"}) {
+    Streamed s = stream_in(ToolCallFormat::kToolCallHermes, text, 2);
+    ASSERT_EQ(s.calls.size(), 1u) << text;
+    EXPECT_EQ(s.calls[0].arguments, R"({"x":1})");
+    EXPECT_EQ(s.fragments_before_end, 0u);
+    expect_same_calls(s.reassembled, s.calls, 2);
+  }
+  // Cut before the arguments close (max_tokens): not a call, all content
+  // (the opening delta already went out).
+  const std::string cut = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1";
+  Streamed s = stream_in(ToolCallFormat::kToolCallHermes, cut, 4);
+  EXPECT_TRUE(s.calls.empty());
+  EXPECT_EQ(s.content, cut);
 }
 
 TEST(ToolCallStream, LlamaDecidesOnTheFirstCharacter) {
   const std::string call = "\n {\"name\": \"g\", \"parameters\": {\"v\": 1}}";
   for (size_t step = 1; step <= call.size(); ++step) {
-    auto [content, parsed] = stream_in(ToolCallFormat::kToolCallLlamaJson, call, step);
-    EXPECT_EQ(content, "") << step;
-    ASSERT_EQ(parsed.calls.size(), 1u) << step;
+    Streamed s = stream_in(ToolCallFormat::kToolCallLlamaJson, call, step);
+    EXPECT_EQ(s.content, "") << step;
+    ASSERT_EQ(s.calls.size(), 1u) << step;
+    EXPECT_EQ(s.calls[0].arguments, R"({"v":1})");
+    expect_same_calls(s.reassembled, s.calls, step);
   }
   ToolCallStream plain(ToolCallFormat::kToolCallLlamaJson);
-  EXPECT_EQ(plain.push("  "), "");  // undecided
-  EXPECT_EQ(plain.push("Hi {"), "  Hi {");
-  EXPECT_EQ(plain.push("\"name\""), "\"name\"");
-  EXPECT_FALSE(plain.finish().content.has_value());
+  EXPECT_EQ(plain.push("  ").content, "");  // undecided
+  EXPECT_EQ(plain.push("Hi {").content, "  Hi {");
+  EXPECT_EQ(plain.push("\"name\"").content, "\"name\"");
+  EXPECT_EQ(plain.finish().content, "");
+  EXPECT_TRUE(plain.calls().empty());
 }
 
 }  // namespace

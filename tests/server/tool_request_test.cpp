@@ -131,8 +131,23 @@ TEST_F(ToolRequestTest, ChoicesDecideRenderingParsingAndConstraint) {
   auto auto_choice = parse(tools);
   ASSERT_TRUE(auto_choice.ok()) << auto_choice.message();
   EXPECT_EQ(auto_choice->tool_calls, ToolCallFormat::kToolCallHermes);
-  EXPECT_EQ(auto_choice->options.constraint, nullptr);  // auto: parsed, not constrained
   EXPECT_NE(prompt_text(*auto_choice).find("<tools>"), std::string::npos);
+  // auto: constrained lazily, from "<tool_call>" on, one call per trigger,
+  // re-armed for parallel calls.
+  ASSERT_NE(auto_choice->options.constraint, nullptr);
+  ASSERT_TRUE(auto_choice->options.constraint_trigger.has_value());
+  EXPECT_EQ(auto_choice->options.constraint_trigger->text, "<tool_call>");
+  EXPECT_FALSE(auto_choice->options.constraint_trigger->at_start);
+  EXPECT_TRUE(auto_choice->options.constraint_trigger->repeat);
+  {
+    grammar::GrammarMatcher lazy(auto_choice->options.constraint->grammar());
+    ASSERT_TRUE(lazy.accept_bytes(
+        "<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"P\"}}\n</tool_call>"));
+    EXPECT_TRUE(lazy.must_end());  // one call: the trigger starts the next
+  }
+  auto single = parse(tools + R"(, "parallel_tool_calls": false)");
+  ASSERT_TRUE(single.ok()) << single.message();
+  EXPECT_FALSE(single->options.constraint_trigger->repeat);  // ends after the call
 
   auto none = parse(tools + R"(, "tool_choice": "none")");
   ASSERT_TRUE(none.ok()) << none.message();
@@ -142,6 +157,7 @@ TEST_F(ToolRequestTest, ChoicesDecideRenderingParsingAndConstraint) {
   auto required = parse(tools + R"(, "tool_choice": "required", "parallel_tool_calls": false)");
   ASSERT_TRUE(required.ok()) << required.message();
   ASSERT_NE(required->options.constraint, nullptr);
+  EXPECT_FALSE(required->options.constraint_trigger.has_value());  // from the first token
   grammar::GrammarMatcher m(required->options.constraint->grammar());
   const std::string call =
       "<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"P\"}}\n</tool_call>";
@@ -195,23 +211,27 @@ TEST(ToolCallResponse, MessageAndStreamShapes) {
   EXPECT_EQ(cut["choices"][0]["message"]["content"], "Checking.");
   EXPECT_EQ(cut["choices"][0]["finish_reason"], "length");
 
-  // Streamed: the first delta names the call, the arguments follow in
-  // pieces that concatenate to the whole.
-  const auto chunks = tool_call_chunks(header, 0, choice.tool_calls, 0, false);
-  ASSERT_GE(chunks.size(), 3u);
-  const Json first = Json::parse(json_text(chunks[0]));
+  // Streamed: the opening delta names the call, fragments carry arguments.
+  ToolCallDelta open_delta;
+  open_delta.opening = true;
+  open_delta.id = "call_a";
+  open_delta.name = "weather";
+  const Json first = Json::parse(json_text(tool_call_delta_chunk(header, 0, open_delta, false)));
   const Json& opening = first["choices"][0]["delta"]["tool_calls"][0];
   EXPECT_EQ(opening["index"], 0);
   EXPECT_EQ(opening["id"], "call_a");
+  EXPECT_EQ(opening["type"], "function");
   EXPECT_EQ(opening["function"]["name"], "weather");
   EXPECT_EQ(opening["function"]["arguments"], "");
-  std::string arguments;
-  for (size_t i = 1; i < chunks.size(); ++i) {
-    const Json piece = Json::parse(json_text(chunks[i]))["choices"][0]["delta"]["tool_calls"][0];
-    EXPECT_FALSE(piece.contains("id"));
-    arguments += piece["function"]["arguments"].get<std::string>();
-  }
-  EXPECT_EQ(arguments, choice.tool_calls[0].arguments);
+  ToolCallDelta fragment;
+  fragment.index = 1;
+  fragment.arguments = "{\"ci";
+  const Json piece = Json::parse(json_text(tool_call_delta_chunk(header, 0, fragment, true)));
+  EXPECT_TRUE(piece["usage"].is_null());
+  const Json& call = piece["choices"][0]["delta"]["tool_calls"][0];
+  EXPECT_EQ(call["index"], 1);
+  EXPECT_FALSE(call.contains("id"));
+  EXPECT_EQ(call["function"]["arguments"], "{\"ci");
 }
 
 }  // namespace
