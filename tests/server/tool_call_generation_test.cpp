@@ -156,13 +156,17 @@ TEST(ToolCallGeneration, SixtyForcedCallsAllParseAndValidate) {
     ASSERT_TRUE(message.contains("tool_calls"));
     const Json& calls = message["tool_calls"];
     ASSERT_GE(calls.size(), 1u);
-    if (!parallel || !qwen) EXPECT_EQ(calls.size(), 1u);
+    if (!parallel || !qwen) {
+      EXPECT_EQ(calls.size(), 1u);
+    }
     n_parallel_many += calls.size() > 1;
     for (const Json& call : calls) {
       EXPECT_EQ(call["type"], "function");
       EXPECT_EQ(call["id"].get<std::string>().rfind("call_", 0), 0u);
       const std::string name = call["function"]["name"];
-      if (named) EXPECT_EQ(name, names[(i / 3) % 3]);
+      if (named) {
+        EXPECT_EQ(name, names[(i / 3) % 3]);
+      }
       bool strict = true;
       const Json* schema = tool_schema(tools, name, &strict);
       ASSERT_NE(schema, nullptr) << name;
