@@ -20,6 +20,7 @@ jobs=${FUZZ_JOBS:-2}
 # parsers live in the layer libraries, which need the coverage hooks
 # (fuzzer-no-link) and sanitizers too or libFuzzer would fuzz blind.
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
   -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
   -DSPECSTACK_FUZZ=ON -DSPECSTACK_BUILD_BENCH=OFF -DSPECSTACK_BUILD_TESTS=ON \
   -DSPECSTACK_SANITIZE=address,undefined -DSPECSTACK_CUDA=OFF \

@@ -12,7 +12,11 @@ cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
 
 echo "== AddressSanitizer + UBSan build and tests"
+# -O1 -g1 (line tables only): ASan's recommended level, and half the compile
+# time of RelWithDebInfo's -O2 -g on 2 cores (measured: engine.cpp 19.9 -> 9.9 s);
+# reports still carry file:line.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
   -DSPECSTACK_SANITIZE=address,undefined -DSPECSTACK_BUILD_BENCH=OFF -DSPECSTACK_CUDA=OFF >/dev/null
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
