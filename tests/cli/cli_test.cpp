@@ -51,12 +51,7 @@ void write_file(const fs::path& path, const std::string& text) {
 }
 
 // One error line, exit code 1 (not a signal), and the message mentions `needle`.
-void expect_clean_error(const CommandResult& r, const std::string& needle) {
-  EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_EQ(r.err.rfind("specstack: error: ", 0), 0u) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
-}
+using testing::expect_clean_error;
 
 TEST(CliGenerate, TinyStoriesGreedyTextEqualsReference) {
   auto reference = nlohmann::json::parse(

@@ -2,10 +2,12 @@
 // stderr is collected, and a scratch directory removed at scope end.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <mutex>
@@ -122,5 +124,14 @@ class TempDir {
   std::filesystem::path path_;
   static inline int counter_ = 0;
 };
+
+// A failed command that printed exactly one line, "specstack: error: ...",
+// containing `needle`.
+inline void expect_clean_error(const CommandResult& r, const std::string& needle) {
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.err.rfind("specstack: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
+}
 
 }  // namespace specstack::testing

@@ -18,12 +18,7 @@ std::string tinystories_gguf() {
   return testing::test_data("gguf/tinystories-656k.q8_0.gguf");
 }
 
-void expect_clean_error(const CommandResult& r, const std::string& needle) {
-  EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_EQ(r.err.rfind("specstack: error: ", 0), 0u) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
-}
+using testing::expect_clean_error;
 
 TEST(CliGguf, GenerateRunsAGgufFileWithItsTokenizer) {
   // Q8_0 TinyStories: greedy text starts as the f32 model's does (the first

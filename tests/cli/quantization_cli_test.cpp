@@ -13,12 +13,7 @@ namespace {
 
 using testing::CommandResult;
 
-void expect_clean_error(const CommandResult& r, const std::string& needle) {
-  EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_EQ(r.err.rfind("specstack: error: ", 0), 0u) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
-}
+using testing::expect_clean_error;
 
 TEST(CliQuantization, TinyStoriesGreedyTextStartsAsF32) {
   // TinyStories' rows are 128 and 384 long: --quantization q4_k falls back to

@@ -23,12 +23,7 @@ CommandResult run(const std::string& args) {
   return testing::run_specstack(args);
 }
 
-void expect_clean_error(const CommandResult& r, const std::string& needle) {
-  EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_EQ(r.err.rfind("specstack: error: ", 0), 0u) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
-}
+using testing::expect_clean_error;
 
 std::string tinystories() {
   return testing::golden_model_dir("tinystories-656k");

@@ -15,6 +15,7 @@
 
 #include "base/check.h"
 #include "base/mapped_file.h"
+#include "cli_test_util.h"
 #include "test_util.h"
 
 namespace specstack {
@@ -24,14 +25,11 @@ namespace fs = std::filesystem;
 
 using testing::CommandResult;
 
-CommandResult run(const std::string& args) { return testing::run_specstack(args); }
-
-void expect_clean_error(const CommandResult& r, const std::string& needle) {
-  EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_EQ(r.err.rfind("specstack: error: ", 0), 0u) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
+CommandResult run(const std::string& args) {
+  return testing::run_specstack(args);
 }
+
+using testing::expect_clean_error;
 
 const std::string kPrompt =
     "'Once upon a time, there was a little girl named Lily. She loved to play outside in the sun. "
