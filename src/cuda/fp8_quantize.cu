@@ -8,6 +8,52 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// Folds the |x| of 8 bf16 (one 16-byte vector) into a running amax.
+__device__ inline float amax8(const uint4& packed, float amax) {
+  const auto* x2 = reinterpret_cast<const __nv_bfloat162*>(&packed);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(x2[i]);
+    amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+  }
+  return amax;
+}
+
+// The row's amax across a block of kBlockThreads (warp shuffles, then one
+// shared-memory pass), the same value in every thread; then the row's scale
+// written by thread 0 and the factor x -> e4m3 returned. IEEE division (this
+// build has no fast math), so the CPU twin computes the same factor bit for
+// bit.
+template <int kBlockThreads>
+__device__ inline float row_scale_from_amax(float amax, float* __restrict__ scale_out) {
+  __shared__ float warp_max[kBlockThreads / 32];
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  }
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
+  __syncthreads();
+  amax = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kBlockThreads / 32; ++w) amax = fmaxf(amax, warp_max[w]);
+  if (threadIdx.x == 0) *scale_out = amax > 0.0f ? amax / kFp8E4m3Max : 1.0f;
+  return amax > 0.0f ? kFp8E4m3Max / amax : 1.0f;
+}
+
+// 8 bf16 times inv to 8 e4m3 bytes: round to nearest even, saturating to
+// ±448 (x * inv can exceed 448 by rounding only in its last bit).
+__device__ inline uint2 to_e4m3x8(const uint4& packed, float inv) {
+  const auto* x2 = reinterpret_cast<const __nv_bfloat162*>(&packed);
+  uint2 out;
+  auto* o2 = reinterpret_cast<__nv_fp8x2_storage_t*>(&out);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(x2[i]);
+    o2[i] = __nv_cvt_float2_to_fp8x2(make_float2(f.x * inv, f.y * inv), __NV_SATFINITE, __NV_E4M3);
+  }
+  return out;
+}
+
 // One block per row, 8 elements (16 bytes of bf16) per thread and step.
 // Pass 1: the row's amax with a block reduction; pass 2 re-reads the row (now
 // in L1/L2: rows are at most a few tens of KB) and writes 8 e4m3 bytes at once.
@@ -20,44 +66,9 @@ __global__ void __launch_bounds__(kThreads)
   auto* qr = reinterpret_cast<uint2*>(q + row * cols);
   const int64_t vectors = cols / 8;
   float amax = 0.0f;
-  for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
-    const uint4 packed = xr[v];
-    const auto* x2 = reinterpret_cast<const __nv_bfloat162*>(&packed);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __bfloat1622float2(x2[i]);
-      amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
-    }
-  }
-  __shared__ float warp_max[kThreads / 32];
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) {
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-  }
-  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
-  __syncthreads();
-  amax = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kThreads / 32; ++w) amax = fmaxf(amax, warp_max[w]);
-  // IEEE division (this build has no fast math), so the CPU twin computes
-  // the same factor bit for bit.
-  const float inv = amax > 0.0f ? kFp8E4m3Max / amax : 1.0f;
-  if (threadIdx.x == 0) scale[row] = amax > 0.0f ? amax / kFp8E4m3Max : 1.0f;
-  for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
-    const uint4 packed = xr[v];
-    const auto* x2 = reinterpret_cast<const __nv_bfloat162*>(&packed);
-    uint2 out;
-    auto* o2 = reinterpret_cast<__nv_fp8x2_storage_t*>(&out);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __bfloat1622float2(x2[i]);
-      // Round to nearest even, saturating to ±448 (x * inv can exceed 448
-      // by rounding only in its last bit).
-      o2[i] =
-          __nv_cvt_float2_to_fp8x2(make_float2(f.x * inv, f.y * inv), __NV_SATFINITE, __NV_E4M3);
-    }
-    qr[v] = out;
-  }
+  for (int64_t v = threadIdx.x; v < vectors; v += kThreads) amax = amax8(xr[v], amax);
+  const float inv = row_scale_from_amax<kThreads>(amax, &scale[row]);
+  for (int64_t v = threadIdx.x; v < vectors; v += kThreads) qr[v] = to_e4m3x8(xr[v], inv);
 }
 
 // One thread per output element (columns or ldy not a multiple of 8).
@@ -165,39 +176,12 @@ __global__ void __launch_bounds__(kSiluQuantThreads)
     uint4 out;
     silu8(g, u, rs, col_scale, width, v * 8, out);
     staged[v] = out;
-    const auto* o2 = reinterpret_cast<const __nv_bfloat162*>(&out);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __bfloat1622float2(o2[i]);
-      amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
-    }
+    amax = amax8(out, amax);
   }
-  __shared__ float warp_max[kSiluQuantThreads / 32];
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) {
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-  }
-  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
-  __syncthreads();
-  amax = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kSiluQuantThreads / 32; ++w) amax = fmaxf(amax, warp_max[w]);
-  const float inv = amax > 0.0f ? kFp8E4m3Max / amax : 1.0f;
-  if (threadIdx.x == 0) q_scale[row] = amax > 0.0f ? amax / kFp8E4m3Max : 1.0f;
+  const float inv = row_scale_from_amax<kSiluQuantThreads>(amax, &q_scale[row]);
   auto* qr = reinterpret_cast<uint2*>(q + row * width);
-  for (int64_t v = threadIdx.x; v < vectors; v += kSiluQuantThreads) {
-    const uint4 packed = staged[v];
-    const auto* x2 = reinterpret_cast<const __nv_bfloat162*>(&packed);
-    uint2 out;
-    auto* o2 = reinterpret_cast<__nv_fp8x2_storage_t*>(&out);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __bfloat1622float2(x2[i]);
-      o2[i] =
-          __nv_cvt_float2_to_fp8x2(make_float2(f.x * inv, f.y * inv), __NV_SATFINITE, __NV_E4M3);
-    }
-    qr[v] = out;
-  }
+  for (int64_t v = threadIdx.x; v < vectors; v += kSiluQuantThreads)
+    qr[v] = to_e4m3x8(staged[v], inv);
 }
 
 }  // namespace
