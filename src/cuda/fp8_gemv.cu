@@ -2,6 +2,7 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/fp8_gemv.h"
+#include "cuda/gemv_reduce.cuh"
 #include "cuda/pdl.h"
 
 namespace specstack::cuda {
@@ -74,26 +75,6 @@ __device__ inline void row_dots(const __nv_bfloat16* __restrict__ x, int64_t ldx
   }
 }
 
-// The kSplit partial sums of each output row, added in a fixed order.
-template <int kSplit, int kValues>
-__device__ inline void reduce_parts(float (&value)[kValues], int warp, int lane) {
-  if constexpr (kSplit > 1) {
-    __shared__ float parts[kWarpsPerBlock][kValues];
-    if (lane == 0) {
-#pragma unroll
-      for (int i = 0; i < kValues; ++i) parts[warp][i] = value[i];
-    }
-    __syncthreads();
-    const int first = warp - warp % kSplit;
-#pragma unroll
-    for (int i = 0; i < kValues; ++i) {
-      value[i] = 0.0f;
-#pragma unroll
-      for (int p = 0; p < kSplit; ++p) value[i] += parts[first + p][i];
-    }
-  }
-}
-
 // out rows (silu: `out` = width, rows r and width + r), kWarpsPerBlock /
 // kSplit of them per block.
 template <int kRows, int kSplit, bool kSilu>
@@ -123,7 +104,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       for (int r = 0; r < kRows; ++r) sum[kRows + r] = second[r];
     }
   }
-  reduce_parts<kSplit>(sum, warp, lane);
+  reduce_parts<kWarpsPerBlock, kSplit>(sum, warp, lane);
   if (!valid || lane != 0 || warp % kSplit != 0) return;
   const float scale = w_scale[row];
   if constexpr (kSilu) {

@@ -3,6 +3,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/gemv.h"
 #include "cuda/gemv_mma.h"
+#include "cuda/gemv_reduce.cuh"
 #include "cuda/pdl.h"
 
 namespace specstack::cuda {
@@ -55,27 +56,6 @@ __device__ inline float row_dot(const __nv_bfloat16* __restrict__ x,
   return sum;
 }
 
-// The kSplit partial sums of each output row of the block, added in a fixed
-// order (deterministic); valid in every thread of the row's first warp.
-template <int kSplit, int kValues>
-__device__ inline void reduce_parts(float (&value)[kValues], int warp, int lane) {
-  if constexpr (kSplit > 1) {
-    __shared__ float parts[kWarpsPerBlock][kValues];
-    if (lane == 0) {
-#pragma unroll
-      for (int i = 0; i < kValues; ++i) parts[warp][i] = value[i];
-    }
-    __syncthreads();
-    const int first = warp - warp % kSplit;
-#pragma unroll
-    for (int i = 0; i < kValues; ++i) {
-      value[i] = 0.0f;
-#pragma unroll
-      for (int p = 0; p < kSplit; ++p) value[i] += parts[first + p][i];
-    }
-  }
-}
-
 // One input row: kSplit warps per output row, kWarpsPerBlock / kSplit rows
 // per block.
 template <int kSplit>
@@ -92,7 +72,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     sum[0] = row_dot<kSplit>(x, reinterpret_cast<const uint4*>(w + row * in), in / 8, warp % kSplit,
                              lane);
   }
-  reduce_parts<kSplit>(sum, warp, lane);
+  reduce_parts<kWarpsPerBlock, kSplit>(sum, warp, lane);
   if (valid && lane == 0 && warp % kSplit == 0) {
     const float value = sum[0] + (bias != nullptr ? bias[row] : 0.0f);
     if (y_f32 != nullptr) {
@@ -120,7 +100,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gate_up[1] = row_dot<kSplit>(x, reinterpret_cast<const uint4*>(w + (width + row) * in), in / 8,
                                  part, lane);
   }
-  reduce_parts<kSplit>(gate_up, warp, lane);
+  reduce_parts<kWarpsPerBlock, kSplit>(gate_up, warp, lane);
   if (valid && lane == 0 && warp % kSplit == 0) {
     const float g = gate_up[0];
     y[row] = __float2bfloat16(g / (1.0f + expf(-g)) * gate_up[1]);
