@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdio>
@@ -25,6 +26,15 @@ std::string test_data(const std::string& relative) {
 
 std::string golden_model_dir(const std::string& name) {
   return test_data("golden/models/" + name);
+}
+
+std::vector<std::string> golden_architectures() {
+  return {"llama-gqa", "llama3-rope", "qwen2", "qwen3", "mistral-swa", "qwen3-moe"};
+}
+
+std::string test_name_part(std::string name) {
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
 }
 
 std::string npm_tokenizer_json(const std::string& family) {

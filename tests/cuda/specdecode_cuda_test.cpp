@@ -11,6 +11,7 @@
 #include <chrono>
 #include <thread>
 
+#include "../engine/engine_test_util.h"
 #include "../engine/golden_run.h"
 #include "backend/cpu/cpu_backend.h"
 #include "cuda/cuda_model.h"
@@ -76,19 +77,6 @@ EngineRun run_all(Engine& engine, bool speculate, int32_t max_tokens, int n_requ
   return run;
 }
 
-void expect_pools_free(const Engine& engine) {
-  EngineMetrics m;
-  for (int i = 0; i < 500; ++i) {
-    m = engine.metrics();
-    if (m.n_running == 0 && m.kv_blocks_free == m.kv_blocks_total &&
-        m.draft_kv_blocks_free == m.draft_kv_blocks_total)
-      break;
-    std::this_thread::sleep_for(10ms);
-  }
-  EXPECT_EQ(m.kv_blocks_free, m.kv_blocks_total);
-  EXPECT_EQ(m.draft_kv_blocks_free, m.draft_kv_blocks_total);
-}
-
 class SpecDecodeCudaTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SpecDecodeCudaTest, GreedyEqualsPlainUpToANearTie) {
@@ -100,7 +88,7 @@ TEST_P(SpecDecodeCudaTest, GreedyEqualsPlainUpToANearTie) {
   constexpr int32_t kTokens = 40;
   Engine plain_engine(*target, EngineOptions{});
   const EngineRun plain = run_all(plain_engine, false, kTokens);
-  expect_pools_free(plain_engine);
+  testing::expect_engine_drained(plain_engine);
   for (ModelInstance* draft : {target.get(), other.get()}) {
     for (int32_t k : {1, 4}) {
       SCOPED_TRACE(name + (draft == target.get() ? " self-draft" : " other draft") + " k " +
@@ -135,7 +123,7 @@ TEST_P(SpecDecodeCudaTest, GreedyEqualsPlainUpToANearTie) {
       if (draft == target.get()) {
         EXPECT_GT(spec.accepted * 10, spec.drafted * 8);
       }
-      expect_pools_free(engine);
+      testing::expect_engine_drained(engine);
     }
   }
   // The draft replayed decode graphs for its steps.
@@ -145,13 +133,8 @@ TEST_P(SpecDecodeCudaTest, GreedyEqualsPlainUpToANearTie) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, SpecDecodeCudaTest,
-                         ::testing::Values("llama-gqa", "llama3-rope", "qwen2", "qwen3",
-                                           "mistral-swa", "qwen3-moe"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+                         ::testing::ValuesIn(testing::golden_architectures()),
+                         [](const auto& info) { return testing::test_name_part(info.param); });
 
 // Head dim 64 (dummy weights; the golden models' 16/32 never reach it): four
 // requests' 5 verify rows each make a step of 20 paged rows, which the run
@@ -194,7 +177,7 @@ TEST(SpecDecodeCuda, RunAttentionGreedyEqualsPlainUpToANearTie) {
   }
   std::printf("[specdecode-cuda] run attention: %zu/%d tokens identical before any fork\n",
               identical, 4 * kTokens);
-  expect_pools_free(engine);
+  testing::expect_engine_drained(engine);
 }
 
 // Decode steps take the run kernel too (rows as runs of one), graph replays
@@ -223,7 +206,7 @@ TEST(SpecDecodeCuda, DecodeGraphsOnTheRunKernelEqualPerTokenUpToANearTie) {
     auto* cuda_model = dynamic_cast<cuda::CudaModel*>(&model->model());
     ASSERT_NE(cuda_model, nullptr);
     EXPECT_GT(cuda_model->graph_replays(), 0);
-    expect_pools_free(engine);
+    testing::expect_engine_drained(engine);
   }
   size_t identical = 0;
   for (size_t r = 0; r < runs[0].tokens.size(); ++r) {
@@ -276,7 +259,7 @@ TEST(SpecDecodeCuda, SampledAndSparseDraftRunAndFreeEverything) {
         tokens[repeat].insert(tokens[repeat].end(), event->tokens.begin(), event->tokens.end());
     }
     EXPECT_GT((*stream)->stats().speculative.draft_tokens, 0);
-    expect_pools_free(engine);
+    testing::expect_engine_drained(engine);
   }
   EXPECT_EQ(tokens[0].size(), 120u);
   EXPECT_EQ(tokens[0], tokens[1]);

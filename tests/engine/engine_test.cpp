@@ -36,51 +36,9 @@ std::vector<int32_t> prompt(uint32_t seed, int32_t length) {
   return ids;
 }
 
+using testing::collect;
+using testing::Collected;
 using testing::greedy;
-
-struct Collected {
-  std::vector<std::vector<int32_t>> tokens;  // per choice
-  std::vector<std::optional<FinishReason>> finish;
-};
-
-Collected collect(RequestStream& stream, int32_t n_choices) {
-  Collected out;
-  out.tokens.resize(static_cast<size_t>(n_choices));
-  out.finish.resize(static_cast<size_t>(n_choices));
-  while (!stream.done()) {
-    auto event = stream.next(5000ms);
-    if (!event) continue;
-    auto& tokens = out.tokens[static_cast<size_t>(event->choice)];
-    tokens.insert(tokens.end(), event->tokens.begin(), event->tokens.end());
-    if (event->finish) out.finish[static_cast<size_t>(event->choice)] = event->finish;
-  }
-  return out;
-}
-
-std::vector<std::vector<int32_t>> offline(ModelInstance& model,
-                                          const std::vector<GenerationRequest>& requests) {
-  Generator generator(model.runner(), model.kv_manager());
-  std::vector<std::vector<int32_t>> out;
-  for (const auto& request : requests) {
-    auto result = generator.generate({request});
-    SS_CHECK(result.ok());
-    out.push_back((*result)[0].tokens);
-  }
-  return out;
-}
-
-// The loop frees blocks right after pushing the last event: wait for it.
-void expect_pool_fully_free(const Engine& engine) {
-  EngineMetrics m;
-  for (int i = 0; i < 500; ++i) {
-    m = engine.metrics();
-    if (m.n_running == 0 && m.n_waiting == 0 && m.kv_blocks_free == m.kv_blocks_total) break;
-    std::this_thread::sleep_for(10ms);
-  }
-  EXPECT_EQ(m.n_running, 0);
-  EXPECT_EQ(m.n_waiting, 0);
-  EXPECT_EQ(m.kv_blocks_free, m.kv_blocks_total);
-}
 
 // The tests that exercise the KV cache (preemption, prefix caching, CoW of a
 // shared prompt block) run with an f32 and a bf16 cache (--kv-dtype).
@@ -95,7 +53,7 @@ TEST_P(EngineKv, ConcurrentGreedyRequestsEqualOfflineGenerationEvenWhenPreempted
     auto model = load(backend, kv_tokens, GetParam());
     std::vector<GenerationRequest> requests;
     for (uint32_t i = 0; i < 6; ++i) requests.push_back({prompt(i, 30 + 7 * i), {}, greedy(24)});
-    const auto expected = offline(*model, requests);
+    const auto expected = testing::offline_outputs(*model, requests);
 
     Engine engine(*model, EngineOptions{/*max_num_batched_tokens=*/48, /*max_num_seqs=*/8});
     std::vector<std::shared_ptr<RequestStream>> streams;
@@ -112,7 +70,7 @@ TEST_P(EngineKv, ConcurrentGreedyRequestsEqualOfflineGenerationEvenWhenPreempted
     if (kv_tokens == 160) {
       EXPECT_GT(engine.metrics().preemptions_total, 0);
     }
-    expect_pool_fully_free(engine);
+    testing::expect_engine_drained(engine);
   }
 }
 
@@ -132,7 +90,7 @@ TEST_P(EngineKv, PrefixCacheHitReportsCachedTokensAndKeepsOutputIdentical) {
             96);  // 6 full blocks of 16; the last token is recomputed
   EXPECT_EQ(first.tokens, second.tokens);
   EXPECT_GE(engine.metrics().prefix_cache_hit_tokens, 96);
-  expect_pool_fully_free(engine);
+  testing::expect_engine_drained(engine);
 }
 
 TEST(Engine, ReportsQueueTimeAndTimeToFirstToken) {
@@ -158,14 +116,14 @@ TEST(Engine, ReportsQueueTimeAndTimeToFirstToken) {
   EXPECT_GT(*b.queue_ms, *a.ttft_ms);  // admitted only once the first had finished
   EXPECT_FALSE((*never_ran)->stats().queue_ms);
   EXPECT_FALSE((*never_ran)->stats().ttft_ms);
-  expect_pool_fully_free(engine);
+  testing::expect_engine_drained(engine);
 }
 
 TEST_P(EngineKv, ParallelChoicesShareThePromptAndSampleIndependently) {
   CpuBackend backend(CpuBackendOptions{2});
   auto model = load(backend, 4096, GetParam());
   const auto ids = prompt(7, 37);
-  const auto expected = offline(*model, {{ids, {}, greedy(10)}});
+  const auto expected = testing::offline_outputs(*model, {{ids, {}, greedy(10)}});
   Engine engine(*model, EngineOptions{});
   auto greedy_stream = engine.submit(RequestOptions{ids, greedy(10), 3, -1});
   ASSERT_TRUE(greedy_stream.ok());
@@ -182,7 +140,7 @@ TEST_P(EngineKv, ParallelChoicesShareThePromptAndSampleIndependently) {
   Collected ra = collect(**a, 3), rb = collect(**b, 3);
   EXPECT_EQ(ra.tokens, rb.tokens);        // seeded: reproducible
   EXPECT_NE(ra.tokens[0], ra.tokens[1]);  // each choice has its own stream of randomness
-  expect_pool_fully_free(engine);
+  testing::expect_engine_drained(engine);
 }
 
 TEST(Engine, LogprobsAreLogSoftmaxOfTheRawLogits) {
@@ -234,7 +192,7 @@ TEST(Engine, RandomCancellationOf64StreamsFreesEveryBlock) {
   }
   for (auto& t : readers) t.join();
   for (auto& s : streams) EXPECT_TRUE(s->done());
-  expect_pool_fully_free(engine);
+  testing::expect_engine_drained(engine);
   const EngineMetrics m = engine.metrics();
   EXPECT_GT(m.requests_aborted_total, 0);
   EXPECT_EQ(m.requests_finished_total, 64);
@@ -274,7 +232,7 @@ TEST(Engine, RejectsBadRequestsAndAFullQueueWithTheRightCode) {
   for (auto& s : accepted) {
     while (!s->done()) s->next(1000ms);
   }
-  expect_pool_fully_free(engine);
+  testing::expect_engine_drained(engine);
 }
 
 }  // namespace

@@ -112,9 +112,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, GoldenLogitsTest,
                                            GoldenCase{"mistral-swa", {"p0", "p1", "p2", "p3"}},
                                            GoldenCase{"qwen3-moe", {"p0", "p1", "p2"}}),
                          [](const auto& info) {
-                           std::string name = info.param.model;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
+                           return testing::test_name_part(info.param.model);
                          });
 
 class GoldenSparseTest : public ::testing::TestWithParam<std::string> {};
@@ -137,11 +135,7 @@ TEST_P(GoldenSparseTest, SparsePrefillAtOriginalPositionsMatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, GoldenSparseTest, ::testing::Values("llama-gqa", "qwen3"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+                         [](const auto& info) { return testing::test_name_part(info.param); });
 
 TEST(GoldenRope, InverseFrequenciesMatchTransformers) {
   for (const char* name :

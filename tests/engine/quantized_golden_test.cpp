@@ -134,10 +134,8 @@ INSTANTIATE_TEST_SUITE_P(
                       QuantCase{"llama-gqa", WeightQuantization::kQ8_0, 0.085},
                       QuantCase{"qwen3-moe", WeightQuantization::kQ4_K, 0.42}),
     [](const auto& info) {
-      std::string name =
-          info.param.model + (info.param.q == WeightQuantization::kQ8_0 ? "_q8_0" : "_q4_k");
-      std::replace(name.begin(), name.end(), '-', '_');
-      return name;
+      return testing::test_name_part(info.param.model) +
+             (info.param.q == WeightQuantization::kQ8_0 ? "_q8_0" : "_q4_k");
     });
 
 }  // namespace

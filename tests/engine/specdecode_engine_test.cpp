@@ -91,20 +91,6 @@ std::vector<int32_t> offline_greedy(ModelInstance& model, const std::vector<int3
   return (*result)[0].tokens;
 }
 
-void expect_pools_free(const Engine& engine) {
-  EngineMetrics m;
-  for (int i = 0; i < 500; ++i) {
-    m = engine.metrics();
-    if (m.n_running == 0 && m.n_waiting == 0 && m.kv_blocks_free == m.kv_blocks_total &&
-        m.draft_kv_blocks_free == m.draft_kv_blocks_total) {
-      break;
-    }
-    std::this_thread::sleep_for(10ms);
-  }
-  EXPECT_EQ(m.kv_blocks_free, m.kv_blocks_total);
-  EXPECT_EQ(m.draft_kv_blocks_free, m.draft_kv_blocks_total);
-}
-
 EngineOptions spec_options(ModelInstance* draft, int32_t k = 4, bool adaptive = false) {
   EngineOptions options;
   options.specdecode.draft = draft;
@@ -139,7 +125,7 @@ TEST(SpecDecodeEngine, GreedyEqualsPlainGreedyForEveryGoldenArchitecture) {
           EXPECT_GE(out.stats.speculative.accepted_tokens,
                     out.stats.speculative.draft_tokens * 9 / 10);
         }
-        expect_pools_free(engine);
+        testing::expect_engine_drained(engine);
       }
     }
   }
@@ -161,7 +147,7 @@ TEST_P(SpecDecodeKv, TinyStoriesGreedyEqualsPlainWithEveryK) {
     Engine engine(*target, spec_options(draft.get(), k));
     const Output out = run(engine, RequestOptions{prompt, greedy(48), 1, -1});
     EXPECT_EQ(out.tokens[0], expected) << "k " << k;
-    expect_pools_free(engine);
+    testing::expect_engine_drained(engine);
   }
 }
 
@@ -185,7 +171,7 @@ TEST(SpecDecodeEngine, TokensPastTheDraftsVocabularyEndSpeculationExactly) {
   const auto first_off =
       std::find_if(expected.begin(), expected.end(), [](int32_t id) { return id >= 512; });
   EXPECT_LE(out.stats.speculative.draft_tokens, 4 * (first_off - expected.begin() + 1));
-  expect_pools_free(engine);
+  testing::expect_engine_drained(engine);
 
   // A prompt the draft cannot read never speculates.
   std::vector<int32_t> wide = prompt;
@@ -194,7 +180,7 @@ TEST(SpecDecodeEngine, TokensPastTheDraftsVocabularyEndSpeculationExactly) {
   const Output wide_out = run(engine, RequestOptions{wide, greedy(16), 1, -1});
   EXPECT_EQ(wide_out.tokens[0], wide_expected);
   EXPECT_EQ(wide_out.stats.speculative.draft_tokens, 0);
-  expect_pools_free(engine);
+  testing::expect_engine_drained(engine);
 }
 
 TEST(SpecDecodeEngine, LogprobsAreTheTargetsAndMaxTokensStopsExactly) {
@@ -205,7 +191,7 @@ TEST(SpecDecodeEngine, LogprobsAreTheTargetsAndMaxTokensStopsExactly) {
   EngineOptions plain_options;
   Engine plain(*target, plain_options);
   const Output reference = run(plain, RequestOptions{prompt, greedy(13), 1, 3});
-  expect_pools_free(plain);
+  testing::expect_engine_drained(plain);
   Engine engine(*target, spec_options(draft.get(), 4));
   const Output out = run(engine, RequestOptions{prompt, greedy(13), 1, 3});
   ASSERT_EQ(out.tokens[0], reference.tokens[0]);
@@ -218,7 +204,7 @@ TEST(SpecDecodeEngine, LogprobsAreTheTargetsAndMaxTokensStopsExactly) {
     for (size_t j = 0; j < 3; ++j)
       EXPECT_EQ(out.logprobs[0][i].top[j].first, reference.logprobs[0][i].top[j].first);
   }
-  expect_pools_free(engine);
+  testing::expect_engine_drained(engine);
 }
 
 TEST(SpecDecodeEngine, StopTokenInsideAnAcceptedRunEndsThere) {
@@ -233,7 +219,7 @@ TEST(SpecDecodeEngine, StopTokenInsideAnAcceptedRunEndsThere) {
   Engine engine(*target, spec_options(draft.get(), 4));
   const Output out = run(engine, RequestOptions{prompt, params, 1, -1});
   EXPECT_EQ(out.tokens[0], std::vector<int32_t>(expected.begin(), expected.begin() + stop_at + 1));
-  expect_pools_free(engine);
+  testing::expect_engine_drained(engine);
 }
 
 TEST(SpecDecodeEngine, ForkedChoicesEachSpeculate) {
@@ -247,7 +233,7 @@ TEST(SpecDecodeEngine, ForkedChoicesEachSpeculate) {
   for (const auto& tokens : out.tokens) EXPECT_EQ(tokens, expected);
   // Each of the three choices verified draft tokens of its own.
   EXPECT_GE(out.stats.speculative.draft_tokens, 3 * 3);
-  expect_pools_free(engine);
+  testing::expect_engine_drained(engine);
 }
 
 // Sampling with speculation: runs to max_tokens with a seed, reproducibly, and
@@ -271,7 +257,7 @@ TEST(SpecDecodeEngine, SeededSamplingIsReproducible) {
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_EQ(a.tokens[0].size(), 32u);
   EXPECT_GT(a.stats.speculative.draft_tokens, 0);
-  expect_pools_free(engine);
+  testing::expect_engine_drained(engine);
 }
 
 TEST_P(SpecDecodeKv, PreemptionMidSpeculationKeepsEveryStreamExact) {
@@ -303,7 +289,7 @@ TEST_P(SpecDecodeKv, PreemptionMidSpeculationKeepsEveryStreamExact) {
     preemptions += outputs[i].stats.preemptions;
   }
   EXPECT_GT(preemptions, 0);
-  expect_pools_free(engine);
+  testing::expect_engine_drained(engine);
 }
 
 TEST(SpecDecodeEngine, CancelMidSpeculationFreesBothPools) {
@@ -320,7 +306,7 @@ TEST(SpecDecodeEngine, CancelMidSpeculationFreesBothPools) {
     });
   }
   for (auto& thread : threads) thread.join();
-  expect_pools_free(engine);
+  testing::expect_engine_drained(engine);
 }
 
 // The draft scores the prompt for speculative prefill, then keeps its prompt
@@ -355,7 +341,7 @@ TEST(SpecDecodeEngine, SpecPrefillHandsItsDraftKvToSpeculativeDecoding) {
   EXPECT_EQ(kept.tokens[0], plain.tokens[0]);
   EXPECT_FALSE(plain.stats.speculative.enabled);
   EXPECT_EQ(plain.stats.speculative.draft_tokens, 0);
-  expect_pools_free(engine);
+  testing::expect_engine_drained(engine);
 }
 
 // A sink + window draft holds a bounded number of blocks whatever the prompt
@@ -378,7 +364,7 @@ TEST(SpecDecodeEngine, SparseDraftWindowBoundsAndFreesDraftBlocks) {
   // slots (4 blocks) + draft tokens (1 block), against 21+ dense.
   EXPECT_LE(out.max_draft_blocks_used, 10);
   EXPECT_GT(out.max_draft_blocks_used, 0);
-  expect_pools_free(engine);
+  testing::expect_engine_drained(engine);
 }
 
 // A sparse draft publishes the dense prompt KV of its first catch-up chunk
@@ -401,7 +387,7 @@ TEST(SpecDecodeEngine, SparseDraftPublishesOnlyItsDenseCatchUp) {
   {
     Engine engine(*target, sparse);
     EXPECT_EQ(run(engine, RequestOptions{prompt, greedy(24), 1, -1}).tokens[0], expected);
-    expect_pools_free(engine);
+    testing::expect_engine_drained(engine);
   }
   EXPECT_EQ(draft->pool().n_cached(), 20);
   // A dense self-draft on the same pool starts from them: it prefills only
@@ -413,7 +399,7 @@ TEST(SpecDecodeEngine, SparseDraftPublishesOnlyItsDenseCatchUp) {
     const Output out = run(engine, RequestOptions{prompt, greedy(24), 1, -1});
     EXPECT_EQ(out.tokens[0], expected);
     EXPECT_GE(out.stats.speculative.accepted_tokens, out.stats.speculative.draft_tokens * 9 / 10);
-    expect_pools_free(engine);
+    testing::expect_engine_drained(engine);
   }
   EXPECT_EQ(draft->pool().prefix_stats().n_hit_tokens - before.n_hit_tokens, 20 * 16);
 
@@ -426,7 +412,7 @@ TEST(SpecDecodeEngine, SparseDraftPublishesOnlyItsDenseCatchUp) {
   {
     Engine engine(*target, sparse);
     EXPECT_EQ(run(engine, RequestOptions{prompt, greedy(24), 1, -1}).tokens[0], expected);
-    expect_pools_free(engine);
+    testing::expect_engine_drained(engine);
   }
   EXPECT_EQ(chunked_draft->pool().n_cached(), 4);
 }
@@ -447,7 +433,7 @@ TEST(SpecDecodeEngine, RequestCanTurnItOffAndServerDefaultCanBeOff) {
   EXPECT_TRUE(forced.stats.speculative.enabled);
   EXPECT_GT(forced.stats.speculative.draft_tokens, 0);
   EXPECT_EQ(forced.tokens, off.tokens);
-  expect_pools_free(engine);  // also waits for the loop's last metrics snapshot
+  testing::expect_engine_drained(engine);  // also waits for the loop's last metrics snapshot
   const EngineMetrics m = engine.metrics();
   EXPECT_EQ(m.specdecode_draft_tokens_total, forced.stats.speculative.draft_tokens);
   EXPECT_EQ(m.specdecode_accepted_tokens_total, forced.stats.speculative.accepted_tokens);

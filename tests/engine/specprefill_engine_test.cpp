@@ -58,14 +58,10 @@ std::vector<int32_t> offline(ModelInstance& model, std::vector<int32_t> prompt,
   return (*result)[0].tokens;
 }
 
+// The SpecPrefill draft's pool is its own ModelInstance's (not the engine's
+// speculative-decoding draft pool the drained check reads).
 void expect_pools_free(const Engine& engine, const ModelInstance& draft) {
-  EngineMetrics m;
-  for (int i = 0; i < 500; ++i) {
-    m = engine.metrics();
-    if (m.n_running == 0 && m.n_waiting == 0 && m.kv_blocks_free == m.kv_blocks_total) break;
-    std::this_thread::sleep_for(10ms);
-  }
-  EXPECT_EQ(m.kv_blocks_free, m.kv_blocks_total);
+  testing::expect_engine_drained(engine);
   EXPECT_EQ(draft.pool().n_free(), draft.pool().n_blocks());
 }
 

@@ -189,44 +189,11 @@ TEST(TensorParallel, GreedyTextOnTinyStoriesEqualsOneRank) {
   EXPECT_EQ(texts[1], texts[0]);
 }
 
-struct Collected {
-  std::vector<std::vector<int32_t>> tokens;  // per choice
-};
-
-Collected collect(RequestStream& stream, int32_t n_choices) {
-  Collected out;
-  out.tokens.resize(static_cast<size_t>(n_choices));
-  while (!stream.done()) {
-    auto event = stream.next(5000ms);
-    if (!event) continue;
-    auto& tokens = out.tokens[static_cast<size_t>(event->choice)];
-    tokens.insert(tokens.end(), event->tokens.begin(), event->tokens.end());
-  }
-  return out;
-}
-
-void expect_pool_fully_free(const Engine& engine) {
-  EngineMetrics m;
-  for (int i = 0; i < 500; ++i) {
-    m = engine.metrics();
-    if (m.n_running == 0 && m.n_waiting == 0 && m.kv_blocks_free == m.kv_blocks_total) break;
-    std::this_thread::sleep_for(10ms);
-  }
-  EXPECT_EQ(m.kv_blocks_free, m.kv_blocks_total);
-}
-
 // Offline greedy at one rank: the expected output of each request.
 std::vector<std::vector<int32_t>> one_rank_outputs(const std::vector<GenerationRequest>& requests) {
   CpuBackend backend(CpuBackendOptions{2});
   auto model = load("llama-gqa", backend, 1);
-  Generator generator(model->runner(), model->kv_manager());
-  std::vector<std::vector<int32_t>> out;
-  for (const auto& request : requests) {
-    auto result = generator.generate({request});
-    SS_CHECK(result.ok());
-    out.push_back((*result)[0].tokens);
-  }
-  return out;
+  return testing::offline_outputs(*model, requests);
 }
 
 TEST(TensorParallel, EnginePreemptsAndResumesWithOneRankOutput) {
@@ -246,10 +213,10 @@ TEST(TensorParallel, EnginePreemptsAndResumesWithOneRankOutput) {
     streams.push_back(*stream);
   }
   for (size_t i = 0; i < streams.size(); ++i) {
-    EXPECT_EQ(collect(*streams[i], 1).tokens[0], expected[i]) << "request " << i;
+    EXPECT_EQ(testing::collect(*streams[i], 1).tokens[0], expected[i]) << "request " << i;
   }
   EXPECT_GT(engine.metrics().preemptions_total, 0);
-  expect_pool_fully_free(engine);
+  testing::expect_engine_drained(engine);
 }
 
 TEST(TensorParallel, PrefixCacheHitAndCopyOnWriteForksKeepOneRankOutput) {
@@ -260,17 +227,17 @@ TEST(TensorParallel, PrefixCacheHitAndCopyOnWriteForksKeepOneRankOutput) {
   Engine engine(*model, EngineOptions{});
   auto cold = engine.submit(RequestOptions{ids, testing::greedy(16), 1, -1});
   ASSERT_TRUE(cold.ok());
-  EXPECT_EQ(collect(**cold, 1).tokens[0], expected[0]);
+  EXPECT_EQ(testing::collect(**cold, 1).tokens[0], expected[0]);
   EXPECT_EQ((*cold)->stats().cached_tokens, 0);
   // Two greedy choices share the cached prompt blocks; the partial last block
   // is copied on write (on every rank) before each choice writes into it.
   auto warm = engine.submit(RequestOptions{ids, testing::greedy(16), 2, -1});
   ASSERT_TRUE(warm.ok());
-  Collected forks = collect(**warm, 2);
+  testing::Collected forks = testing::collect(**warm, 2);
   EXPECT_EQ((*warm)->stats().cached_tokens, 96);  // 6 full blocks of 16
   EXPECT_EQ(forks.tokens[0], expected[0]);
   EXPECT_EQ(forks.tokens[1], expected[0]);
-  expect_pool_fully_free(engine);
+  testing::expect_engine_drained(engine);
 }
 
 TEST(TensorParallel, CapturedQueriesComeBackInFullHeadOrder) {
