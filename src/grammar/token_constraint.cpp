@@ -32,6 +32,16 @@ const PositionMasks& TokenConstraint::position(std::span<const uint32_t> suffix)
   return *it->second;
 }
 
+size_t TokenConstraint::precompute(const ReachableTopsLimits& limits) {
+  if (!options_.context_independent) return 0;
+  const std::vector<std::vector<uint32_t>> tops =
+      reachable_tops(*grammar_, std::max<size_t>(options_.context_depth, 1), limits);
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int64_t before = stats_.positions_classified;
+  for (const std::vector<uint32_t>& top : tops) position(top);
+  return static_cast<size_t>(stats_.positions_classified - before);
+}
+
 TokenConstraintStats TokenConstraint::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stats_;
@@ -90,22 +100,49 @@ std::shared_ptr<TokenMask> TokenConstraint::split_mask(const StackSet& state) {
   auto same = [](const Top& x, const Top& y) {
     return std::equal(x.suffix.begin(), x.suffix.end(), y.suffix.begin(), y.suffix.end());
   };
+  // A suffix's classification has its counters unbounded (grammar/trie_walk.h);
+  // `fewest` is the smallest real count among them: tokens longer than that
+  // are decided by walking them with the real stacks.
+  std::vector<uint32_t> unbounded;
+  auto classified = [&](std::span<const uint32_t> suffix,
+                        uint32_t& fewest) -> const PositionMasks& {
+    unbounded.assign(suffix.begin(), suffix.end());
+    fewest = kUnboundedCount;
+    for (uint32_t& entry : unbounded) {
+      if (!is_counter(entry)) continue;
+      fewest = std::min(fewest, counter_count(entry));
+      entry = counter_entry(counter_repeat(entry), kUnboundedCount);
+    }
+    return position(unbounded);
+  };
   for (const Top& top : tops) {
     // Too deep for the split to be exact (a path might hit the depth
     // bound that the classification never saw): the plain walk.
     const size_t depth = state.ends[top.stack] - state.begin(top.stack);
-    if (depth + position(top.suffix).max_growth + g.rules.size() + 1 > kMaxStackDepth) {
+    uint32_t fewest = 0;
+    if (depth + classified(top.suffix, fewest).max_growth + g.rules.size() + 1 > kMaxStackDepth) {
       return nullptr;
     }
   }
+  const size_t n_words = (static_cast<size_t>(vocabulary_->size()) + 63) / 64;
   auto mask = std::make_shared<TokenMask>();
-  mask->words.assign((static_cast<size_t>(vocabulary_->size()) + 63) / 64, 0);
+  mask->words.assign(n_words, 0);
   for (size_t a = 0; a < tops.size();) {
     size_t b = a;
     while (b < tops.size() && same(tops[b], tops[a])) ++b;
-    const PositionMasks& p = position(tops[a].suffix);
-    for (size_t w = 0; w < mask->words.size(); ++w) mask->words[w] |= p.accepted.words[w];
-    if (!p.context_dependent.empty()) {
+    uint32_t fewest = 0;
+    const PositionMasks& p = classified(tops[a].suffix, fewest);
+    const bool bounded = fewest < vocabulary_->max_depth();
+    if (bounded) {
+      // The classification holds for tokens of at most `fewest` bytes only.
+      short_accepted_.words = p.accepted.words;
+      for (int32_t id : vocabulary_->longer_than(fewest)) {
+        short_accepted_.words[size_t(id) / 64] &= ~(uint64_t{1} << (size_t(id) % 64));
+      }
+    }
+    const TokenMask& accepted = bounded ? short_accepted_ : p.accepted;
+    for (size_t w = 0; w < n_words; ++w) mask->words[w] |= accepted.words[w];
+    if (!p.context_dependent.empty() || bounded) {
       group_.clear();
       for (size_t t = a; t < b; ++t) {
         const uint32_t i = tops[t].stack;
@@ -114,7 +151,12 @@ std::shared_ptr<TokenMask> TokenConstraint::split_mask(const StackSet& state) {
         group_.ends.push_back(static_cast<uint32_t>(group_.data.size()));
         group_.hashes.push_back(state.hashes[i]);
       }
-      stats_.nodes_visited += walk_trie(g, p.context_dependent, group_, *mask, scratch_);
+      if (!p.context_dependent.empty()) {
+        stats_.nodes_visited += walk_trie(g, p.context_dependent, group_, *mask, scratch_);
+      }
+      if (bounded) {
+        stats_.nodes_visited += walk_trie(g, vocabulary_->trie(), group_, *mask, scratch_, fewest);
+      }
     }
     a = b;
   }

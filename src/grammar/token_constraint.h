@@ -13,7 +13,9 @@
 // tokens whose acceptance does not depend on the stack below are classified
 // once, on first use; a state's mask is then the union, over its stacks, of
 // their tops' accepted sets plus a walk of only the context-dependent tokens
-// with the real stacks.
+// with the real stacks. Counted repetitions are classified once for every
+// count: a stack inside one walks, besides its context-dependent tokens, the
+// tokens longer than its count (few until the count is nearly spent).
 //
 // TokenMatcher (one per sequence) holds the parser state, masks logits and
 // accepts the sampled token.
@@ -30,6 +32,7 @@
 #include <vector>
 
 #include "grammar/matcher.h"
+#include "grammar/reachable_tops.h"
 #include "grammar/token_vocabulary.h"
 #include "grammar/trie_walk.h"
 
@@ -63,6 +66,13 @@ class TokenConstraint {
   // The tokens whose bytes the state admits (EOS is not in the vocabulary).
   std::shared_ptr<const TokenMask> mask(const StackSet& state);
 
+  // Classifies now the stack tops the grammar can reach
+  // (grammar/reachable_tops.h), so that decoding meets them classified:
+  // called once when a grammar is compiled (GrammarCache), it moves the
+  // split's classification out of the per-token cost. Masks are the same
+  // with or without it. Returns the number of tops classified now.
+  size_t precompute(const ReachableTopsLimits& limits = {});
+
   // Another per-grammar mask kept with this constraint (so it is shared and
   // cached as the state masks are): computed by `compute` on the first ask
   // for `key`. Used for the trigger refusals (grammar/grammar_trigger.h).
@@ -89,7 +99,8 @@ class TokenConstraint {
   // By the suffix's entries as bytes.
   std::unordered_map<std::string, std::unique_ptr<const PositionMasks>> positions_;
   WalkScratch scratch_;
-  StackSet group_;  // split_mask: the stacks sharing one top
+  StackSet group_;            // split_mask: the stacks sharing one top
+  TokenMask short_accepted_;  // split_mask: a classification's accepted tokens up to a length
 };
 
 class TokenMatcher {

@@ -12,7 +12,7 @@ int64_t TokenMask::count() const {
 }
 
 int64_t walk_trie(const Grammar& g, const TokenTrie& trie, const StackSet& state, TokenMask& mask,
-                  WalkScratch& scratch) {
+                  WalkScratch& scratch, size_t longer_than) {
   const std::vector<TrieNode>& nodes = trie.nodes();
   const std::vector<int32_t>& ids = trie.token_ids();
   // states[d]: the state after the first d bytes of the current path;
@@ -26,7 +26,7 @@ int64_t walk_trie(const Grammar& g, const TokenTrie& trie, const StackSet& state
     const TrieNode& node = nodes[i];
     const size_t d = node.depth;
     ++visited;
-    if (!scratch.allowed[d - 1].test(node.byte)) {
+    if (node.deepest <= longer_than || !scratch.allowed[d - 1].test(node.byte)) {
       i = node.subtree_end;
       continue;
     }

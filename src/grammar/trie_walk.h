@@ -19,6 +19,13 @@
 // rule is one character, so every longer token returns from it; with the
 // string's repetition and closing quote in the suffix only tokens that run
 // past the string depend on the context.
+//
+// Counted repetitions (grammar.h) are classified with their counters set to
+// kUnboundedCount: every iteration consumes a byte, so a token of n bytes
+// begins at most n iterations, and with a real count >= n it has exactly the
+// paths it has with no bound. One classification then serves every count
+// (every character of a maxLength string); TokenConstraint walks the tokens
+// longer than the real count with the real stacks.
 #pragma once
 
 #include <cstdint>
@@ -51,9 +58,11 @@ struct WalkScratch {
 };
 
 // Sets in `mask` the bit of every token of `trie` that `state` admits;
-// returns the number of trie nodes visited.
+// returns the number of trie nodes visited. Subtrees holding no token longer
+// than `longer_than` bytes are skipped (their tokens are decided elsewhere);
+// the tokens the walk does visit are all decided exactly.
 int64_t walk_trie(const Grammar& g, const TokenTrie& trie, const StackSet& state, TokenMask& mask,
-                  WalkScratch& scratch);
+                  WalkScratch& scratch, size_t longer_than = 0);
 
 struct PositionMasks {
   TokenMask accepted;           // whatever the stack below
