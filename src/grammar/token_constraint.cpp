@@ -19,12 +19,15 @@ TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar,
                                  TokenConstraintOptions options)
     : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)), options_(options) {}
 
-const PositionMasks& TokenConstraint::position(std::span<const uint32_t> suffix) {
+const PositionMasks& TokenConstraint::position(std::span<const uint32_t> suffix,
+                                               size_t longer_than) {
+  // Unbounded suffixes (longer_than 0) and real-count ones never share a
+  // key: kUnboundedCount is no real count.
   std::string key(reinterpret_cast<const char*>(suffix.data()), suffix.size_bytes());
   auto it = positions_.find(key);
   if (it == positions_.end()) {
     auto masks = std::make_unique<const PositionMasks>(
-        classify_position(*grammar_, *vocabulary_, suffix, scratch_));
+        classify_position(*grammar_, *vocabulary_, suffix, scratch_, longer_than));
     ++stats_.positions_classified;
     stats_.nodes_visited += masks->nodes_visited;
     it = positions_.emplace(std::move(key), std::move(masks)).first;
@@ -32,13 +35,42 @@ const PositionMasks& TokenConstraint::position(std::span<const uint32_t> suffix)
   return *it->second;
 }
 
-size_t TokenConstraint::precompute(const ReachableTopsLimits& limits) {
+const TokenMask& TokenConstraint::up_to_length(size_t n) {
+  auto it = up_to_length_.find(n);
+  if (it != up_to_length_.end()) return it->second;
+  TokenMask m;
+  m.words.assign((static_cast<size_t>(vocabulary_->size()) + 63) / 64, ~uint64_t{0});
+  for (int32_t id : vocabulary_->longer_than(n)) {
+    m.words[size_t(id) / 64] &= ~(uint64_t{1} << (size_t(id) % 64));
+  }
+  return up_to_length_.emplace(n, std::move(m)).first->second;
+}
+
+size_t TokenConstraint::precompute(const PrecomputeOptions& options) {
   if (!options_.context_independent) return 0;
   const std::vector<std::vector<uint32_t>> tops =
-      reachable_tops(*grammar_, std::max<size_t>(options_.context_depth, 1), limits);
+      reachable_tops(*grammar_, std::max<size_t>(options_.context_depth, 1), options.limits);
   std::lock_guard<std::mutex> lock(mutex_);
   const int64_t before = stats_.positions_classified;
-  for (const std::vector<uint32_t>& top : tops) position(top);
+  std::vector<uint32_t> bounded;
+  for (const std::vector<uint32_t>& top : tops) {
+    position(top);
+    // A top with one counter: its classification for the tokens longer than
+    // each count it may hold (split_mask's second part). Several counters
+    // in one top (nested repetitions) are left to first use.
+    size_t counters = 0, at = 0;
+    for (size_t i = 0; i < top.size(); ++i) {
+      if (is_counter(top[i])) ++counters, at = i;
+    }
+    if (counters != 1 || !options.counts) continue;
+    const uint32_t repeat = counter_repeat(top[at]);
+    const size_t last = std::min<size_t>(grammar_->repeats[repeat].max, vocabulary_->max_depth());
+    bounded = top;
+    for (uint32_t count = 0; count < last; ++count) {
+      bounded[at] = counter_entry(repeat, count);
+      position(bounded, count);
+    }
+  }
   return static_cast<size_t>(stats_.positions_classified - before);
 }
 
@@ -133,16 +165,31 @@ std::shared_ptr<TokenMask> TokenConstraint::split_mask(const StackSet& state) {
     uint32_t fewest = 0;
     const PositionMasks& p = classified(tops[a].suffix, fewest);
     const bool bounded = fewest < vocabulary_->max_depth();
+    // The unbounded classification holds for tokens of at most `fewest`
+    // bytes; the longer ones have the real suffix's own classification.
+    // (Classified at compile time, PrecomputeOptions::counts; else the
+    // longer tokens are walked with the real stacks, cheaper than a
+    // classification for a suffix and count that few states share.)
+    const PositionMasks* longer = nullptr;
     if (bounded) {
-      // The classification holds for tokens of at most `fewest` bytes only.
-      short_accepted_.words = p.accepted.words;
-      for (int32_t id : vocabulary_->longer_than(fewest)) {
-        short_accepted_.words[size_t(id) / 64] &= ~(uint64_t{1} << (size_t(id) % 64));
-      }
+      const std::string key(reinterpret_cast<const char*>(tops[a].suffix.data()),
+                            tops[a].suffix.size_bytes());
+      if (auto it = positions_.find(key); it != positions_.end()) longer = it->second.get();
     }
-    const TokenMask& accepted = bounded ? short_accepted_ : p.accepted;
-    for (size_t w = 0; w < n_words; ++w) mask->words[w] |= accepted.words[w];
-    if (!p.context_dependent.empty() || bounded) {
+    if (bounded) {
+      const TokenMask& short_tokens = up_to_length(fewest);
+      for (size_t w = 0; w < n_words; ++w) {
+        mask->words[w] |= p.accepted.words[w] & short_tokens.words[w];
+      }
+      if (longer) {
+        for (size_t w = 0; w < n_words; ++w) mask->words[w] |= longer->accepted.words[w];
+      }
+    } else {
+      for (size_t w = 0; w < n_words; ++w) mask->words[w] |= p.accepted.words[w];
+    }
+    const bool walk_longer = bounded && !longer;
+    if (!p.context_dependent.empty() || walk_longer ||
+        (longer && !longer->context_dependent.empty())) {
       group_.clear();
       for (size_t t = a; t < b; ++t) {
         const uint32_t i = tops[t].stack;
@@ -154,7 +201,10 @@ std::shared_ptr<TokenMask> TokenConstraint::split_mask(const StackSet& state) {
       if (!p.context_dependent.empty()) {
         stats_.nodes_visited += walk_trie(g, p.context_dependent, group_, *mask, scratch_);
       }
-      if (bounded) {
+      if (longer && !longer->context_dependent.empty()) {
+        stats_.nodes_visited += walk_trie(g, longer->context_dependent, group_, *mask, scratch_);
+      }
+      if (walk_longer) {
         stats_.nodes_visited += walk_trie(g, vocabulary_->trie(), group_, *mask, scratch_, fewest);
       }
     }

@@ -14,8 +14,8 @@
 // once, on first use; a state's mask is then the union, over its stacks, of
 // their tops' accepted sets plus a walk of only the context-dependent tokens
 // with the real stacks. Counted repetitions are classified once for every
-// count: a stack inside one walks, besides its context-dependent tokens, the
-// tokens longer than its count (few until the count is nearly spent).
+// count for the tokens no longer than the count, and once per count for the
+// longer ones (few until the count is nearly spent).
 //
 // TokenMatcher (one per sequence) holds the parser state, masks logits and
 // accepts the sampled token.
@@ -45,6 +45,14 @@ struct TokenConstraintStats {
   int64_t positions_classified = 0;  // context-independent splits computed
 };
 
+struct PrecomputeOptions {
+  ReachableTopsLimits limits;
+  // Also classify, for every top with one counted repetition and every count
+  // it may hold, the tokens longer than the count (else walked per state):
+  // a lower cold cost per token for a longer compile (docs/benchmarks.md).
+  bool counts = false;
+};
+
 struct TokenConstraintOptions {
   // Split each grammar position's tokens into context-independent ones
   // (accepted or rejected whatever the stack below; computed once per
@@ -71,7 +79,7 @@ class TokenConstraint {
   // called once when a grammar is compiled (GrammarCache), it moves the
   // split's classification out of the per-token cost. Masks are the same
   // with or without it. Returns the number of tops classified now.
-  size_t precompute(const ReachableTopsLimits& limits = {});
+  size_t precompute(const PrecomputeOptions& options = {});
 
   // Another per-grammar mask kept with this constraint (so it is shared and
   // cached as the state masks are): computed by `compute` on the first ask
@@ -87,7 +95,9 @@ class TokenConstraint {
   std::shared_ptr<TokenMask> walk(const StackSet& state);
   std::shared_ptr<TokenMask> split_mask(const StackSet& state);
   // The split for a stack's top entries, classified on first use.
-  const PositionMasks& position(std::span<const uint32_t> suffix);
+  // With real counters in the suffix: classified for the tokens longer than
+  // `longer_than` bytes only.
+  const PositionMasks& position(std::span<const uint32_t> suffix, size_t longer_than = 0);
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const TokenVocabulary> vocabulary_;
@@ -99,8 +109,12 @@ class TokenConstraint {
   // By the suffix's entries as bytes.
   std::unordered_map<std::string, std::unique_ptr<const PositionMasks>> positions_;
   WalkScratch scratch_;
-  StackSet group_;            // split_mask: the stacks sharing one top
-  TokenMask short_accepted_;  // split_mask: a classification's accepted tokens up to a length
+  StackSet group_;  // split_mask: the stacks sharing one top
+  // Every token of at most n bytes (the others set too: bits outside the
+  // vocabulary's trie are never accepted), by n; built on first use, at
+  // most one per length below the longest token's.
+  const TokenMask& up_to_length(size_t n);
+  std::unordered_map<size_t, TokenMask> up_to_length_;
 };
 
 class TokenMatcher {

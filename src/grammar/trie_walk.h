@@ -24,8 +24,10 @@
 // kUnboundedCount: every iteration consumes a byte, so a token of n bytes
 // begins at most n iterations, and with a real count >= n it has exactly the
 // paths it has with no bound. One classification then serves every count
-// (every character of a maxLength string); TokenConstraint walks the tokens
-// longer than the real count with the real stacks.
+// (every character of a maxLength string) for the tokens up to the count's
+// length; the longer ones get a classification of the suffix with its real
+// counts restricted to them (subtrees with no longer token are skipped, so
+// it is small until the count is nearly spent).
 #pragma once
 
 #include <cstdint>
@@ -74,7 +76,11 @@ struct PositionMasks {
   int64_t nodes_visited = 0;
 };
 
+// Tokens of at most `longer_than` bytes are left out (neither accepted nor
+// context-dependent): a suffix with real counters is classified only for
+// the tokens its unbounded classification cannot decide (trie_walk.h top).
 PositionMasks classify_position(const Grammar& g, const TokenVocabulary& vocabulary,
-                                std::span<const uint32_t> suffix, WalkScratch& scratch);
+                                std::span<const uint32_t> suffix, WalkScratch& scratch,
+                                size_t longer_than = 0);
 
 }  // namespace specstack::grammar

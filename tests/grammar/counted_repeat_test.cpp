@@ -106,7 +106,8 @@ TokenMask brute_force_mask(const GrammarMatcher& state, const TokenVocabulary& v
 // Masks inside counted repetitions, at counts 0, 1, the maximum and between,
 // with tokens longer than the count left (which must be walked with the real
 // count) and tokens crossing out of the repetition: equal to brute force, for
-// every split depth, with and without the compile-time classification.
+// every split depth, without and with the compile-time classification (of
+// the tops, and of the tops and their counts).
 TEST(CountedRepeat, MasksMatchBruteForceAtEveryCount) {
   auto g = grammar_of(R"g(root ::= "[" item ("," item){0,3} "]"
 item ::= "\"" [a-c]{0,4} "\"" | [0-9]{1,5})g");
@@ -119,11 +120,14 @@ item ::= "\"" [a-c]{0,4} "\"" | [0-9]{1,5})g");
       "],",   "1,2,3", "a\"]", ",\"a",  "abc\",\"", "cc\"]"});
   std::mt19937 rng(11);
   for (size_t depth : {1, 2, 3}) {
-    for (bool compiled : {false, true}) {
+    // 0: lazy; 1: tops classified at compile time; 2: and their counts.
+    for (int compiled : {0, 1, 2}) {
       TokenConstraintOptions options;
       options.context_depth = depth;
       auto c = std::make_shared<TokenConstraint>(g, v, options);
-      if (compiled) EXPECT_GT(c->precompute(), 0u);
+      PrecomputeOptions precompute;
+      precompute.counts = compiled == 2;
+      if (compiled > 0) EXPECT_GT(c->precompute(precompute), 0u);
       const int64_t classified_at_compile = c->stats().positions_classified;
       int states = 0;
       for (int walk = 0; walk < 400; ++walk) {
