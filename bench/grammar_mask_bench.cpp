@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
       for (int batch : {1, 64}) {
         std::vector<double> cold, warm, cold_cpu, warm_cpu, compile_ms;
         double walks_per_1k = 0;
-        int64_t classified = 0, precomputed = 0;
+        int64_t classified = 0, precomputed = 0, compile_nodes = 0;
         for (int r = 0; r < repeats; ++r) {
           // Compile: the grammar from the schema, the constraint, and (for
           // "compiled") the classification of the reachable tops.
@@ -160,6 +160,7 @@ int main(int argc, char** argv) {
           }
           compile_ms.push_back(double(std::clock() - compile_start) * 1e3 / CLOCKS_PER_SEC);
           const int64_t classified_at_compile = c->stats().positions_classified;
+          compile_nodes = c->stats().nodes_visited;
           const Timing cold_t = run(c, docs, batch, vocab->size());
           const double n = static_cast<double>(cold_t.tokens);
           walks_per_1k = 1000.0 * static_cast<double>(c->stats().mask_walks) / n;
@@ -175,9 +176,10 @@ int main(int argc, char** argv) {
         }
         if (options.context_independent) {
           std::printf(
-              "%s batch %d %s: %lld stack tops classified at compile, %lld while decoding\n",
+              "%s batch %d %s: %lld stack tops classified at compile (%lld trie nodes), %lld "
+              "while decoding\n",
               family.c_str(), batch, method.c_str(), static_cast<long long>(precomputed),
-              static_cast<long long>(classified));
+              static_cast<long long>(compile_nodes), static_cast<long long>(classified));
         }
         const size_t mid = cold.size() / 2;
         rows.push_back({family, batch, method, "cold", cold[mid], cold_cpu[mid], walks_per_1k,

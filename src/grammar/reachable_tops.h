@@ -22,7 +22,7 @@
 namespace specstack::grammar {
 
 struct ReachableTopsLimits {
-  size_t max_states = 20000;    // stacks explored
+  size_t max_states = 4000;     // stacks explored
   size_t max_stack_depth = 64;  // deeper stacks are not followed (recursion)
   size_t max_tops = 1024;       // bounds the classification work of a hostile grammar
 };

@@ -52,8 +52,10 @@ size_t TokenConstraint::precompute(const PrecomputeOptions& options) {
       reachable_tops(*grammar_, std::max<size_t>(options_.context_depth, 1), options.limits);
   std::lock_guard<std::mutex> lock(mutex_);
   const int64_t before = stats_.positions_classified;
+  const int64_t budget_end = stats_.nodes_visited + options.max_nodes;
   std::vector<uint32_t> bounded;
   for (const std::vector<uint32_t>& top : tops) {
+    if (stats_.nodes_visited >= budget_end) break;
     position(top);
     // A top with one counter: its classification for the tokens longer than
     // each count it may hold (split_mask's second part). Several counters
@@ -66,7 +68,7 @@ size_t TokenConstraint::precompute(const PrecomputeOptions& options) {
     const uint32_t repeat = counter_repeat(top[at]);
     const size_t last = std::min<size_t>(grammar_->repeats[repeat].max, vocabulary_->max_depth());
     bounded = top;
-    for (uint32_t count = 0; count < last; ++count) {
+    for (uint32_t count = 0; count < last && stats_.nodes_visited < budget_end; ++count) {
       bounded[at] = counter_entry(repeat, count);
       position(bounded, count);
     }

@@ -51,6 +51,11 @@ struct PrecomputeOptions {
   // it may hold, the tokens longer than the count (else walked per state):
   // a lower cold cost per token for a longer compile (docs/benchmarks.md).
   bool counts = false;
+  // Trie nodes the classifications may visit in all: a hostile grammar's
+  // first request stops here (~3 s of CPU); what is left is classified on
+  // first use. The benchmark's schema visits 0.8-0.9M (2.7-3.3M with
+  // counts) in 240 ms (1.1 s) at 128-152K vocabularies.
+  int64_t max_nodes = 10'000'000;
 };
 
 struct TokenConstraintOptions {

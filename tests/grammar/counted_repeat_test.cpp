@@ -164,5 +164,29 @@ TEST(ReachableTops, StopsAtItsLimitsOnRecursiveGrammars) {
   EXPECT_LE(tops.size(), 50u * 2);
 }
 
+// The compile-time classification stops at its node budget (a hostile
+// grammar's first request); what it left is classified on first use and the
+// masks are the same.
+TEST(ReachableTops, PrecomputeStopsAtItsNodeBudget) {
+  auto g = grammar_of(R"(root ::= "\"" [a-z]{0,6} "\"" ("," [0-9]{1,4})*)");
+  auto v = std::make_shared<const TokenVocabulary>(std::vector<std::string>{
+      "\"", "a", "ab", "abcdefg", "ab\"", "\",", "1", "12", ",1", "\",12", "x"});
+  auto full = std::make_shared<TokenConstraint>(g, v);
+  const size_t all = full->precompute();
+  auto partial = std::make_shared<TokenConstraint>(g, v);
+  PrecomputeOptions options;
+  options.max_nodes = 1;
+  const size_t some = partial->precompute(options);
+  EXPECT_GE(some, 1u);
+  EXPECT_LT(some, all);
+  TokenMatcher a(full), b(partial);
+  for (int32_t id : {0, 2, 4, 8, 7}) {  // "\"" "ab" "ab\"" ",1" "12"
+    ASSERT_EQ(a.mask().words, b.mask().words);
+    ASSERT_TRUE(a.accept(id, {}));
+    ASSERT_TRUE(b.accept(id, {}));
+  }
+  EXPECT_GT(partial->stats().positions_classified, static_cast<int64_t>(some));
+}
+
 }  // namespace
 }  // namespace specstack::grammar
