@@ -123,15 +123,29 @@ Status GrammarBuilder::repeat(Element x, uint32_t min, std::optional<uint32_t> m
     out.push_back(rule_element(id));
     return {};
   }
-  // x{0,k} as R_k ::= x R_{k-1} | "", with R_1 ::= x | "".
+  const uint32_t optional = *max - min;
+  if (optional >= 2 && optional <= kMaxRepeatCount && repeats_.size() < (1u << 21)) {
+    // The body as a rule (the counter's iterations expand a rule).
+    const uint32_t body = x.kind == ElementKind::kElementRule ? x.value : helper(owner, {{x}});
+    out.push_back({ElementKind::kElementRepeat, static_cast<uint32_t>(repeats_.size())});
+    repeats_.push_back({body, optional});
+    repeat_owners_.emplace_back(owner);
+    n_elements_ += 1;
+    return {};
+  }
+  if (optional > 0) out.push_back(unrolled_optional(x, optional, owner));
+  return {};
+}
+
+Element GrammarBuilder::unrolled_optional(Element x, uint32_t k, std::string_view owner) {
+  // R_1 ::= x | "", R_k ::= x R_{k-1} | "".
   std::optional<Element> optional;
-  for (uint32_t k = 0; k < *max - min; ++k) {
+  for (uint32_t i = 0; i < k; ++i) {
     Sequence first = {x};
     if (optional) first.push_back(*optional);
     optional = rule_element(helper(owner, Alternatives{std::move(first), {}}));
   }
-  if (optional) out.push_back(*optional);
-  return {};
+  return *optional;
 }
 
 Status GrammarBuilder::check_left_recursion(const std::vector<bool>& nullable) const {
@@ -142,6 +156,10 @@ Status GrammarBuilder::check_left_recursion(const std::vector<bool>& nullable) c
     for (const Sequence& s : *definitions_[r]) {
       for (const Element& e : s) {
         if (e.kind == ElementKind::kElementBytes) break;
+        if (e.kind == ElementKind::kElementRepeat) {
+          first_refs[r].push_back(repeats_[e.value].rule);  // may match nothing: go on
+          continue;
+        }
         first_refs[r].push_back(e.value);
         if (!nullable[e.value]) break;
       }
@@ -205,7 +223,8 @@ Result<Grammar> GrammarBuilder::finish(std::string_view root) && {
       for (const Sequence& s : *definitions_[r]) {
         bool all = true;
         for (const Element& e : s) {
-          all = all && e.kind == ElementKind::kElementRule && nullable[e.value];
+          all = all && (e.kind == ElementKind::kElementRepeat ||
+                        (e.kind == ElementKind::kElementRule && nullable[e.value]));
         }
         if (all) {
           nullable[r] = changed = true;
@@ -215,16 +234,32 @@ Result<Grammar> GrammarBuilder::finish(std::string_view root) && {
     }
   }
   if (Status s = check_left_recursion(nullable); !s.ok()) return s.error();
+  // A counter needs every iteration to consume a byte (grammar.h); a body
+  // that may match nothing is unrolled into helper rules instead.
+  std::vector<std::optional<Element>> unrolled(repeats_.size());
+  for (size_t i = 0; i < repeats_.size(); ++i) {
+    if (!nullable[repeats_[i].rule]) continue;
+    unrolled[i] =
+        unrolled_optional(rule_element(repeats_[i].rule), repeats_[i].max, repeat_owners_[i]);
+  }
+  if (n_elements_ > limits_.max_elements || n_elements_ >= kCounterTag) {
+    return errorf("the grammar is too large ({} elements, limit {})", n_elements_,
+                  limits_.max_elements);
+  }
 
   Grammar g;
   g.root = root_it->second;
   g.byte_sets = std::move(byte_sets_);
+  g.repeats = std::move(repeats_);
   g.rules.resize(names_.size());
   for (size_t r = 0; r < names_.size(); ++r) {
     g.rules[r].name = names_[r];
     for (const Sequence& s : *definitions_[r]) {
       g.rules[r].alternatives.push_back(static_cast<uint32_t>(g.elements.size()));
-      g.elements.insert(g.elements.end(), s.begin(), s.end());
+      for (const Element& e : s) {
+        const bool lowered = e.kind == ElementKind::kElementRepeat && unrolled[e.value];
+        g.elements.push_back(lowered ? *unrolled[e.value] : e);
+      }
       g.elements.push_back(Element{});
     }
   }

@@ -46,7 +46,9 @@ class GrammarBuilder {
   Element char_class(std::vector<CodePointRange> ranges, bool negate, std::string_view owner);
   // `sequence` as one element (itself when it is one element, else a helper rule).
   Element group(Alternatives alternatives, std::string_view owner);
-  // x{min,max}; max == nullopt: unbounded. Appends to `out`.
+  // x{min,max}; max == nullopt: unbounded. Appends to `out`: x min times,
+  // then the optional tail as one counted element (grammar.h) when it
+  // allows two or more, else as helper rules.
   Status repeat(Element x, uint32_t min, std::optional<uint32_t> max, std::string_view owner,
                 Sequence& out);
 
@@ -56,6 +58,8 @@ class GrammarBuilder {
  private:
   uint32_t helper(std::string_view owner, Alternatives alternatives);
   Status check_left_recursion(const std::vector<bool>& nullable) const;
+  // x{0,k} as R_k ::= x R_{k-1} | "": nested helper rules.
+  Element unrolled_optional(Element x, uint32_t k, std::string_view owner);
 
   GrammarLimits limits_;
   std::vector<std::string> names_;
@@ -65,6 +69,8 @@ class GrammarBuilder {
   std::vector<ByteSet> byte_sets_;
   std::map<std::string, uint32_t> byte_set_ids_;  // bitset text -> id
   std::map<std::string, Element> class_cache_;    // class key -> its element
+  std::vector<Repeat> repeats_;
+  std::vector<std::string> repeat_owners_;  // names the helpers if a body turns out nullable
   uint32_t n_helpers_ = 0;
   size_t n_elements_ = 0;
 };

@@ -41,6 +41,26 @@ void expand(const Grammar& g, std::vector<uint32_t>& stack, StackSet& out) {
   }
   if (stack.size() > kMaxStackDepth) return;
   const uint32_t pos = stack.back();
+  if (is_counter(pos)) {
+    // A counted repetition between iterations: stop here (return below
+    // it), or, while the count allows, begin one more iteration.
+    stack.pop_back();
+    expand(g, stack, out);
+    const uint32_t count = counter_count(pos);
+    if (count > 0) {
+      const uint32_t repeat = counter_repeat(pos);
+      // kUnboundedCount (the split's classification) never runs out.
+      stack.push_back(counter_entry(repeat, count == kUnboundedCount ? count : count - 1));
+      for (uint32_t alt : g.rules[g.repeats[repeat].rule].alternatives) {
+        stack.push_back(alt);
+        expand(g, stack, out);
+        stack.pop_back();
+      }
+      stack.pop_back();
+    }
+    stack.push_back(pos);
+    return;
+  }
   const Element& e = g.elements[pos];
   switch (e.kind) {
     case ElementKind::kElementBytes:
@@ -51,6 +71,19 @@ void expand(const Grammar& g, std::vector<uint32_t>& stack, StackSet& out) {
       expand(g, stack, out);
       stack.push_back(pos);
       return;
+    case ElementKind::kElementRepeat: {
+      // As a rule reference, with the counter in place of the rule's
+      // alternatives; the counter expands to its choices.
+      stack.pop_back();
+      const bool returns = g.elements[pos + 1].kind != ElementKind::kElementEnd;
+      if (returns) stack.push_back(pos + 1);
+      stack.push_back(counter_entry(e.value, g.repeats[e.value].max));
+      expand(g, stack, out);
+      stack.pop_back();
+      if (returns) stack.pop_back();
+      stack.push_back(pos);
+      return;
+    }
     case ElementKind::kElementRule: {
       stack.pop_back();
       const bool returns = g.elements[pos + 1].kind != ElementKind::kElementEnd;

@@ -6,7 +6,9 @@
 // there. Accepting a byte advances every stack whose top admits it and
 // expands rule references until each top is a byte set again (the closure);
 // a rule reference in tail position pushes no return address, so repetition
-// (R ::= x R | "") runs in constant stack depth.
+// (R ::= x R | "") runs in constant stack depth. A counted repetition
+// (grammar.h, x{0,k}) keeps one counter entry below its body's entries: the
+// iterations it still allows, decremented as each iteration begins.
 #pragma once
 
 #include <cstdint>

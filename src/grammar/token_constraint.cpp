@@ -19,17 +19,61 @@ TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar,
                                  TokenConstraintOptions options)
     : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)), options_(options) {}
 
-const PositionMasks& TokenConstraint::position(std::span<const uint32_t> suffix) {
+const PositionMasks& TokenConstraint::position(std::span<const uint32_t> suffix,
+                                               size_t longer_than) {
+  // Unbounded suffixes (longer_than 0) and real-count ones never share a
+  // key: kUnboundedCount is no real count.
   std::string key(reinterpret_cast<const char*>(suffix.data()), suffix.size_bytes());
   auto it = positions_.find(key);
   if (it == positions_.end()) {
     auto masks = std::make_unique<const PositionMasks>(
-        classify_position(*grammar_, *vocabulary_, suffix, scratch_));
+        classify_position(*grammar_, *vocabulary_, suffix, scratch_, longer_than));
     ++stats_.positions_classified;
     stats_.nodes_visited += masks->nodes_visited;
     it = positions_.emplace(std::move(key), std::move(masks)).first;
   }
   return *it->second;
+}
+
+const TokenMask& TokenConstraint::up_to_length(size_t n) {
+  auto it = up_to_length_.find(n);
+  if (it != up_to_length_.end()) return it->second;
+  TokenMask m;
+  m.words.assign((static_cast<size_t>(vocabulary_->size()) + 63) / 64, ~uint64_t{0});
+  for (int32_t id : vocabulary_->longer_than(n)) {
+    m.words[size_t(id) / 64] &= ~(uint64_t{1} << (size_t(id) % 64));
+  }
+  return up_to_length_.emplace(n, std::move(m)).first->second;
+}
+
+size_t TokenConstraint::precompute(const PrecomputeOptions& options) {
+  if (!options_.context_independent) return 0;
+  const std::vector<std::vector<uint32_t>> tops =
+      reachable_tops(*grammar_, std::max<size_t>(options_.context_depth, 1), options.limits);
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int64_t before = stats_.positions_classified;
+  const int64_t budget_end = stats_.nodes_visited + options.max_nodes;
+  std::vector<uint32_t> bounded;
+  for (const std::vector<uint32_t>& top : tops) {
+    if (stats_.nodes_visited >= budget_end) break;
+    position(top);
+    // A top with one counter: its classification for the tokens longer than
+    // each count it may hold (split_mask's second part). Several counters
+    // in one top (nested repetitions) are left to first use.
+    size_t counters = 0, at = 0;
+    for (size_t i = 0; i < top.size(); ++i) {
+      if (is_counter(top[i])) ++counters, at = i;
+    }
+    if (counters != 1 || !options.counts) continue;
+    const uint32_t repeat = counter_repeat(top[at]);
+    const size_t last = std::min<size_t>(grammar_->repeats[repeat].max, vocabulary_->max_depth());
+    bounded = top;
+    for (uint32_t count = 0; count < last && stats_.nodes_visited < budget_end; ++count) {
+      bounded[at] = counter_entry(repeat, count);
+      position(bounded, count);
+    }
+  }
+  return static_cast<size_t>(stats_.positions_classified - before);
 }
 
 TokenConstraintStats TokenConstraint::stats() const {
@@ -90,22 +134,64 @@ std::shared_ptr<TokenMask> TokenConstraint::split_mask(const StackSet& state) {
   auto same = [](const Top& x, const Top& y) {
     return std::equal(x.suffix.begin(), x.suffix.end(), y.suffix.begin(), y.suffix.end());
   };
+  // A suffix's classification has its counters unbounded (grammar/trie_walk.h);
+  // `fewest` is the smallest real count among them: tokens longer than that
+  // are decided by walking them with the real stacks.
+  std::vector<uint32_t> unbounded;
+  auto classified = [&](std::span<const uint32_t> suffix,
+                        uint32_t& fewest) -> const PositionMasks& {
+    unbounded.assign(suffix.begin(), suffix.end());
+    fewest = kUnboundedCount;
+    for (uint32_t& entry : unbounded) {
+      if (!is_counter(entry)) continue;
+      fewest = std::min(fewest, counter_count(entry));
+      entry = counter_entry(counter_repeat(entry), kUnboundedCount);
+    }
+    return position(unbounded);
+  };
   for (const Top& top : tops) {
     // Too deep for the split to be exact (a path might hit the depth
     // bound that the classification never saw): the plain walk.
     const size_t depth = state.ends[top.stack] - state.begin(top.stack);
-    if (depth + position(top.suffix).max_growth + g.rules.size() + 1 > kMaxStackDepth) {
+    uint32_t fewest = 0;
+    if (depth + classified(top.suffix, fewest).max_growth + g.rules.size() + 1 > kMaxStackDepth) {
       return nullptr;
     }
   }
+  const size_t n_words = (static_cast<size_t>(vocabulary_->size()) + 63) / 64;
   auto mask = std::make_shared<TokenMask>();
-  mask->words.assign((static_cast<size_t>(vocabulary_->size()) + 63) / 64, 0);
+  mask->words.assign(n_words, 0);
   for (size_t a = 0; a < tops.size();) {
     size_t b = a;
     while (b < tops.size() && same(tops[b], tops[a])) ++b;
-    const PositionMasks& p = position(tops[a].suffix);
-    for (size_t w = 0; w < mask->words.size(); ++w) mask->words[w] |= p.accepted.words[w];
-    if (!p.context_dependent.empty()) {
+    uint32_t fewest = 0;
+    const PositionMasks& p = classified(tops[a].suffix, fewest);
+    const bool bounded = fewest < vocabulary_->max_depth();
+    // The unbounded classification holds for tokens of at most `fewest`
+    // bytes; the longer ones have the real suffix's own classification.
+    // (Classified at compile time, PrecomputeOptions::counts; else the
+    // longer tokens are walked with the real stacks, cheaper than a
+    // classification for a suffix and count that few states share.)
+    const PositionMasks* longer = nullptr;
+    if (bounded) {
+      const std::string key(reinterpret_cast<const char*>(tops[a].suffix.data()),
+                            tops[a].suffix.size_bytes());
+      if (auto it = positions_.find(key); it != positions_.end()) longer = it->second.get();
+    }
+    if (bounded) {
+      const TokenMask& short_tokens = up_to_length(fewest);
+      for (size_t w = 0; w < n_words; ++w) {
+        mask->words[w] |= p.accepted.words[w] & short_tokens.words[w];
+      }
+      if (longer) {
+        for (size_t w = 0; w < n_words; ++w) mask->words[w] |= longer->accepted.words[w];
+      }
+    } else {
+      for (size_t w = 0; w < n_words; ++w) mask->words[w] |= p.accepted.words[w];
+    }
+    const bool walk_longer = bounded && !longer;
+    if (!p.context_dependent.empty() || walk_longer ||
+        (longer && !longer->context_dependent.empty())) {
       group_.clear();
       for (size_t t = a; t < b; ++t) {
         const uint32_t i = tops[t].stack;
@@ -114,7 +200,15 @@ std::shared_ptr<TokenMask> TokenConstraint::split_mask(const StackSet& state) {
         group_.ends.push_back(static_cast<uint32_t>(group_.data.size()));
         group_.hashes.push_back(state.hashes[i]);
       }
-      stats_.nodes_visited += walk_trie(g, p.context_dependent, group_, *mask, scratch_);
+      if (!p.context_dependent.empty()) {
+        stats_.nodes_visited += walk_trie(g, p.context_dependent, group_, *mask, scratch_);
+      }
+      if (longer && !longer->context_dependent.empty()) {
+        stats_.nodes_visited += walk_trie(g, longer->context_dependent, group_, *mask, scratch_);
+      }
+      if (walk_longer) {
+        stats_.nodes_visited += walk_trie(g, vocabulary_->trie(), group_, *mask, scratch_, fewest);
+      }
     }
     a = b;
   }

@@ -13,7 +13,9 @@
 // tokens whose acceptance does not depend on the stack below are classified
 // once, on first use; a state's mask is then the union, over its stacks, of
 // their tops' accepted sets plus a walk of only the context-dependent tokens
-// with the real stacks.
+// with the real stacks. Counted repetitions are classified once for every
+// count for the tokens no longer than the count, and once per count for the
+// longer ones (few until the count is nearly spent).
 //
 // TokenMatcher (one per sequence) holds the parser state, masks logits and
 // accepts the sampled token.
@@ -30,6 +32,7 @@
 #include <vector>
 
 #include "grammar/matcher.h"
+#include "grammar/reachable_tops.h"
 #include "grammar/token_vocabulary.h"
 #include "grammar/trie_walk.h"
 
@@ -40,6 +43,19 @@ struct TokenConstraintStats {
   int64_t mask_walks = 0;            // cache misses (trie walks)
   int64_t nodes_visited = 0;         // over all walks
   int64_t positions_classified = 0;  // context-independent splits computed
+};
+
+struct PrecomputeOptions {
+  ReachableTopsLimits limits;
+  // Also classify, for every top with one counted repetition and every count
+  // it may hold, the tokens longer than the count (else walked per state):
+  // a lower cold cost per token for a longer compile (docs/benchmarks.md).
+  bool counts = false;
+  // Trie nodes the classifications may visit in all: a hostile grammar's
+  // first request stops here (~3 s of CPU); what is left is classified on
+  // first use. The benchmark's schema visits 0.8-0.9M (2.7-3.3M with
+  // counts) in 240 ms (1.1 s) at 128-152K vocabularies.
+  int64_t max_nodes = 10'000'000;
 };
 
 struct TokenConstraintOptions {
@@ -63,6 +79,13 @@ class TokenConstraint {
   // The tokens whose bytes the state admits (EOS is not in the vocabulary).
   std::shared_ptr<const TokenMask> mask(const StackSet& state);
 
+  // Classifies now the stack tops the grammar can reach
+  // (grammar/reachable_tops.h), so that decoding meets them classified:
+  // called once when a grammar is compiled (GrammarCache), it moves the
+  // split's classification out of the per-token cost. Masks are the same
+  // with or without it. Returns the number of tops classified now.
+  size_t precompute(const PrecomputeOptions& options = {});
+
   // Another per-grammar mask kept with this constraint (so it is shared and
   // cached as the state masks are): computed by `compute` on the first ask
   // for `key`. Used for the trigger refusals (grammar/grammar_trigger.h).
@@ -77,7 +100,9 @@ class TokenConstraint {
   std::shared_ptr<TokenMask> walk(const StackSet& state);
   std::shared_ptr<TokenMask> split_mask(const StackSet& state);
   // The split for a stack's top entries, classified on first use.
-  const PositionMasks& position(std::span<const uint32_t> suffix);
+  // With real counters in the suffix: classified for the tokens longer than
+  // `longer_than` bytes only.
+  const PositionMasks& position(std::span<const uint32_t> suffix, size_t longer_than = 0);
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const TokenVocabulary> vocabulary_;
@@ -90,6 +115,11 @@ class TokenConstraint {
   std::unordered_map<std::string, std::unique_ptr<const PositionMasks>> positions_;
   WalkScratch scratch_;
   StackSet group_;  // split_mask: the stacks sharing one top
+  // Every token of at most n bytes (the others set too: bits outside the
+  // vocabulary's trie are never accepted), by n; built on first use, at
+  // most one per length below the longest token's.
+  const TokenMask& up_to_length(size_t n);
+  std::unordered_map<size_t, TokenMask> up_to_length_;
 };
 
 class TokenMatcher {

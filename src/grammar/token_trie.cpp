@@ -48,6 +48,16 @@ TokenTrie::TokenTrie(std::vector<int32_t> ids,
     nodes_[path.back()].subtree_end = static_cast<uint32_t>(nodes_.size());
     path.pop_back();
   }
+  // Every leaf ends a token, so a subtree's longest token is its deepest
+  // node: children (later in preorder) are done before their parent.
+  for (size_t i = nodes_.size(); i-- > 0;) {
+    TrieNode& node = nodes_[i];
+    node.deepest = node.depth;
+    for (uint32_t c = static_cast<uint32_t>(i) + 1; c < node.subtree_end;
+         c = nodes_[c].subtree_end) {
+      node.deepest = std::max(node.deepest, nodes_[c].deepest);
+    }
+  }
 }
 
 }  // namespace specstack::grammar

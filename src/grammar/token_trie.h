@@ -16,6 +16,7 @@ namespace specstack::grammar {
 struct TrieNode {
   uint8_t byte = 0;
   uint16_t depth = 0;         // 1 for a token's first byte
+  uint16_t deepest = 0;       // the longest token in this node's subtree, in bytes
   uint32_t subtree_end = 0;   // index just past this node's subtree
   uint32_t tokens_begin = 0;  // TokenTrie::token_ids() of tokens ending here
   uint32_t tokens_end = 0;

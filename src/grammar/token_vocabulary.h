@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,11 +30,15 @@ class TokenVocabulary {
   const std::vector<int32_t>& token_ids() const { return trie_.token_ids(); }
   const std::string& bytes(int32_t id) const { return bytes_[static_cast<size_t>(id)]; }
   size_t max_depth() const { return trie_.max_depth(); }
+  // The ids of the trie's tokens longer than `n` bytes.
+  std::span<const int32_t> longer_than(size_t n) const;
 
  private:
   int32_t n_tokens_ = 0;
   std::vector<std::string> bytes_;  // [size()]
   TokenTrie trie_;
+  std::vector<int32_t> by_length_;   // the trie's ids, longest first
+  std::vector<size_t> longer_than_;  // [n]: how many of by_length_ are longer than n bytes
 };
 
 }  // namespace specstack::grammar

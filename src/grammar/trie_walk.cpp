@@ -12,7 +12,7 @@ int64_t TokenMask::count() const {
 }
 
 int64_t walk_trie(const Grammar& g, const TokenTrie& trie, const StackSet& state, TokenMask& mask,
-                  WalkScratch& scratch) {
+                  WalkScratch& scratch, size_t longer_than) {
   const std::vector<TrieNode>& nodes = trie.nodes();
   const std::vector<int32_t>& ids = trie.token_ids();
   // states[d]: the state after the first d bytes of the current path;
@@ -26,7 +26,7 @@ int64_t walk_trie(const Grammar& g, const TokenTrie& trie, const StackSet& state
     const TrieNode& node = nodes[i];
     const size_t d = node.depth;
     ++visited;
-    if (!scratch.allowed[d - 1].test(node.byte)) {
+    if (node.deepest <= longer_than || !scratch.allowed[d - 1].test(node.byte)) {
       i = node.subtree_end;
       continue;
     }
@@ -45,7 +45,8 @@ int64_t walk_trie(const Grammar& g, const TokenTrie& trie, const StackSet& state
 }
 
 PositionMasks classify_position(const Grammar& g, const TokenVocabulary& vocabulary,
-                                std::span<const uint32_t> suffix, WalkScratch& scratch) {
+                                std::span<const uint32_t> suffix, WalkScratch& scratch,
+                                size_t longer_than) {
   const TokenTrie& trie = vocabulary.trie();
   const std::vector<TrieNode>& nodes = trie.nodes();
   const std::vector<int32_t>& ids = trie.token_ids();
@@ -54,6 +55,7 @@ PositionMasks classify_position(const Grammar& g, const TokenVocabulary& vocabul
   std::vector<int32_t> dependent;
   auto all_dependent = [&](uint32_t begin, uint32_t end) {
     for (uint32_t n = begin; n < end; ++n) {
+      if (nodes[n].depth <= longer_than) continue;
       for (uint32_t t = nodes[n].tokens_begin; t < nodes[n].tokens_end; ++t) {
         dependent.push_back(ids[t]);
       }
@@ -71,6 +73,10 @@ PositionMasks classify_position(const Grammar& g, const TokenVocabulary& vocabul
   scratch.allowed[0] = GrammarMatcher::next_bytes(g, scratch.states[0]);
   for (uint32_t i = 1; i < nodes.size();) {
     const TrieNode& node = nodes[i];
+    if (node.deepest <= longer_than) {
+      i = node.subtree_end;  // only short tokens below: left out
+      continue;
+    }
     const size_t d = node.depth;
     ++out.nodes_visited;
     const StackSet& before = scratch.states[d - 1];

@@ -19,6 +19,15 @@
 // rule is one character, so every longer token returns from it; with the
 // string's repetition and closing quote in the suffix only tokens that run
 // past the string depend on the context.
+//
+// Counted repetitions (grammar.h) are classified with their counters set to
+// kUnboundedCount: every iteration consumes a byte, so a token of n bytes
+// begins at most n iterations, and with a real count >= n it has exactly the
+// paths it has with no bound. One classification then serves every count
+// (every character of a maxLength string) for the tokens up to the count's
+// length; the longer ones get a classification of the suffix with its real
+// counts restricted to them (subtrees with no longer token are skipped, so
+// it is small until the count is nearly spent).
 #pragma once
 
 #include <cstdint>
@@ -51,9 +60,11 @@ struct WalkScratch {
 };
 
 // Sets in `mask` the bit of every token of `trie` that `state` admits;
-// returns the number of trie nodes visited.
+// returns the number of trie nodes visited. Subtrees holding no token longer
+// than `longer_than` bytes are skipped (their tokens are decided elsewhere);
+// the tokens the walk does visit are all decided exactly.
 int64_t walk_trie(const Grammar& g, const TokenTrie& trie, const StackSet& state, TokenMask& mask,
-                  WalkScratch& scratch);
+                  WalkScratch& scratch, size_t longer_than = 0);
 
 struct PositionMasks {
   TokenMask accepted;           // whatever the stack below
@@ -65,7 +76,11 @@ struct PositionMasks {
   int64_t nodes_visited = 0;
 };
 
+// Tokens of at most `longer_than` bytes are left out (neither accepted nor
+// context-dependent): a suffix with real counters is classified only for
+// the tokens its unbounded classification cannot decide (trie_walk.h top).
 PositionMasks classify_position(const Grammar& g, const TokenVocabulary& vocabulary,
-                                std::span<const uint32_t> suffix, WalkScratch& scratch);
+                                std::span<const uint32_t> suffix, WalkScratch& scratch,
+                                size_t longer_than = 0);
 
 }  // namespace specstack::grammar

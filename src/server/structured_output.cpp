@@ -66,19 +66,31 @@ Result<std::string> response_format_grammar(const OrderedJson& format) {
 }  // namespace
 
 Result<std::shared_ptr<grammar::TokenConstraint>> GrammarCache::get(const std::string& gbnf) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (auto it = entries_.find(gbnf); it != entries_.end()) {
-    lru_.splice(lru_.begin(), lru_, it->second.second);
-    return it->second.first;
+  std::shared_ptr<const grammar::TokenVocabulary> vocabulary;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = entries_.find(gbnf); it != entries_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second.second);
+      return it->second.first;
+    }
+    if (!vocabulary_) {
+      vocabulary_ = std::make_shared<const grammar::TokenVocabulary>(
+          grammar::TokenVocabulary::from_tokenizer(tokenizer_));
+    }
+    vocabulary = vocabulary_;
   }
+  // Compiled outside the lock (the classification of the reachable tops
+  // takes a few hundred ms on a 128-152K vocabulary), on the request's
+  // thread: the engine thread then decodes without classifying.
   auto parsed = grammar::parse_gbnf(gbnf);
   if (!parsed.ok()) return parsed.error();
-  if (!vocabulary_) {
-    vocabulary_ = std::make_shared<const grammar::TokenVocabulary>(
-        grammar::TokenVocabulary::from_tokenizer(tokenizer_));
-  }
   auto constraint = std::make_shared<grammar::TokenConstraint>(
-      std::make_shared<const grammar::Grammar>(std::move(parsed).value()), vocabulary_);
+      std::make_shared<const grammar::Grammar>(std::move(parsed).value()), vocabulary);
+  constraint->precompute();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto it = entries_.find(gbnf); it != entries_.end()) {
+    return it->second.first;  // compiled meanwhile by another request: share its masks
+  }
   if (entries_.size() >= capacity_) {
     entries_.erase(lru_.back());
     lru_.pop_back();

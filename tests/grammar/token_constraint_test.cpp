@@ -331,5 +331,34 @@ TEST(TokenConstraintProperty, SplitEqualsPlainWalkAtEveryState) {
   }
 }
 
+// The tops classified when a schema's grammar is compiled
+// (TokenConstraint::precompute) are every top that real documents of the
+// property schemas meet (recursive ones included, within the search's
+// limits), and the masks are those of the lazy split.
+TEST(TokenConstraintProperty, CompiledTopsCoverRealDocuments) {
+  const Family* f = family("llama3");
+  ASSERT_NE(f, nullptr);
+  for (size_t schema_index = 0; schema_index < std::size(kSchemas); ++schema_index) {
+    const Json schema = Json::parse(kSchemas[schema_index]);
+    auto g = schema_grammar(schema);
+    auto compiled = std::make_shared<TokenConstraint>(g, f->vocabulary);
+    PrecomputeOptions precompute;
+    precompute.counts = schema_index == 0;  // the slower option once
+    EXPECT_GT(compiled->precompute(precompute), 0u);
+    const int64_t classified = compiled->stats().positions_classified;
+    auto lazy = std::make_shared<TokenConstraint>(g, f->vocabulary);
+    testing::JsonGenerator gen(schema, 3 + schema_index);
+    for (int i = 0; i < 5; ++i) {
+      const std::vector<int32_t> ids = f->tokenizer->encode(gen.serialize(gen.generate()), false);
+      TokenMatcher m(compiled);
+      for (int32_t id : ids) {
+        ASSERT_EQ(m.mask().words, lazy->mask(m.matcher().stacks())->words) << schema_index;
+        ASSERT_TRUE(m.accept(id, {}));
+      }
+    }
+    EXPECT_EQ(compiled->stats().positions_classified, classified) << "schema " << schema_index;
+  }
+}
+
 }  // namespace
 }  // namespace specstack::grammar
