@@ -61,16 +61,24 @@ bool has_avx512_vnni() {
 }  // namespace
 
 bool quant_isa_available(Isa isa) {
+#if SS_QUANT_AVX2
+  // Probed once: CPUID traps to the hypervisor in a VM (microseconds or
+  // more each), and this runs on every quantized matmul and attention call.
+  struct Features {
+    bool avx2, avx512_vnni;
+  };
+  static const Features features{has_avx2_fma_f16c(), has_avx512_vnni()};
+#endif
   switch (isa) {
     case Isa::kScalar:
       return true;
 #if SS_QUANT_AVX2
     case Isa::kAvx2:
-      return has_avx2_fma_f16c();
+      return features.avx2;
 #endif
 #if SS_QUANT_AVX2 && SS_QUANT_AVX512
     case Isa::kAvx512Vnni:
-      return has_avx512_vnni();
+      return features.avx512_vnni;
 #endif
     default:
       return false;
