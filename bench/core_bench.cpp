@@ -15,6 +15,7 @@
 #include <random>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/quant_kernels.h"
 #include "engine/generator.h"
 #include "engine/model_instance.h"
 
@@ -30,6 +31,10 @@ struct BenchFlags {
   int32_t decode_context = 128;
   int32_t decode_steps = 32;
   int repeats = 3;
+  // The untimed warm-up run's prompt length / decode steps at most (0: as the
+  // timed runs). It faults the weights in and sizes the buffers either way;
+  // a short one saves device time when every second of a call counts.
+  int32_t warmup_tokens = 0;
   int threads = 0;
   std::string csv = "core_bench.csv";
   std::string quantization;      // "", q8_0 or q4_k: quantize at load (CPU int8 kernels)
@@ -85,11 +90,14 @@ int main(int argc, char** argv) {
   app.add_option("--config", flags.config, "HF config.json");
   app.add_option("--dtype", flags.dtype, "weight dtype: f32, bf16, f16");
   app.add_option("--model", flags.model, "model folder or GGUF file (instead of dummy weights)");
-  app.add_option("--prefill", flags.prefill_lengths, "prefill lengths")->delimiter(',');
-  app.add_option("--decode-batch", flags.decode_batches, "decode batch sizes")->delimiter(',');
+  app.add_option("--prefill", flags.prefill_lengths, "prefill lengths (0: none)")->delimiter(',');
+  app.add_option("--decode-batch", flags.decode_batches, "decode batch sizes (0: none)")
+      ->delimiter(',');
   app.add_option("--decode-context", flags.decode_context, "prompt length before decoding");
   app.add_option("--decode-steps", flags.decode_steps, "decode steps timed");
   app.add_option("--repeats", flags.repeats, "timed repeats (median reported)");
+  app.add_option("--warmup-tokens", flags.warmup_tokens,
+                 "cap on the warm-up run's prompt length and decode steps (0: none)");
   app.add_option("-t,--threads", flags.threads, "CPU threads (default: all)");
   app.add_option("--csv", flags.csv, "CSV output path");
   app.add_option("--quantization", flags.quantization,
@@ -133,26 +141,31 @@ int main(int argc, char** argv) {
   std::fprintf(
       stderr,
       "core_bench: %s %s%s%s weights %.0f MiB, RSS after load %.0f MiB, %d threads, KV %s %.0f "
-      "KiB/token\n",
+      "KiB/token, quantized kernels %s\n",
       flags.model.empty() ? flags.config.c_str() : flags.model.c_str(),
       flags.model.empty() ? flags.dtype.c_str() : "stored",
       flags.quantization.empty() ? "" : " quantized ", flags.quantization.c_str(),
       model.model().weight_bytes() / 1048576.0, resident_mib(), backend.pool().n_threads(),
       dtype_name(model.kv().shape().dtype),
       static_cast<double>(KvCache::bytes_per_block(model.kv().shape())) /
-          static_cast<double>(model.kv().shape().block_size) / 1024.0);
+          static_cast<double>(model.kv().shape().block_size) / 1024.0,
+      cpu::isa_name(cpu::quant_best_isa()));
 
   std::vector<Row> rows;
   GeneratorOptions generator_options;
   generator_options.max_batched_tokens = 4096;
   Generator generator(model.runner(), model.kv_manager(), generator_options);
   backend.set_profiling(true);
+  auto warmup_cap = [&](int r, int32_t n) {
+    return r == 0 && flags.warmup_tokens > 0 ? std::min(n, flags.warmup_tokens) : n;
+  };
   for (int32_t length : flags.prefill_lengths) {
+    if (length <= 0) continue;
     std::vector<double> times;
     OpProfile profile;
     for (int r = 0; r <= flags.repeats; ++r) {
       GenerationRequest request;
-      request.prompt = random_prompt(length, vocab, 11 + r);
+      request.prompt = random_prompt(warmup_cap(r, length), vocab, 11 + r);
       request.params.temperature = 0;
       request.params.max_tokens = 1;
       GenerationStats stats;
@@ -168,6 +181,7 @@ int main(int argc, char** argv) {
     rows.push_back({fmt::format("prefill {}", length), length, t, length / t, profile});
   }
   for (int32_t batch : flags.decode_batches) {
+    if (batch <= 0) continue;
     std::vector<double> times;
     OpProfile profile;
     for (int r = 0; r <= flags.repeats; ++r) {
@@ -176,7 +190,7 @@ int main(int argc, char** argv) {
         requests[b].prompt = random_prompt(flags.decode_context, vocab, 100 + b + 7 * r);
         requests[b].params.temperature = 0;
         requests[b].params.ignore_eos = true;
-        requests[b].params.max_tokens = flags.decode_steps + 1;
+        requests[b].params.max_tokens = warmup_cap(r, flags.decode_steps) + 1;
       }
       GenerationStats stats;
       backend.profile().reset();

@@ -68,7 +68,8 @@ void axpy_heads(const float* weights, int64_t stride, int64_t n_heads, const voi
 KvRowCodec kv_row_codec(DType dtype, Isa isa) {
   SS_CHECK_MSG(quant_isa_available(isa),
                std::string("KV rows: isa not available here: ") + isa_name(isa));
-  const bool avx2 = isa == Isa::kAvx2;
+  // No AVX-512 form of the KV rows: an AVX-512 VNNI CPU has AVX2 and takes it.
+  const bool avx2 = isa != Isa::kScalar;
 #if SS_QUANT_AVX2
 #define SS_PICK(fn) (avx2 ? kv_avx2::fn : fn)
 #define SS_AVX2(fn) kv_avx2::fn

@@ -4,10 +4,6 @@
 #include <cstring>
 #include <string>
 
-#if SS_QUANT_AVX2
-#include <cpuid.h>
-#endif
-
 #include "backend/cpu/quant_blocks.h"
 #include "base/check.h"
 #include "gguf/gguf_dequant.h"
@@ -200,36 +196,19 @@ bool quant_has_kernel(DType dtype) {
   return dtype_is_quantized(dtype);  // every quantized DType has one
 }
 
-bool quant_isa_available(Isa isa) {
-  if (isa == Isa::kScalar) return true;
-#if SS_QUANT_AVX2
-  __builtin_cpu_init();
-  // F16C from CPUID leaf 1 (ECX bit 29) rather than __builtin_cpu_supports:
-  // clang 14 (the fuzz and sanitizer builds) does not know the "f16c" name.
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
-#else
-  return false;
-#endif
-}
-
-Isa quant_best_isa() {
-  static const Isa best = quant_isa_available(Isa::kAvx2) ? Isa::kAvx2 : Isa::kScalar;
-  return best;
-}
-
 QuantKernel quant_kernel(DType dtype, Isa isa) {
   SS_CHECK_MSG(quant_isa_available(isa),
                std::string("quantized kernels: isa not available here: ") + isa_name(isa));
   const bool k = dtype_block_elements(dtype) == kQkK;
   QuantKernel kernel{k ? QuantAct::kQ8_K : QuantAct::kQ8_0, k ? kQkK : kQk,
                      k ? sizeof(BlockQ8_K) : sizeof(BlockQ8_0), nullptr};
-  const bool avx2 = isa == Isa::kAvx2;
-#if SS_QUANT_AVX2
-#define SS_PICK(fn) (avx2 ? quant_avx2::fn : quant_scalar::fn)
+#if SS_QUANT_AVX2 && SS_QUANT_AVX512
+#define SS_PICK(fn)                               \
+  (isa == Isa::kAvx512Vnni ? quant_avx512vnni::fn \
+   : isa == Isa::kAvx2     ? quant_avx2::fn       \
+                           : quant_scalar::fn)
 #else
-#define SS_PICK(fn) ((void)avx2, quant_scalar::fn)
+#define SS_PICK(fn) quant_scalar::fn
 #endif
   switch (dtype) {
     case DType::kQ8_0:

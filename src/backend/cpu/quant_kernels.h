@@ -5,15 +5,18 @@
 // K-quants), each block's products are summed in integers and scaled, and
 // the blocks accumulate in f32.
 //
-// Every kernel has a scalar reference and an AVX2 twin computing the same
-// integer sums (they differ only in the order of the f32 accumulation). The
-// AVX2 file is compiled with -mavx2 -mfma -mf16c whatever the build's -march,
-// and quant_best_isa() picks it at run time from CPUID: this is the one
+// Every kernel has a scalar reference, an AVX2 twin computing the same
+// integer sums (they differ only in the order of the f32 accumulation) and an
+// AVX-512 VNNI twin equal to the AVX2 one bit for bit (same integer lanes,
+// same f32 order; quant_kernels_avx512.cpp). The SIMD files are compiled
+// with their target flags whatever the build's -march, and quant_best_isa()
+// picks one at run time from CPUID / XGETBV (quant_isa.cpp): this is the one
 // place that chooses.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "backend/cpu/simd.h"
 #include "tensor/dtype.h"
@@ -34,10 +37,26 @@ struct QuantKernel {
 // Whether `dtype` has a quantized kernel (Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K).
 bool quant_has_kernel(DType dtype);
 
-// Whether this CPU and build can run `isa` for the quantized kernels.
+// Whether this CPU and build can run `isa` for the quantized kernels:
+// kAvx2 needs AVX2 + FMA + F16C; kAvx512Vnni needs those and AVX-512 F / BW /
+// VL / VNNI with the OS saving the zmm and mask registers (XCR0).
 bool quant_isa_available(Isa isa);
 
-// The fastest available: AVX2 where CPUID reports AVX2 + FMA + F16C, else scalar.
+// The environment variable that pins the quantized kernels' isa for A/B
+// runs (values as parse_quant_isa takes them).
+inline constexpr const char* kQuantIsaEnv = "SPECSTACK_QUANT_ISA";
+
+// "scalar", "avx2" or "avx512vnni" -> *isa; false for anything else.
+bool parse_quant_isa(const char* name, Isa* isa);
+
+// The isa for SPECSTACK_QUANT_ISA's value `pinned` (null or empty: unset):
+// the one it names when this CPU has it, else the fastest available
+// (AVX-512 VNNI, AVX2, scalar) with a one-line *note saying why the value
+// was ignored (*note empty otherwise).
+Isa choose_quant_isa(const char* pinned, std::string* note);
+
+// choose_quant_isa(getenv(SPECSTACK_QUANT_ISA)), decided once per process at
+// the first call; a note goes to stderr. The isa every quantized matmul uses.
 Isa quant_best_isa();
 
 // The kernel for weights of `dtype` on `isa` (both checked).
@@ -67,6 +86,17 @@ float dot_q4_k(const void* w, const void* a, int64_t n_blocks);
 float dot_q5_k(const void* w, const void* a, int64_t n_blocks);
 float dot_q6_k(const void* w, const void* a, int64_t n_blocks);
 }  // namespace quant_avx2
+#endif
+
+#if SS_QUANT_AVX512
+namespace quant_avx512vnni {
+float dot_q8_0(const void* w, const void* a, int64_t n_blocks);
+float dot_q4_0(const void* w, const void* a, int64_t n_blocks);
+float dot_q5_0(const void* w, const void* a, int64_t n_blocks);
+float dot_q4_k(const void* w, const void* a, int64_t n_blocks);
+float dot_q5_k(const void* w, const void* a, int64_t n_blocks);
+float dot_q6_k(const void* w, const void* a, int64_t n_blocks);
+}  // namespace quant_avx512vnni
 #endif
 
 }  // namespace specstack::cpu

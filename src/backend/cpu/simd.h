@@ -19,17 +19,26 @@
 
 namespace specstack::cpu {
 
-enum class Isa : uint8_t { kScalar, kAvx2 };
+// kAvx512Vnni exists only for the quantized int8 kernels (quant_kernels.h);
+// every other kernel has scalar and AVX2 forms.
+enum class Isa : uint8_t { kScalar, kAvx2, kAvx512Vnni };
 
 inline constexpr Isa kNativeIsa = SS_HAVE_AVX2 ? Isa::kAvx2 : Isa::kScalar;
 
 // Whether this build contains the kernels for `isa`.
 inline constexpr bool isa_compiled(Isa isa) {
-  return isa == Isa::kScalar || SS_HAVE_AVX2;
+  return isa == Isa::kScalar || (isa == Isa::kAvx2 && SS_HAVE_AVX2);
 }
 
 inline const char* isa_name(Isa isa) {
-  return isa == Isa::kAvx2 ? "avx2" : "scalar";
+  switch (isa) {
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512Vnni:
+      return "avx512vnni";
+    default:
+      return "scalar";
+  }
 }
 
 namespace scalar {

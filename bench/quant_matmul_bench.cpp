@@ -1,0 +1,163 @@
+// quant_matmul_bench: the CPU int8 quantized matmul (backend/cpu/quant_matmul.h)
+// alone, one weight shape, per block type, isa (scalar / avx2 / avx512vnni),
+// thread count, activation rows and weight memory: anonymous memory as
+// Tensor::zeros gives it (transparent huge pages where the kernel grants
+// them) or a file mapped as a GGUF model is (page-cache pages). Enough
+// copies of the matrix to pass --min-mb, cycled call by call, so every call
+// streams its weights from DRAM as a decode step does; the variants are
+// interleaved call by call (a shared machine drifts), median of the calls.
+// Prints microseconds per call and the weight bytes read per second.
+//   build/bench/quant_matmul_bench [--types q8_0,q4_k,q6_k] [--out 8192 --in 2048]
+//       [--rows 1,4] [-t 1,2] [--min-mb 1024] [--calls 30] [--file-dir /tmp]
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/quant_kernels.h"
+#include "backend/cpu/quant_matmul.h"
+#include "base/mapped_file.h"
+#include "base/thread_pool.h"
+
+using namespace specstack;
+
+namespace {
+
+// Offsets of each block's f16 scales: set to small normal values so that
+// no product is a denormal (which would time microcode assists, not the kernel).
+std::vector<size_t> scale_offsets(DType dtype) {
+  switch (dtype) {
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+      return {0, 2};
+    case DType::kQ6_K:
+      return {208};
+    default:
+      return {0};
+  }
+}
+
+void fill_random(DType dtype, uint8_t* bytes, size_t n, std::mt19937& rng) {
+  for (size_t i = 0; i < n; ++i) bytes[i] = static_cast<uint8_t>(rng());
+  const size_t block = dtype_block_bytes(dtype);
+  const uint16_t scale = f32_to_f16(0.01f);
+  for (size_t b = 0; b < n / block; ++b) {
+    for (size_t off : scale_offsets(dtype)) std::memcpy(bytes + b * block + off, &scale, 2);
+  }
+}
+
+bool quantized_dtype(const std::string& name, DType* out) {
+  for (DType d :
+       {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    if (name == dtype_name(d)) return *out = d, true;
+  }
+  return false;
+}
+
+struct Variant {
+  std::string name;
+  cpu::Isa isa;
+  int threads;
+  bool file;
+  std::vector<double> us;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> types = {"q8_0", "q4_k", "q6_k"};
+  std::vector<int64_t> rows_list = {1, 4};
+  std::vector<int> thread_list = {1, 2};
+  int64_t out = 8192, in = 2048, min_mb = 1024, calls = 30;
+  std::string file_dir = "/tmp";
+  CLI::App app{"CPU int8 quantized matmul: isa x threads x weight memory"};
+  app.add_option("--types", types, "weight block types")->delimiter(',');
+  app.add_option("--out", out, "weight rows");
+  app.add_option("--in", in, "weight columns");
+  app.add_option("--rows", rows_list, "activation rows")->delimiter(',');
+  app.add_option("-t,--threads", thread_list, "thread counts")->delimiter(',');
+  app.add_option("--min-mb", min_mb, "weight bytes cycled through, at least (MiB)");
+  app.add_option("--calls", calls, "timed calls per variant");
+  app.add_option("--file-dir", file_dir, "where the file-backed copy is written");
+  CLI11_PARSE(app, argc, argv);
+
+  std::mt19937 rng(5);
+  for (const std::string& type : types) {
+    DType dtype_value = DType::kF32;
+    const DType* dtype = &dtype_value;
+    if (!quantized_dtype(type, &dtype_value)) {
+      std::fprintf(stderr, "quant_matmul_bench: not a quantized type: %s\n", type.c_str());
+      return 1;
+    }
+    const size_t matrix_bytes = dtype_bytes(*dtype, out * in);
+    const int64_t copies = std::max<int64_t>(
+        2, (min_mb * 1048576 + int64_t(matrix_bytes) - 1) / int64_t(matrix_bytes));
+    Tensor heap = Tensor::zeros(*dtype, {copies * out, in});
+    auto* heap_bytes = static_cast<uint8_t*>(heap.raw());
+    fill_random(*dtype, heap_bytes, heap.nbytes(), rng);
+    const std::string path = file_dir + "/quant_matmul_bench." + type + ".bin";
+    {
+      std::ofstream f(path, std::ios::binary);
+      f.write(reinterpret_cast<const char*>(heap_bytes), std::streamsize(heap.nbytes()));
+      if (!f) return std::fprintf(stderr, "quant_matmul_bench: cannot write %s\n", path.c_str()), 1;
+    }
+    auto mapped = MappedFile::open(path);
+    if (!mapped.ok()) return std::fprintf(stderr, "%s\n", mapped.message().c_str()), 1;
+    std::shared_ptr<MappedFile> file = *mapped;
+    std::remove(path.c_str());  // the mapping keeps the pages
+    volatile uint8_t sink = 0;
+    for (size_t i = 0; i < file->size(); i += 4096) sink = sink + file->data()[i];
+    auto weights = [&](bool from_file, int64_t c) {
+      void* base = from_file ? const_cast<uint8_t*>(file->data()) : heap_bytes;
+      return Tensor::view(static_cast<uint8_t*>(base) + (c % copies) * matrix_bytes, *dtype,
+                          {out, in}, nullptr);
+    };
+    for (int64_t rows : rows_list) {
+      std::vector<Variant> variants;
+      for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512Vnni}) {
+        if (!cpu::quant_isa_available(isa)) continue;
+        for (int t : thread_list) {
+          for (bool from_file : {false, true}) {
+            variants.push_back({std::string(cpu::isa_name(isa)) + " t" + std::to_string(t) +
+                                    (from_file ? " file" : " anon"),
+                                isa,
+                                t,
+                                from_file,
+                                {}});
+          }
+        }
+      }
+      std::vector<std::unique_ptr<ThreadPool>> pools(9);
+      for (int t : thread_list) pools[size_t(std::min(t, 8))] = std::make_unique<ThreadPool>(t);
+      Tensor x = Tensor::zeros(DType::kF32, {rows, in});
+      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+      for (int64_t i = 0; i < rows * in; ++i) x.f32()[i] = dist(rng);
+      Tensor y = Tensor::zeros(DType::kF32, {rows, out});
+      int64_t next = 0;
+      for (int64_t c = -2; c < calls; ++c) {  // two warm-up calls per variant
+        for (Variant& v : variants) {
+          Tensor w = weights(v.file, next++);
+          const auto t0 = std::chrono::steady_clock::now();
+          cpu::matmul_quant(*pools[size_t(std::min(v.threads, 8))], x, w, nullptr, y, v.isa);
+          const auto t1 = std::chrono::steady_clock::now();
+          if (c >= 0) v.us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        }
+      }
+      for (Variant& v : variants) {
+        std::sort(v.us.begin(), v.us.end());
+        const double us = v.us[v.us.size() / 2];
+        std::printf("%-5s %lldx%lld rows %lld %-22s %9.1f us %7.2f GB/s\n", type.c_str(),
+                    static_cast<long long>(out), static_cast<long long>(in),
+                    static_cast<long long>(rows), v.name.c_str(), us,
+                    static_cast<double>(matrix_bytes) / us / 1e3);
+      }
+    }
+  }
+  return 0;
+}

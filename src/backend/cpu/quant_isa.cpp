@@ -1,0 +1,130 @@
+// Which instruction set the quantized kernels run on (quant_kernels.h):
+// CPUID for what the CPU has, XGETBV for what the OS saves on a context
+// switch, and SPECSTACK_QUANT_ISA to pin one for A/B runs.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "backend/cpu/quant_kernels.h"
+
+#if SS_QUANT_AVX2
+#include <cpuid.h>
+#endif
+
+namespace specstack::cpu {
+namespace {
+
+#if SS_QUANT_AVX2
+struct CpuidRegs {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+};
+
+CpuidRegs cpuid(unsigned leaf, unsigned subleaf) {
+  CpuidRegs r;
+  if (__get_cpuid_count(leaf, subleaf, &r.eax, &r.ebx, &r.ecx, &r.edx) == 0) return CpuidRegs{};
+  return r;
+}
+
+bool bit(unsigned reg, int i) {
+  return ((reg >> i) & 1u) != 0;
+}
+
+// XCR0, the register states the OS saves. Inline asm rather than _xgetbv,
+// which needs -mxsave on this file; only called when CPUID says OSXSAVE.
+uint64_t xcr0() {
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (uint64_t{hi} << 32) | lo;
+}
+
+// CPUID.1:ECX bits FMA 12, OSXSAVE 27, AVX 28, F16C 29; CPUID.7.0:EBX AVX2 5.
+// (F16C from CPUID rather than __builtin_cpu_supports: clang 14, the fuzz and
+// sanitizer builds, does not know the "f16c" name.)
+bool has_avx2_fma_f16c() {
+  const CpuidRegs l1 = cpuid(1, 0), l7 = cpuid(7, 0);
+  if (!bit(l1.ecx, 27) || !bit(l1.ecx, 28)) return false;
+  if ((xcr0() & 0x6) != 0x6) return false;  // XMM and YMM state
+  return bit(l1.ecx, 12) && bit(l1.ecx, 29) && bit(l7.ebx, 5);
+}
+
+// CPUID.7.0:EBX AVX512F 16, AVX512BW 30, AVX512VL 31; ECX AVX512_VNNI 11.
+// XCR0 bits 5-7: opmask, upper halves of zmm0-15, zmm16-31.
+bool has_avx512_vnni() {
+  if (!has_avx2_fma_f16c()) return false;
+  const CpuidRegs l7 = cpuid(7, 0);
+  if (!bit(l7.ebx, 16) || !bit(l7.ebx, 30) || !bit(l7.ebx, 31) || !bit(l7.ecx, 11)) return false;
+  return (xcr0() & 0xE6) == 0xE6;
+}
+#endif
+
+}  // namespace
+
+bool quant_isa_available(Isa isa) {
+#if SS_QUANT_AVX2
+  // Probed once: CPUID traps to the hypervisor in a VM (microseconds or
+  // more each), and this runs on every quantized matmul and attention call.
+  struct Features {
+    bool avx2, avx512_vnni;
+  };
+  static const Features features{has_avx2_fma_f16c(), has_avx512_vnni()};
+#endif
+  switch (isa) {
+    case Isa::kScalar:
+      return true;
+#if SS_QUANT_AVX2
+    case Isa::kAvx2:
+      return features.avx2;
+#endif
+#if SS_QUANT_AVX2 && SS_QUANT_AVX512
+    case Isa::kAvx512Vnni:
+      return features.avx512_vnni;
+#endif
+    default:
+      return false;
+  }
+}
+
+bool parse_quant_isa(const char* name, Isa* isa) {
+  for (Isa candidate : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Vnni}) {
+    if (name != nullptr && std::strcmp(name, isa_name(candidate)) == 0) {
+      *isa = candidate;
+      return true;
+    }
+  }
+  return false;
+}
+
+Isa choose_quant_isa(const char* pinned, std::string* note) {
+  note->clear();
+  Isa fastest = Isa::kScalar;
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512Vnni}) {
+    if (quant_isa_available(isa)) fastest = isa;
+  }
+  if (pinned == nullptr || *pinned == '\0') return fastest;
+  Isa isa = Isa::kScalar;
+  if (!parse_quant_isa(pinned, &isa)) {
+    *note = std::string(kQuantIsaEnv) + "=" + pinned +
+            " ignored: expected scalar, avx2 or avx512vnni; using " + isa_name(fastest);
+    return fastest;
+  }
+  if (!quant_isa_available(isa)) {
+    *note = std::string(kQuantIsaEnv) + "=" + pinned +
+            " ignored: this CPU (or build) lacks it; using " + isa_name(fastest);
+    return fastest;
+  }
+  return isa;
+}
+
+Isa quant_best_isa() {
+  // Once per process: the env var is read at the first quantized matmul.
+  static const Isa best = [] {
+    std::string note;
+    const Isa isa = choose_quant_isa(std::getenv(kQuantIsaEnv), &note);
+    if (!note.empty()) std::fprintf(stderr, "specstack: %s\n", note.c_str());
+    return isa;
+  }();
+  return best;
+}
+
+}  // namespace specstack::cpu

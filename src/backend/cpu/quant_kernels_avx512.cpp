@@ -1,0 +1,267 @@
+// AVX-512 VNNI twins of the AVX2 quantized dot products
+// (quant_kernels_avx2.cpp): the same integer sums on 512-bit vectors, with
+// vpdpbusd (u8 x s8, four products into an int32 lane) for the 32-blocks and
+// vpdpwssd (int16 pairs x int16 scales into int32) for the K-quants. Built
+// with -mavx512f -mavx512bw -mavx512vl -mavx512vnni (CMakeLists.txt) and only
+// called after CPUID and XGETBV say so, hence everything file-local.
+//
+// Every kernel reproduces the AVX2 kernel's eight int32 lanes exactly: a
+// 512-bit vector holds two 32-byte chunks that the AVX2 kernel processes one
+// after the other, its lane i (low half) and lane 8 + i (high half) hold the
+// sums the AVX2 kernel adds into its lane i, and adding the halves gives that
+// lane (integer sums, no overflow: the AVX2 bounds hold). The f32 steps then
+// run in the AVX2 order, so the results equal the AVX2 kernels bit for bit
+// (tests/backend/quant_vnni_test.cpp checks that).
+#if SS_QUANT_AVX512  // x86 builds only (CMakeLists.txt)
+// GCC 12's _mm512_castsi256_si512 and friends start from an "undefined"
+// register that its flow analysis reports as uninitialized (GCC bug 105593);
+// the upper half is always written before use here.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "backend/cpu/quant_blocks.h"
+
+namespace specstack::cpu::quant_avx512vnni {
+namespace {
+
+using namespace quant;
+
+inline float f16(uint16_t bits) {
+  return _cvtsh_ss(bits);
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float hsum128(__m128 v) {
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  v = _mm_add_ss(v, _mm_movehdup_ps(v));
+  return _mm_cvtss_f32(v);
+}
+
+inline __m256i load256(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+
+// [lo | hi]: two 32-byte chunks in one register.
+inline __m512i join(__m256i lo, __m256i hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+// The AVX2 kernel's 8 int32 lanes from a [chunk a | chunk b] lane vector.
+inline __m256i fold(__m512i v) {
+  return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+
+// 32 nibbles from 16 bytes: low nibbles in bytes 0-15, high in 16-31.
+inline __m256i nibbles_32(const uint8_t* p) {
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+  return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
+}
+
+// Byte j = 0xFF where bit j of the 32 bits at p is set.
+inline __m256i bits_32(const uint8_t* p) {
+  uint32_t x;
+  std::memcpy(&x, p, 4);
+  return _mm256_movm_epi8(static_cast<__mmask32>(x));
+}
+
+// Σ x * y over signed bytes, four per int32 lane. vpdpbusd wants an unsigned
+// operand: |x| (-128 -> 128 as u8, still exact) times y with x's sign.
+inline __m512i dot_i8(__m512i x, __m512i y) {
+  const __mmask64 neg = _mm512_movepi8_mask(x);
+  const __m512i signed_y = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
+  return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(x), signed_y);
+}
+
+inline __m256i dot_i8_256(__m256i x, __m256i y) {
+  const __mmask32 neg = _mm256_movepi8_mask(x);
+  const __m256i signed_y = _mm256_mask_sub_epi8(y, neg, _mm256_setzero_si256(), y);
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(x), signed_y);
+}
+
+// The 32-blocks two at a time: block b in the low half (the AVX2 kernel's
+// acc[0]), b + 1 in the high half (its acc[1]); an odd last block goes to
+// the low half, as there.
+template <typename Block, typename Values>
+inline float dot_32(const void* w, const void* a, int64_t n_blocks, Values values) {
+  const auto* x = static_cast<const Block*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  __m512 acc = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= n_blocks; b += 2) {
+    const __m512i xv = join(values(x[b]), values(x[b + 1]));
+    const __m512i yv = join(load256(y[b].qs), load256(y[b + 1].qs));
+    const __m512 d = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(f16(x[b].d) * f16(y[b].d)),
+                                          _mm512_set1_ps(f16(x[b + 1].d) * f16(y[b + 1].d)));
+    acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot_i8(xv, yv)), acc);
+  }
+  __m256 lo = _mm512_castps512_ps256(acc);
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
+  if (b < n_blocks) {
+    const __m256 d = _mm256_set1_ps(f16(x[b].d) * f16(y[b].d));
+    lo = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8_256(values(x[b]), load256(y[b].qs))), lo);
+  }
+  return hsum(_mm256_add_ps(lo, hi));
+}
+
+// As quant_kernels_avx2.cpp: the 8 six-bit scales of a Q4_K / Q5_K block in
+// int16 lanes 0-7 of both 128-bit halves of *scales, and the mins' dot with
+// the activation's 32-value sums as 4 int32 lanes.
+inline __m128i k4_scales_and_min_dot(const uint8_t* packed, const int16_t* bsums, __m256i* scales) {
+  constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+  uint32_t u[4];
+  std::memcpy(u, packed, 12);
+  u[3] = ((u[2] >> 4) & kmask2) | (((u[1] >> 6) & kmask3) << 4);
+  const uint32_t mins_lo = u[1] & kmask1;
+  u[1] = (u[2] & kmask2) | (((u[0] >> 6) & kmask3) << 4);
+  u[2] = mins_lo;
+  u[0] &= kmask1;
+  const __m256i mins_and_scales =
+      _mm256_cvtepu8_epi16(_mm_set_epi32(int(u[3]), int(u[2]), int(u[1]), int(u[0])));
+  const __m128i sc = _mm256_castsi256_si128(mins_and_scales);
+  *scales = _mm256_inserti128_si256(_mm256_castsi128_si256(sc), sc, 1);
+  const __m256i sums = load256(bsums);
+  const __m128i pair_sums =
+      _mm_hadd_epi16(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
+  return _mm_madd_epi16(_mm256_extracti128_si256(mins_and_scales, 1), pair_sums);
+}
+
+// Scale j of k4_scales_and_min_dot's vector in every int16 lane.
+inline __m256i scale_lane(__m256i scales, int j) {
+  return _mm256_shuffle_epi8(scales,
+                             _mm256_set1_epi16(static_cast<int16_t>((2 * j + 1) << 8 | 2 * j)));
+}
+
+}  // namespace
+
+float dot_q8_0(const void* w, const void* a, int64_t n_blocks) {
+  return dot_32<BlockQ8_0>(w, a, n_blocks, [](const BlockQ8_0& b) { return load256(b.qs); });
+}
+
+float dot_q4_0(const void* w, const void* a, int64_t n_blocks) {
+  return dot_32<BlockQ4_0>(w, a, n_blocks, [](const BlockQ4_0& b) {
+    return _mm256_sub_epi8(nibbles_32(b.qs), _mm256_set1_epi8(8));
+  });
+}
+
+// (nibble | bit << 4) - 16 == nibble | (bit ? 0 : 0xF0) as int8.
+float dot_q5_0(const void* w, const void* a, int64_t n_blocks) {
+  return dot_32<BlockQ5_0>(w, a, n_blocks, [](const BlockQ5_0& b) {
+    const __m256i hi = _mm256_andnot_si256(bits_32(b.qh), _mm256_set1_epi8(char(0xF0)));
+    return _mm256_or_si256(nibbles_32(b.qs), hi);
+  });
+}
+
+// Q4_K and Q5_K: the 64 values of group j are [low nibbles | high nibbles]
+// of qs[32 j ...] (sub-blocks 2j, 2j + 1), matching 64 contiguous activation
+// bytes, so one 512-bit maddubs and one vpdpwssd with [scale 2j | scale 2j+1]
+// do what the AVX2 kernel does in two of each plus two adds.
+template <class Block, bool kFifthBit>
+float dot_k_nibbles(const void* w, const void* a, int64_t n_blocks) {
+  const auto* x = static_cast<const Block*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256 acc = _mm256_setzero_ps();
+  __m128 acc_min = _mm_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    __m256i sc;
+    const __m128i min_dot = k4_scales_and_min_dot(x[b].scales, y[b].bsums, &sc);
+    __m256i hbits = _mm256_setzero_si256();
+    if constexpr (kFifthBit) hbits = load256(x[b].qh);
+    __m512i sumi = _mm512_setzero_si512();
+    for (int j = 0; j < 4; ++j) {
+      const __m256i bits = load256(x[b].qs + 32 * j);
+      __m256i lo = _mm256_and_si256(bits, m4);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+      if constexpr (kFifthBit) {
+        // Bit 2j (low half) / 2j + 1 (high half) of each qh byte, as bit 4.
+        const __m256i bit_lo = _mm256_set1_epi8(static_cast<char>(1 << (2 * j)));
+        const __m256i bit_hi = _mm256_set1_epi8(static_cast<char>(1 << (2 * j + 1)));
+        const __m256i sixteen = _mm256_set1_epi8(16);
+        lo = _mm256_or_si256(lo,
+                             _mm256_maskz_mov_epi8(_mm256_test_epi8_mask(hbits, bit_lo), sixteen));
+        hi = _mm256_or_si256(hi,
+                             _mm256_maskz_mov_epi8(_mm256_test_epi8_mask(hbits, bit_hi), sixteen));
+      }
+      const __m512i q = join(lo, hi);
+      const __m512i q8 = _mm512_loadu_si512(y[b].qs + 64 * j);
+      const __m512i scales = join(scale_lane(sc, 2 * j), scale_lane(sc, 2 * j + 1));
+      sumi = _mm512_dpwssd_epi32(sumi, scales, _mm512_maddubs_epi16(q, q8));
+    }
+    const float d = y[b].d * f16(x[b].d);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold(sumi)), acc);
+    acc_min = _mm_fmadd_ps(_mm_set1_ps(y[b].d * f16(x[b].dmin)), _mm_cvtepi32_ps(min_dot), acc_min);
+  }
+  return hsum(acc) - hsum128(acc_min);
+}
+
+float dot_q4_k(const void* w, const void* a, int64_t n_blocks) {
+  return dot_k_nibbles<BlockQ4_K, false>(w, a, n_blocks);
+}
+
+float dot_q5_k(const void* w, const void* a, int64_t n_blocks) {
+  return dot_k_nibbles<BlockQ5_K, true>(w, a, n_blocks);
+}
+
+// As the AVX2 kernel: maddubs(q6, a) - maddubs(32, a) in int16, then the
+// int8 scales of each 16 values; two 32-value chunks per 512-bit step.
+float dot_q6_k(const void* w, const void* a, int64_t n_blocks) {
+  const auto* x = static_cast<const BlockQ6_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i m2 = _mm256_set1_epi8(3);
+  const __m512i m32 = _mm512_set1_epi8(32);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
+    __m512i sumi = _mm512_setzero_si512();
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* ql = x[b].ql + 64 * half;
+      const int8_t* q8 = y[b].qs + 128 * half;
+      const __m256i l1 = load256(ql);
+      const __m256i l2 = load256(ql + 32);
+      const __m256i h = load256(x[b].qh + 32 * half);
+      __m256i q[4];
+      q[0] =
+          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
+      q[1] = _mm256_or_si256(_mm256_and_si256(l2, m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
+      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
+      for (int k = 0; k < 4; k += 2) {
+        const __m512i a8 = _mm512_loadu_si512(q8 + 32 * k);
+        const __m512i p16 = _mm512_sub_epi16(_mm512_maddubs_epi16(join(q[k], q[k + 1]), a8),
+                                             _mm512_maddubs_epi16(m32, a8));
+        // Scales s .. s + 3 (s = 8 half + 2k), each for 16 values (8 int16 lanes).
+        const int64_t s = 8 * half + 2 * k;
+        const __m128i pick_lo =
+            _mm_set_epi64x(0x0101010101010101LL * (s + 1), 0x0101010101010101LL * s);
+        const __m128i pick_hi =
+            _mm_set_epi64x(0x0101010101010101LL * (s + 3), 0x0101010101010101LL * (s + 2));
+        const __m512i sc16 = _mm512_cvtepi8_epi16(
+            _mm256_set_m128i(_mm_shuffle_epi8(scales, pick_hi), _mm_shuffle_epi8(scales, pick_lo)));
+        sumi = _mm512_dpwssd_epi32(sumi, sc16, p16);
+      }
+    }
+    const float d = y[b].d * f16(x[b].d);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold(sumi)), acc);
+  }
+  return hsum(acc);
+}
+
+}  // namespace specstack::cpu::quant_avx512vnni
+#endif  // SS_QUANT_AVX512
