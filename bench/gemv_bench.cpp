@@ -7,7 +7,7 @@
 // per second; the one-row kernel's rate is the reference.
 //
 // `gemv_bench --skinny`: the 0.5B's layer matrices at 16..128 rows through
-// skinny_gemm (cuda/skinny_gemm.h: default k slicing and forced ones) beside
+// skinny_gemm (cuda/skinny_gemm.h) beside
 // cuBLAS (plus silu_mul for gate_up, as Gemm ran it before).
 #include <cuda_bf16.h>
 
@@ -98,10 +98,6 @@ int skinny_main() {
   DeviceBuffer<__nv_bfloat16> x(size_t(kSkinnyMaxRows) * 4864), y(size_t(kSkinnyMaxRows) * 9728);
   DeviceBuffer<__nv_bfloat16> act(size_t(kSkinnyMaxRows) * 4864);
   fill_random(x, rng);
-  DeviceBuffer<float> partials(size_t(16) << 20);
-  DeviceBuffer<int> counters{static_cast<size_t>(kSkinnyMaxTiles)};
-  counters.fill_bytes(0);
-  const SkinnyGemmScratch scratch{partials.data(), partials.size(), counters.data()};
   std::printf("| shape | rows | kernel | us | weight GB/s |\n|---|---|---|---|---|\n");
   for (const Shape& s : shapes) {
     const Copies w(s, rng);
@@ -128,22 +124,14 @@ int skinny_main() {
           },
           stream);
       report(n, s.silu ? "cuBLAS + silu_mul" : "cuBLAS", cublas);
-      for (int64_t splits : {0, 1, 2, 4, 7, 14}) {
-        if (splits > s.in / 64) continue;
-        const double us = time_us(
-            w.count,
-            [&](int c) {
-              skinny_gemm(x.data(), s.in, w.at(c), n, s.out, s.in, s.silu ? act.data() : y.data(),
-                          nullptr, s.out, nullptr, s.silu, scratch, stream, splits);
-            },
-            stream);
-        char label[64];
-        std::snprintf(
-            label, sizeof(label), "skinny splits %lld%s",
-            static_cast<long long>(splits == 0 ? skinny_gemm_splits(s.out, s.in, s.silu) : splits),
-            splits == 0 ? " (default)" : "");
-        report(n, label, us);
-      }
+      const double us = time_us(
+          w.count,
+          [&](int c) {
+            skinny_gemm(x.data(), s.in, w.at(c), n, s.out, s.in, s.silu ? act.data() : y.data(),
+                        nullptr, s.out, nullptr, s.silu, stream);
+          },
+          stream);
+      report(n, "skinny_gemm", us);
     }
   }
   SS_CUDA_CHECK(cudaStreamDestroy(stream));

@@ -27,8 +27,6 @@ Gemm::Gemm(cudaStream_t stream) : stream_(stream), fp8_gemv_max_rows_(kFp8Defaul
   SS_CUBLAS_CHECK(cublasSetStream(handle_, stream));
   workspace_.resize(kWorkspaceBytes);
   SS_CUBLAS_CHECK(cublasSetWorkspace(handle_, workspace_.data(), workspace_.nbytes()));
-  skinny_counters_.resize(size_t(kSkinnyMaxTiles));
-  skinny_counters_.fill_bytes(0);
 }
 
 Gemm::~Gemm() {
@@ -106,8 +104,7 @@ void Gemm::linear(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& weigh
     return gemv(x, ldx, w, n, out, in, y, nullptr, ldy, stream_, bias);
   }
   if (skinny_gemm_supported(x, ldx, w, n, out, in, /*silu=*/false)) {
-    return skinny_gemm(x, ldx, w, n, out, in, y, nullptr, ldy, bias, /*silu=*/false,
-                       skinny_scratch(), stream_);
+    return skinny_gemm(x, ldx, w, n, out, in, y, nullptr, ldy, bias, /*silu=*/false, stream_);
   }
   gemm(x, ldx, w, n, out, in, y, CUDA_R_16BF, ldy);
   if (bias != nullptr) {
@@ -147,7 +144,7 @@ void Gemm::gate_up_silu(const __nv_bfloat16* x, int64_t ldx, const LinearWeight&
   }
   if (skinny_gemm_supported(x, ldx, w_gate_up, n, width, in, /*silu=*/true)) {
     return skinny_gemm(x, ldx, w_gate_up, n, width, in, act, nullptr, width, nullptr,
-                       /*silu=*/true, skinny_scratch(), stream_);
+                       /*silu=*/true, stream_);
   }
   gemm(x, ldx, w_gate_up, n, 2 * width, in, gate_up, CUDA_R_16BF, 2 * width);
   silu_mul(gate_up, static_cast<int32_t>(n), static_cast<int32_t>(width), act, stream_);
@@ -158,8 +155,7 @@ void Gemm::linear_f32(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* 
   if (gemv_supported(x, ldx, w, n, in))
     return gemv(x, ldx, w, n, out, in, nullptr, y, ldy, stream_);
   if (skinny_gemm_supported(x, ldx, w, n, out, in, /*silu=*/false)) {
-    return skinny_gemm(x, ldx, w, n, out, in, nullptr, y, ldy, nullptr, /*silu=*/false,
-                       skinny_scratch(), stream_);
+    return skinny_gemm(x, ldx, w, n, out, in, nullptr, y, ldy, nullptr, /*silu=*/false, stream_);
   }
   gemm(x, ldx, w, n, out, in, y, CUDA_R_32F, ldy);
 }

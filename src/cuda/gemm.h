@@ -90,14 +90,7 @@ class Gemm {
   DeviceBuffer<fp8> fp8_x_;            // [rows, in] quantized activations
   DeviceBuffer<float> fp8_x_scale_;    // [rows]
   DeviceBuffer<float> fp8_act_scale_;  // [rows] mlp's SiLU rows (fp8_x_ holds their e4m3)
-  // skinny_gemm's tile counters (zero between launches); its split-k
-  // partials live in workspace_ (launches on this stream never overlap cuBLAS's).
-  DeviceBuffer<int> skinny_counters_;
-  SkinnyGemmScratch skinny_scratch() {
-    return {reinterpret_cast<float*>(workspace_.data()), workspace_.nbytes() / sizeof(float),
-            skinny_counters_.data()};
-  }
-  int64_t fp8_gemv_max_rows_;  // set_fp8_gemv_max_rows
+  int64_t fp8_gemv_max_rows_;          // set_fp8_gemv_max_rows
 };
 
 }  // namespace specstack::cuda
