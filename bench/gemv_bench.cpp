@@ -5,25 +5,17 @@
 // a real step), 5 warm-up calls, then the median over 7 batches of 40 calls
 // timed with CUDA events. Prints microseconds per call and the weight bytes
 // per second; the one-row kernel's rate is the reference.
-//
-// `gemv_bench --skinny`: the 0.5B's layer matrices at 16..128 rows through
-// skinny_gemm (cuda/skinny_gemm.h) beside
-// cuBLAS (plus silu_mul for gate_up, as Gemm ran it before).
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <random>
 #include <vector>
 
 #include "cuda/cuda_check.h"
 #include "cuda/device_buffer.h"
-#include "cuda/elementwise.h"
-#include "cuda/gemm.h"
 #include "cuda/gemv.h"
 #include "cuda/gemv_mma.h"
-#include "cuda/skinny_gemm.h"
 
 using namespace specstack::cuda;
 
@@ -67,81 +59,9 @@ double time_us(int copies, Call call, cudaStream_t stream) {
   return per_call[per_call.size() / 2];
 }
 
-// Rotating weight copies of one shape (so each call streams from DRAM).
-struct Copies {
-  DeviceBuffer<__nv_bfloat16> w;
-  size_t elems = 0, bytes = 0;
-  int count = 0;
-  Copies(const Shape& s, std::mt19937& rng) {
-    elems = size_t(s.silu ? 2 * s.out : s.out) * s.in;
-    bytes = elems * sizeof(__nv_bfloat16);
-    count = static_cast<int>(std::max<size_t>(3, (size_t(200) << 20) / bytes + 1));
-    w.resize(elems * count);
-    DeviceBuffer<__nv_bfloat16> one(elems);
-    fill_random(one, rng);
-    for (int c = 0; c < count; ++c) {
-      SS_CUDA_CHECK(cudaMemcpy(w.data() + c * elems, one.data(), bytes, cudaMemcpyDeviceToDevice));
-    }
-  }
-  const __nv_bfloat16* at(int c) const { return w.data() + size_t(c) * elems; }
-};
-
-int skinny_main() {
-  const std::vector<Shape> shapes = {{"0.5b qkv", 1152, 896, false},
-                                     {"0.5b o", 896, 896, false},
-                                     {"0.5b gate_up", 4864, 896, true},
-                                     {"0.5b down", 896, 4864, false}};
-  cudaStream_t stream = nullptr;
-  SS_CUDA_CHECK(cudaStreamCreate(&stream));
-  Gemm gemm(stream);  // its cuBLAS handle, and nothing else
-  std::mt19937 rng(1);
-  DeviceBuffer<__nv_bfloat16> x(size_t(kSkinnyMaxRows) * 4864), y(size_t(kSkinnyMaxRows) * 9728);
-  DeviceBuffer<__nv_bfloat16> act(size_t(kSkinnyMaxRows) * 4864);
-  fill_random(x, rng);
-  std::printf("| shape | rows | kernel | us | weight GB/s |\n|---|---|---|---|---|\n");
-  for (const Shape& s : shapes) {
-    const Copies w(s, rng);
-    const int64_t w_rows = s.silu ? 2 * s.out : s.out;
-    auto report = [&](int64_t n, const char* kernel, double us) {
-      std::printf("| %s | %lld | %s | %.2f | %.0f |\n", s.name, static_cast<long long>(n), kernel,
-                  us, w.bytes / us / 1e3);
-    };
-    for (int64_t n : {16, 32, 64, 89, 128}) {
-      const double cublas = time_us(
-          w.count,
-          [&](int c) {
-            const float one = 1.0f, zero = 0.0f;
-            SS_CUBLAS_CHECK(
-                cublasGemmEx(gemm.handle(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w_rows),
-                             static_cast<int>(n), static_cast<int>(s.in), &one, w.at(c),
-                             CUDA_R_16BF, static_cast<int>(s.in), x.data(), CUDA_R_16BF,
-                             static_cast<int>(s.in), &zero, y.data(), CUDA_R_16BF,
-                             static_cast<int>(w_rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-            if (s.silu) {
-              silu_mul(y.data(), static_cast<int32_t>(n), static_cast<int32_t>(s.out), act.data(),
-                       stream);
-            }
-          },
-          stream);
-      report(n, s.silu ? "cuBLAS + silu_mul" : "cuBLAS", cublas);
-      const double us = time_us(
-          w.count,
-          [&](int c) {
-            skinny_gemm(x.data(), s.in, w.at(c), n, s.out, s.in, s.silu ? act.data() : y.data(),
-                        nullptr, s.out, nullptr, s.silu, stream);
-          },
-          stream);
-      report(n, "skinny_gemm", us);
-    }
-  }
-  SS_CUDA_CHECK(cudaStreamDestroy(stream));
-  return 0;
-}
-
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], "--skinny") == 0) return skinny_main();
+int main() {
   const std::vector<Shape> shapes = {
       {"7b qkv", 4608, 3584, false},       {"7b o", 3584, 3584, false},
       {"7b gate_up", 18944, 3584, true},   {"7b down", 3584, 18944, false},

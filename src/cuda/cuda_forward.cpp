@@ -317,7 +317,7 @@ void CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool
   // kernel instead (bit-identical; one launch less per layer: ~3 us each at
   // 64 rows on the H100). q/k norms come between bias and rope, so not then.
   const bool bias_in_rope = layer.qkv_bias != nullptr && layer.q_norm == nullptr &&
-                            !Gemm::fuses_bias(h_.data(), hidden, layer.qkv, n, qkv_width, hidden);
+                            !Gemm::fuses_bias(h_.data(), hidden, layer.qkv, n, hidden);
   gemm_->linear(h_.data(), hidden, layer.qkv, n, qkv_width, hidden, qkv, qkv_width,
                 bias_in_rope ? nullptr : layer.qkv_bias);
   if (layer.q_norm != nullptr) {

@@ -103,9 +103,6 @@ void Gemm::linear(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& weigh
   if (gemv_supported(x, ldx, w, n, in)) {
     return gemv(x, ldx, w, n, out, in, y, nullptr, ldy, stream_, bias);
   }
-  if (skinny_gemm_supported(x, ldx, w, n, out, in, /*silu=*/false)) {
-    return skinny_gemm(x, ldx, w, n, out, in, y, nullptr, ldy, bias, /*silu=*/false, stream_);
-  }
   gemm(x, ldx, w, n, out, in, y, CUDA_R_16BF, ldy);
   if (bias != nullptr) {
     add_bias(y, static_cast<int32_t>(n), static_cast<int32_t>(out), ldy, bias, stream_);
@@ -113,11 +110,10 @@ void Gemm::linear(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& weigh
 }
 
 bool Gemm::fuses_bias(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w, int64_t n,
-                      int64_t out, int64_t in) {
+                      int64_t in) {
   // FP8: the GEMV adds the bias in its epilogue and the GEMM path in the same
   // pass that applies the scales, so there is no separate bias launch to fold.
-  return w.w8 != nullptr || gemv_supported(x, ldx, w.w16, n, in) ||
-         skinny_gemm_supported(x, ldx, w.w16, n, out, in, /*silu=*/false);
+  return w.w8 != nullptr || gemv_supported(x, ldx, w.w16, n, in);
 }
 
 void Gemm::gate_up_silu(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& weight, int64_t n,
@@ -142,10 +138,6 @@ void Gemm::gate_up_silu(const __nv_bfloat16* x, int64_t ldx, const LinearWeight&
   if (gemv_supported(x, ldx, w_gate_up, n, in)) {
     return gemv_silu_mul(x, ldx, w_gate_up, n, width, in, act, stream_);
   }
-  if (skinny_gemm_supported(x, ldx, w_gate_up, n, width, in, /*silu=*/true)) {
-    return skinny_gemm(x, ldx, w_gate_up, n, width, in, act, nullptr, width, nullptr,
-                       /*silu=*/true, stream_);
-  }
   gemm(x, ldx, w_gate_up, n, 2 * width, in, gate_up, CUDA_R_16BF, 2 * width);
   silu_mul(gate_up, static_cast<int32_t>(n), static_cast<int32_t>(width), act, stream_);
 }
@@ -154,9 +146,6 @@ void Gemm::linear_f32(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* 
                       int64_t out, int64_t in, float* y, int64_t ldy) {
   if (gemv_supported(x, ldx, w, n, in))
     return gemv(x, ldx, w, n, out, in, nullptr, y, ldy, stream_);
-  if (skinny_gemm_supported(x, ldx, w, n, out, in, /*silu=*/false)) {
-    return skinny_gemm(x, ldx, w, n, out, in, nullptr, y, ldy, nullptr, /*silu=*/false, stream_);
-  }
   gemm(x, ldx, w, n, out, in, y, CUDA_R_32F, ldy);
 }
 

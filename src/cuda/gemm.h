@@ -12,7 +12,6 @@
 
 #include "cuda/device_buffer.h"
 #include "cuda/fp8_gemm.h"
-#include "cuda/skinny_gemm.h"
 
 namespace specstack::cuda {
 
@@ -33,8 +32,7 @@ class Gemm {
   Gemm& operator=(const Gemm&) = delete;
 
   // y[n, out] = x[n, in] · w[out, in]ᵀ.   x rows with stride ldx, y rows with stride ldy.
-  // Up to kGemvMaxRows rows (decode) run the bandwidth kernel of gemv.h,
-  // 9..128 rows against a small weight (the 0.5B draft) skinny_gemm.h.
+  // Up to kGemvMaxRows rows (decode) run the bandwidth kernel of gemv.h.
   // With bias [out] f32 it is added to every row (fused into gemv's epilogue).
   // FP8 weights: up to kFp8GemvMaxRows rows through fp8_gemv (bf16 activations),
   // more through a per-token activation quantization and the FP8 GEMM of fp8_gemm.h.
@@ -57,10 +55,10 @@ class Gemm {
                   int64_t out, int64_t in, float* y, int64_t ldy);
 
   // Whether linear() adds a bias inside the GEMM for these operands (the
-  // gemv and skinny_gemm epilogues); otherwise it adds it in a kernel of its own, which
+  // gemv path's epilogue); otherwise it adds it in a kernel of its own, which
   // a caller may fold into its next kernel instead (rope_write_kv).
   static bool fuses_bias(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w, int64_t n,
-                         int64_t out, int64_t in);
+                         int64_t in);
 
   cublasHandle_t handle() { return handle_; }
 

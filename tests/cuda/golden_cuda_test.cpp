@@ -336,19 +336,13 @@ namespace {
 // The serving engine on the GPU: plain greedy requests take the model's
 // device argmax (no logits to the host); asking for logprobs takes the host
 // sampler. One request at a time keeps the schedule, and so the logits, the
-// same: the tokens must be identical, and every block must come back. No
-// prefix cache: with it the second request would prefill only the rows past
-// the first one's cached blocks (8 rows through gemv where the first ran 40
-// through skinny_gemm), so its KV and logits would round apart and a near-tie
-// could flip a token (seen once skinny_gemm took the 40-row prefill).
+// same: the tokens must be identical, and every block must come back.
 TEST(GoldenCuda, EngineDeviceGreedyEqualsHostSampling) {
   SS_REQUIRE_GPU();
   using namespace std::chrono_literals;
   CpuBackend backend(CpuBackendOptions{1});
   auto model = load_gpu("llama-gqa", true, backend);
-  EngineOptions options{64, 8};
-  options.enable_prefix_caching = false;
-  Engine engine(*model, options);
+  Engine engine(*model, EngineOptions{64, 8});
   for (int r = 0; r < 3; ++r) {
     std::vector<int32_t> prompt;
     for (int j = 0; j < 40 + 13 * r; ++j) prompt.push_back(3 + (j * 37 + r * 11) % 500);
