@@ -17,13 +17,17 @@
 // "Predicted run" is the model of the whole timed run (specdecode/
 // batch_run_model.h): per-request step counts simulated from alpha and k, each
 // step costed at the batch still running (costs interpolated between batch 1
-// and B), plus the draft's admission step's excess measured in the run.
+// and B; with --alpha the step's first draft forward timed at its catch-up
+// rows, B (1 + alpha^k)), plus the draft's admission step's excess measured
+// in the run.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
+#include <tuple>
 
 #include "backend/cpu/cpu_backend.h"
 #include "cli/bench_spec_measure.h"
@@ -219,11 +223,27 @@ int run_bench_spec(const BenchSpecFlags& f) {
       // The batch-run model's costs at batch 1 (a draining batch ends with
       // few sequences): D(1) per draft KV kind and T(1, k + 1).
       std::map<std::string, double> draft_step_one;
+      std::map<std::tuple<std::string, double, int32_t>, double> first_draft;  // (kind, alpha, k)
       std::map<int32_t, double> verify_step_one;
       for (const std::string& kind : f.draft_kv) {
         const int64_t draft_context = draft_context_of(kind);
         draft_step_one[kind] =
             batch > 1 ? time_step(**draft, 1, draft_context, 1, f.repeats) : draft_step[kind];
+        // The first draft forward of a step at an emulated alpha: one row per
+        // sequence plus a second for the alpha^k that accepted all k drafts
+        // (the engine lays them out one per entry, as decode rows).
+        for (double alpha : f.alphas) {
+          for (int32_t k : f.ks) {
+            const auto rows = static_cast<int32_t>(std::lround(batch * (1.0 + std::pow(alpha, k))));
+            // (Not where the rows' KV would overflow the draft's pool: dense
+            // at long contexts; the model then uses D(B) for it.)
+            const bool fits = int64_t{rows} * (draft_context + 2 * f.model.block_size) <=
+                              draft_kv_tokens - batch * f.model.block_size;
+            if (rows == batch || !fits) continue;
+            first_draft[std::make_tuple(kind, alpha, k)] =
+                time_step(**draft, rows, draft_context, 1, f.repeats);
+          }
+        }
       }
       // T(B, k' + 1) for k' = 1..k (adaptive: the policy may pick any) or k alone.
       std::map<int32_t, std::vector<double>> verify_steps;
@@ -362,6 +382,11 @@ int run_bench_spec(const BenchSpecFlags& f) {
             run.at_one.verify_step_seconds = verify_step_one[run_k];
             run.plain_step_seconds = costs.target_step_seconds;
             run.admission_seconds = row.spec_steps.admission_excess * 1e-3;
+            if (auto it = first_draft.find(std::make_tuple(kind, alpha, run_k));
+                it != first_draft.end()) {
+              run.first_draft_at_batch = it->second;
+              run.first_draft_at_one = draft_step_one[kind];
+            }
             run.seed = f.seed;
             const BatchRunPrediction predicted_run = predict_batch_run(run);
             row.predicted_run = predicted_run.multiplier;

@@ -21,7 +21,11 @@ double step_seconds_at(const BatchRunInputs& in, int32_t running) {
       lerp_batch(in.at_one.draft_step_seconds, in.at_batch.draft_step_seconds, in.batch, running);
   const double t =
       lerp_batch(in.at_one.verify_step_seconds, in.at_batch.verify_step_seconds, in.batch, running);
-  return in.k * d + t + in.at_batch.overhead_seconds;
+  const double first =
+      in.first_draft_at_batch > 0
+          ? lerp_batch(in.first_draft_at_one, in.first_draft_at_batch, in.batch, running)
+          : d;
+  return (in.k > 0 ? first + (in.k - 1) * d : 0.0) + t + in.at_batch.overhead_seconds;
 }
 
 BatchRunPrediction predict_batch_run(const BatchRunInputs& in) {

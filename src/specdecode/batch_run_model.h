@@ -28,9 +28,13 @@ struct BatchRunInputs {
   int32_t k = 4;                   // draft tokens per step (before the per-request cap)
   SpecStepCosts at_batch;          // costs at B (overhead: per step, any batch)
   SpecStepCosts at_one;            // costs at batch 1 (target_step_seconds unused)
-  double plain_step_seconds = 0;   // a plain engine step at B (every request emits one token)
-  double admission_seconds = 0;    // one-off time in the spec run (the draft admitting the batch)
-  int32_t trials = 200;            // simulated runs averaged
+  // A step's first draft forward carries the catch-up rows (2 for a sequence
+  // whose k drafts were all accepted, alpha^k of them): its cost at B and at
+  // 1, or 0 for draft_step_seconds. The step's draft is first + (k - 1) D.
+  double first_draft_at_batch = 0, first_draft_at_one = 0;
+  double plain_step_seconds = 0;  // a plain engine step at B (every request emits one token)
+  double admission_seconds = 0;   // one-off time in the spec run (the draft admitting the batch)
+  int32_t trials = 200;           // simulated runs averaged
   uint64_t seed = 1;
 };
 

@@ -27,6 +27,11 @@ TEST(BatchRunModel, StepCostIsLinearInTheRunningBatch) {
   EXPECT_NEAR(step_seconds_at(in, 65), 4 * 2e-3 + 24e-3, 1e-12);
   EXPECT_NEAR(step_seconds_at(in, 1), 4 * 1e-3 + 8e-3, 1e-12);
   EXPECT_NEAR(step_seconds_at(in, 33), 4 * 1.5e-3 + 16e-3, 1e-12);
+  BatchRunInputs first = in;  // a dearer catch-up forward first
+  first.first_draft_at_batch = 3e-3;
+  first.first_draft_at_one = 1.2e-3;
+  EXPECT_NEAR(step_seconds_at(first, 65), 3e-3 + 3 * 2e-3 + 24e-3, 1e-12);
+  EXPECT_NEAR(step_seconds_at(first, 1), 1.2e-3 + 3 * 1e-3 + 8e-3, 1e-12);
 }
 
 TEST(BatchRunModel, NoAcceptanceMeansNoTailAndOneTokenPerStep) {
