@@ -362,12 +362,15 @@ int run_bench_spec(const BenchSpecFlags& f) {
             }
             // The whole run: at the fixed k, or (adaptive) at the best fixed k'.
             int32_t run_k = k;
+            double best_fixed = 0;
             if (f.adaptive) {
-              double best = 0;
               for (size_t i = 0; i < tks.size(); ++i) {
                 costs.verify_step_seconds = tks[i];
                 const double m = predicted_multiplier(row.alpha, int32_t(i) + 1, costs);
-                if (m > best) best = m, run_k = int32_t(i) + 1;
+                if (m > best_fixed) {
+                  best_fixed = m;
+                  run_k = int32_t(i) + 1;
+                }
               }
             }
             BatchRunInputs run;
@@ -389,7 +392,8 @@ int run_bench_spec(const BenchSpecFlags& f) {
             }
             run.seed = f.seed;
             const BatchRunPrediction predicted_run = predict_batch_run(run);
-            row.predicted_run = predicted_run.multiplier;
+            // Adaptive where no k pays: the policy decodes plainly.
+            row.predicted_run = f.adaptive && best_fixed <= 1.0 ? 1.0 : predicted_run.multiplier;
             row.predicted_run_steps = predicted_run.mean_steps;
             std::fprintf(stderr,
                          "bench spec: L %lld B %d %s k %d alpha %s: plain %.1f tok/s, spec %.1f "
@@ -405,14 +409,12 @@ int run_bench_spec(const BenchSpecFlags& f) {
   }
   std::ofstream csv(f.out_prefix + ".csv");
   csv << "context,batch,draft_kv,k,alpha,emulated,t1_s,tk_s,d_s,plain_tps,spec_tps,measured,"
-         "predicted,predicted_realized,mean_accepted,predicted_run,predicted_run_steps,engine_"
-         "steps,"
-         "admission_excess_ms\n";
+         "predicted,predicted_realized,mean_accepted,"
+         "predicted_run,predicted_run_steps,engine_steps,admission_excess_ms\n";
   for (const Row& r : rows) {
     csv << fmt::format(
-        "{},{},{},{},{:.4f},{},{:.6f},{:.6f},{:.6f},{:.2f},{:.2f},{:.4f},{:.4f},{:.4f},{:.3f},{:."
-        "4f},"
-        "{:.1f},{},{:.2f}\n",
+        "{},{},{},{},{:.4f},{},{:.6f},{:.6f},{:.6f},{:.2f},{:.2f},{:.4f},{:.4f},{:.4f},{:.3f},"
+        "{:.4f},{:.1f},{},{:.2f}\n",
         r.context, r.batch, r.draft_kv, r.k, r.alpha, f.alphas.empty() ? 0 : 1, r.t1, r.tk, r.d,
         r.plain_tps, r.spec_tps, r.measured, r.predicted, r.predicted_realized, r.mean_accepted,
         r.predicted_run, r.predicted_run_steps, r.spec_steps.n_decode_steps,
