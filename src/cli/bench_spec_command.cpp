@@ -14,12 +14,20 @@
 // own per-step overhead is in both). With --alpha the verification outcome
 // is drawn from Bernoulli(alpha) (EMULATED: for dummy weights, whose
 // acceptance means nothing); without it the draft's real acceptance counts.
+// "Predicted run" is the model of the whole timed run (specdecode/
+// batch_run_model.h): per-request step counts simulated from alpha and k, each
+// step costed at the batch still running (costs interpolated between batch 1
+// and B; with --alpha the step's first draft forward timed at its catch-up
+// rows, B (1 + alpha^k)), plus the draft's admission step's excess measured
+// in the run.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
+#include <tuple>
 
 #include "backend/cpu/cpu_backend.h"
 #include "cli/bench_spec_measure.h"
@@ -27,6 +35,7 @@
 #include "cli/commands.h"
 #include "cli/draft_model_flags.h"
 #include "engine/engine.h"
+#include "specdecode/batch_run_model.h"
 #include "specdecode/throughput_model.h"
 
 namespace specstack::cli {
@@ -75,6 +84,8 @@ struct Row {
   // this checks the cost model alone.
   double predicted_realized = 0;
   double mean_accepted = 0;
+  // The batch-run model (wall clock of the timed run: drain tail, admission).
+  double predicted_run = 0, predicted_run_steps = 0;
   StepBreakdown plain_steps, spec_steps;  // the last run of each
   // The draft's prefix cache over the speculative runs (all repeats).
   int64_t draft_query_tokens = 0, draft_hit_tokens = 0, draft_evictions = 0;
@@ -105,18 +116,21 @@ void print_table(const std::vector<Row>& rows) {
   std::printf(
       "| context | batch | draft KV | k | alpha | T(B,1) ms | T(B,k+1) ms | D(B) ms | plain tok/s "
       "| "
-      "spec tok/s | measured x | predicted x | predicted x at realized acceptance | pred/meas | "
-      "accepted/verify |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "spec tok/s | measured x | predicted x (steady step) | predicted x at realized acceptance | "
+      "pred/meas | predicted run x (drain + admission) | run pred/meas | spec steps: predicted / "
+      "engine | accepted/verify |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
     std::printf(
         "| %lld | %d | %s | %d | %s | %.3f | %.3f | %.3f | %.1f | %.1f | %.2fx | %.2fx | %.2fx | "
-        "%s | %.2f |\n",
+        "%s | %.2fx | %s | %.1f / %d | %.2f |\n",
         static_cast<long long>(r.context), r.batch, r.draft_kv.c_str(), r.k, r.alpha_label.c_str(),
         r.t1 * 1e3, r.tk * 1e3, r.d * 1e3, r.plain_tps, r.spec_tps, r.measured, r.predicted,
         r.predicted_realized,
         r.measured > 0 ? fmt::format("{:.2f}", r.predicted_realized / r.measured).c_str() : "-",
-        r.mean_accepted);
+        r.predicted_run,
+        r.measured > 0 ? fmt::format("{:.2f}", r.predicted_run / r.measured).c_str() : "-",
+        r.predicted_run_steps, r.spec_steps.n_decode_steps, r.mean_accepted);
   }
 }
 
@@ -175,13 +189,16 @@ int run_bench_spec(const BenchSpecFlags& f) {
       // before 2026-11-24 evening), it left the sparse draft runs prefilling
       // evicted prompts on the draft inside the measured decode.
       std::map<std::string, double> draft_step;  // D(B) per draft KV kind
+      // The draft's KV per sequence: a sparse draft holds sink + window (+ a block).
+      auto draft_context_of = [&](const std::string& kind) {
+        return kind == "sparse"
+                   ? std::min<int64_t>(context, f.window + f.model.block_size +
+                                                    (f.sink + f.model.block_size - 1) /
+                                                        f.model.block_size * f.model.block_size)
+                   : context;
+      };
       for (const std::string& kind : f.draft_kv) {
-        const int64_t draft_context =
-            kind == "sparse"
-                ? std::min<int64_t>(context, f.window + f.model.block_size +
-                                                 (f.sink + f.model.block_size - 1) /
-                                                     f.model.block_size * f.model.block_size)
-                : context;
+        const int64_t draft_context = draft_context_of(kind);
         draft_step[kind] = time_step(**draft, batch, draft_context, 1, f.repeats);
         // Diagnostic: the same draft step right after a target verify step,
         // as in the engine's loop (a heavy step before it may leave the GPU
@@ -203,12 +220,45 @@ int run_bench_spec(const BenchSpecFlags& f) {
             static_cast<long long>(context), batch, kind.c_str(), draft_step[kind] * 1e3,
             after * 1e3, positioned * 1e3, spread * 1e3);
       }
+      // The batch-run model's costs at batch 1 (a draining batch ends with
+      // few sequences): D(1) per draft KV kind and T(1, k + 1).
+      std::map<std::string, double> draft_step_one;
+      std::map<std::tuple<std::string, double, int32_t>, double> first_draft;  // (kind, alpha, k)
+      std::map<int32_t, double> verify_step_one;
+      for (const std::string& kind : f.draft_kv) {
+        const int64_t draft_context = draft_context_of(kind);
+        draft_step_one[kind] =
+            batch > 1 ? time_step(**draft, 1, draft_context, 1, f.repeats) : draft_step[kind];
+        // The first draft forward of a step at an emulated alpha: one row per
+        // sequence plus a second for the alpha^k that accepted all k drafts
+        // (the engine lays them out one per entry, as decode rows).
+        for (double alpha : f.alphas) {
+          for (int32_t k : f.ks) {
+            const auto rows = static_cast<int32_t>(std::lround(batch * (1.0 + std::pow(alpha, k))));
+            // (Not where the rows' KV would overflow the draft's pool: dense
+            // at long contexts; the model then uses D(B) for it.)
+            const bool fits = int64_t{rows} * (draft_context + 2 * f.model.block_size) <=
+                              draft_kv_tokens - batch * f.model.block_size;
+            if (rows == batch || !fits) continue;
+            first_draft[std::make_tuple(kind, alpha, k)] =
+                time_step(**draft, rows, draft_context, 1, f.repeats);
+          }
+        }
+      }
       // T(B, k' + 1) for k' = 1..k (adaptive: the policy may pick any) or k alone.
       std::map<int32_t, std::vector<double>> verify_steps;
       for (int32_t k : f.ks) {
         if (verify_steps.contains(k)) continue;  // --k listed twice
         for (int32_t kk = f.adaptive ? 1 : k; kk <= k; ++kk)
           verify_steps[k].push_back(time_step(**target, batch, context, kk + 1, f.repeats));
+      }
+      for (const auto& [k, tks] : verify_steps) {
+        for (size_t i = 0; i < tks.size(); ++i) {
+          const auto kk = static_cast<int32_t>(tks.size() == 1 ? k : int32_t(i) + 1);
+          if (!verify_step_one.contains(kk))
+            verify_step_one[kk] =
+                batch > 1 ? time_step(**target, 1, context, kk + 1, f.repeats) : tks[i];
+        }
       }
       EngineOptions plain_options;
       plain_options.max_num_batched_tokens = f.max_num_batched_tokens;
@@ -310,6 +360,41 @@ int run_bench_spec(const BenchSpecFlags& f) {
               }
               row.predicted_realized = row.predicted;  // k varies: no single realized tau
             }
+            // The whole run: at the fixed k, or (adaptive) at the best fixed k'.
+            int32_t run_k = k;
+            double best_fixed = 0;
+            if (f.adaptive) {
+              for (size_t i = 0; i < tks.size(); ++i) {
+                costs.verify_step_seconds = tks[i];
+                const double m = predicted_multiplier(row.alpha, int32_t(i) + 1, costs);
+                if (m > best_fixed) {
+                  best_fixed = m;
+                  run_k = int32_t(i) + 1;
+                }
+              }
+            }
+            BatchRunInputs run;
+            run.batch = batch;
+            run.tokens_per_request = f.gen - 1;  // after each request's first token
+            run.alpha = row.alpha;
+            run.k = run_k;
+            run.at_batch = costs;
+            run.at_batch.verify_step_seconds =
+                f.adaptive ? tks[size_t(run_k - 1)] : tk;  // T(B, run_k + 1)
+            run.at_one.draft_step_seconds = draft_step_one[kind];
+            run.at_one.verify_step_seconds = verify_step_one[run_k];
+            run.plain_step_seconds = costs.target_step_seconds;
+            run.admission_seconds = row.spec_steps.admission_excess * 1e-3;
+            if (auto it = first_draft.find(std::make_tuple(kind, alpha, run_k));
+                it != first_draft.end()) {
+              run.first_draft_at_batch = it->second;
+              run.first_draft_at_one = draft_step_one[kind];
+            }
+            run.seed = f.seed;
+            const BatchRunPrediction predicted_run = predict_batch_run(run);
+            // Adaptive where no k pays: the policy decodes plainly.
+            row.predicted_run = f.adaptive && best_fixed <= 1.0 ? 1.0 : predicted_run.multiplier;
+            row.predicted_run_steps = predicted_run.mean_steps;
             std::fprintf(stderr,
                          "bench spec: L %lld B %d %s k %d alpha %s: plain %.1f tok/s, spec %.1f "
                          "tok/s (%.2fx), predicted %.2fx\n",
@@ -324,12 +409,16 @@ int run_bench_spec(const BenchSpecFlags& f) {
   }
   std::ofstream csv(f.out_prefix + ".csv");
   csv << "context,batch,draft_kv,k,alpha,emulated,t1_s,tk_s,d_s,plain_tps,spec_tps,measured,"
-         "predicted,predicted_realized,mean_accepted\n";
+         "predicted,predicted_realized,mean_accepted,"
+         "predicted_run,predicted_run_steps,engine_steps,admission_excess_ms\n";
   for (const Row& r : rows) {
     csv << fmt::format(
-        "{},{},{},{},{:.4f},{},{:.6f},{:.6f},{:.6f},{:.2f},{:.2f},{:.4f},{:.4f},{:.4f},{:.3f}\n",
+        "{},{},{},{},{:.4f},{},{:.6f},{:.6f},{:.6f},{:.2f},{:.2f},{:.4f},{:.4f},{:.4f},{:.3f},"
+        "{:.4f},{:.1f},{},{:.2f}\n",
         r.context, r.batch, r.draft_kv, r.k, r.alpha, f.alphas.empty() ? 0 : 1, r.t1, r.tk, r.d,
-        r.plain_tps, r.spec_tps, r.measured, r.predicted, r.predicted_realized, r.mean_accepted);
+        r.plain_tps, r.spec_tps, r.measured, r.predicted, r.predicted_realized, r.mean_accepted,
+        r.predicted_run, r.predicted_run_steps, r.spec_steps.n_decode_steps,
+        r.spec_steps.admission_excess);
   }
   std::fprintf(stderr, "bench spec: wrote %s.csv\n", f.out_prefix.c_str());
   print_table(rows);
@@ -359,16 +448,20 @@ int run_bench_spec(const BenchSpecFlags& f) {
   for (const Row& r : rows) {
     std::printf(
         "ss spec L=%lld B=%d kv=%s k=%d alpha=%.2f%s plain_tok_s=%.1f spec_tok_s=%.1f "
-        "measured=%.3f predicted=%.3f predicted_realized=%.3f accepted_per_verify=%.2f\n",
+        "measured=%.3f predicted=%.3f predicted_realized=%.3f predicted_run=%.3f "
+        "accepted_per_verify=%.2f\n",
         static_cast<long long>(r.context), r.batch, r.draft_kv.c_str(), r.k, r.alpha,
         f.alphas.empty() ? "" : "(emulated)", r.plain_tps, r.spec_tps, r.measured, r.predicted,
-        r.predicted_realized, r.mean_accepted);
+        r.predicted_realized, r.predicted_run, r.mean_accepted);
   }
   std::printf(
       "\nT, D: one forward on the ModelRunner (median of %d); plain/spec tok/s: the Engine's "
       "decode "
       "throughput (median of %d); predicted = tau(alpha,k) * S / (k D + T(B,k+1) + S - T(B,1)), "
-      "S = measured plain engine step%s\n",
+      "S = measured plain engine step (the steady step's model); predicted run = the same costs "
+      "over a simulated run (each request's steps drawn from alpha and k, each step costed at the "
+      "batch still running, linear between batch 1 and B, plus the admission step's measured "
+      "excess)%s\n",
       f.repeats, f.repeats,
       f.alphas.empty() ? "" : "; acceptance EMULATED: Bernoulli(alpha) per draft token");
   return 0;

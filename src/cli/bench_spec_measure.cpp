@@ -16,9 +16,15 @@ using SteadyClock = std::chrono::steady_clock;
 // sequence its first token), whose cost is not a decode step's.
 StepBreakdown breakdown(const std::vector<StepRecord>& records, int32_t batch, int32_t max_tokens) {
   StepBreakdown b;
-  int n = 0;
+  int n = 0, n_admission = 0;
+  double admission = 0;
   for (size_t i = 0; i + 1 < records.size(); ++i) {
     const StepRecord& r = records[i];
+    if (r.n_decode > 0 && r.n_tokens <= max_tokens) ++b.n_decode_steps;
+    if (r.n_decode == batch && r.n_tokens <= max_tokens && r.n_draft_admitted > 0) {
+      admission += r.seconds + records[i + 1].start_seconds - (r.start_seconds + r.seconds);
+      ++n_admission;
+    }
     // A step in which the draft admitted sequences hashed their prompts
     // through its prefix cache (8 ms of host work at 64 x 8K, once per run).
     if (r.n_decode != batch || r.n_tokens > max_tokens || r.n_draft_admitted > 0) continue;
@@ -40,6 +46,7 @@ StepBreakdown breakdown(const std::vector<StepRecord>& records, int32_t batch, i
   b.draft_tokens /= n;
   b.n_steps = n;
   b.rest = b.step - b.draft - b.schedule - b.forward;
+  b.admission_excess = std::max(0.0, admission * 1e3 - n_admission * (b.step + b.gap));
   return b;
 }
 

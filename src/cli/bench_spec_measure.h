@@ -59,6 +59,11 @@ struct StepBreakdown {
   double draft_setup = 0;     // of the host work: before the first draft forward
   double draft_tokens = 0;    // tokens the draft forwarded per step (k per sequence when caught up)
   int n_steps = 0;
+  // Not in the means: the steps in which the draft admitted sequences (whole
+  // decode-shaped steps only), their time beyond a mean steady step (ms in
+  // all), and every step in which some sequence emitted (the drain included).
+  double admission_excess = 0;
+  int n_decode_steps = 0;
   std::string str() const {
     return fmt::format(
         "{:.2f} = {:.2f} ({:.2f} first, {:.2f} host: {:.2f} setup) + {:.2f} + {:.2f} + {:.2f} "
