@@ -3,21 +3,24 @@
 // FlashAttention-3 style, with warpgroup MMAs (wgmma, sm_90a) and warp
 // specialisation.
 //
-// One CTA = 128 query rows of ONE head and 3 warpgroups (384 threads):
+// One CTA = 64 x kConsumers query rows of ONE head and 1 + kConsumers
+// warpgroups (Tiling: head dim 128 2 consumers, 384 threads; head dim 64 3
+// consumers, 512 threads):
 //  * warpgroup 0, the producer, copies key tiles of 128 slots into shared
 //    memory with cp.async (16 bytes, zero-filled past n_keys) through the
 //    block table, two stages for K and two for V, and signals each filled
 //    stage on an mbarrier (cp.async.mbarrier.arrive.noinc). It keeps only a
-//    few registers (setmaxnreg) so the consumers can have 232.
-//  * warpgroups 1 and 2, the consumers, own 64 query rows each. Per key tile:
+//    few registers (setmaxnreg) so the consumers can have the rest.
+//  * the consumer warpgroups own 64 query rows each. Per key tile:
 //    S = Q K^T (wgmma m64n128k16, Q and K from smem), mask, online softmax in
 //    fp32 on the accumulator registers, P rounded to bf16 in registers, O +=
 //    P V (wgmma with P as the register A operand, V from smem as an MN-major
-//    operand; m64n64k16 at head dim 64). The S GEMM of tile t is issued together with the P V GEMM
-//    of tile t - 1, and the softmax of tile t runs while that P V GEMM is still on the tensor cores
-//    (FA3's intra-warpgroup overlap). With kPingPong the two consumers also take turns issuing
+//    operand; m64n64k16 at head dim 64). The S GEMM of tile t is issued
+//    together with the P V GEMM of tile t - 1, and the softmax of tile t runs
+//    while that P V GEMM is still on the tensor cores (FA3's intra-warpgroup
+//    overlap). With kPingPong (two consumers) they also take turns issuing
 //    their GEMMs (named barriers), so one's softmax overlaps the other's GEMMs.
-// Grid (n_heads, ceil(n_rows / 128)): heads fastest (the heads of a GQA group
+// Grid (n_heads, ceil(n_rows / kBlockM)): heads fastest (the heads of a GQA group
 // read the same K/V from L2), query blocks from the last (most keys) to the
 // first. The tile range is the FA2 kernel's: tiles past the CTA's last
 // visible slot are never loaded, and with a sliding window a leading run of
@@ -80,24 +83,42 @@ __device__ int flash_hopper_image_has_kernel = 0;
 
 namespace {
 
-constexpr int kBlockM = 128;  // query rows per CTA: 2 consumer warpgroups x 64
 constexpr int kBlockN = 128;  // keys per tile
-constexpr int kThreads = 384;
+
+// Per head dim: the consumer warpgroups (64 query rows each) of one CTA and
+// their register split. Head dim 128: two consumers that take turns issuing
+// their GEMMs (ping-pong), 40 / 232 registers. Head dim 64 (FA3's choice):
+// three consumers without ping-pong, 32 / 160 registers (its S, P and O fit:
+// 64 + 32 + 32): a key tile carries half the GEMM work of head dim 128 but the
+// same softmax work, and a third warpgroup gives the tensor cores more
+// independent work than turn-taking between two (2 consumers: 374 / 388
+// TFLOP/s at 16K / 32K, H100, 2026-11-25).
+template <int kHeadDim>
+struct Tiling {
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims of the wgmma kernel");
+  static constexpr int kConsumers = kHeadDim == 64 ? 3 : 2;
+  static constexpr bool kPingPong = kConsumers == 2;
+  static constexpr int kBlockM = 64 * kConsumers;  // query rows per CTA
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kProducerRegs = kConsumers == 2 ? 40 : 32;
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 232 : 160;
+  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "register file");
+};
 
 // Shared-memory layout for head dim kHeadDim (64 or 128), from a 1024-byte
-// aligned base: Q [2 warpgroups][halves][64][128 B], K [2 stages][halves][128][128 B],
+// aligned base: Q [consumers][halves][64][128 B], K [2 stages][halves][128][128 B],
 // V likewise, key positions [2 stages][128] i32, mbarriers full_k[2],
 // full_v[2], empty_k[2], empty_v[2]. A half is 64 dims (128 bytes per row):
-// head dim 128 has two, head dim 64 one, so its tiles and smem are half size.
+// head dim 128 has two, head dim 64 one, so its tiles are half size.
 template <int kHeadDim>
 struct Layout {
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims of the wgmma kernel");
   static constexpr int kHalves = kHeadDim / 64;
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
   static constexpr uint32_t kHalfQ = 64 * 128;
   static constexpr uint32_t kHalfKV = kBlockN * 128;
   static constexpr uint32_t kQOffset = 0;
-  static constexpr uint32_t kKOffset = kQOffset + 2 * kHalves * kHalfQ;
+  static constexpr uint32_t kKOffset = kQOffset + Tiling<kHeadDim>::kConsumers * kHalves * kHalfQ;
   static constexpr uint32_t kVOffset = kKOffset + 2 * kHalves * kHalfKV;
   static constexpr uint32_t kPosOffset = kVOffset + 2 * kHalves * kHalfKV;
   static constexpr uint32_t kBarOffset = kPosOffset + 2 * kBlockN * 4;
@@ -108,13 +129,11 @@ struct Layout {
 // pass); a build for plain sm_90 gets an empty kernel it never launches.
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-constexpr int kWarps = kThreads / 32;
-constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 * (40 + 2 * 232) <= 65536
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr unsigned kFullMask = 0xffffffffu;
 // Named barriers (0 is __syncthreads): Q ready / epilogue per consumer, and
-// the ping-pong turns.
-constexpr int kBarConsumer = 1, kBarTurn = 3;
+// the ping-pong turns (ids past the three consumers').
+constexpr int kBarConsumer = 1, kBarTurn = 4;
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -334,6 +353,7 @@ __device__ __forceinline__ int32_t clamp_i32(int64_t v) {
 }
 
 // Max of a, min of b over the CTA; every thread gets the result. red [2][kWarps].
+template <int kWarps>
 __device__ __forceinline__ void block_reduce(int32_t& max_a, int32_t& min_b, int32_t* red) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   max_a = __reduce_max_sync(kFullMask, max_a);
@@ -354,6 +374,7 @@ __device__ __forceinline__ void block_reduce(int32_t& max_a, int32_t& min_b, int
 // Sliding window: the first tile that can hold a key visible by position (the
 // first slot in [0, kv_end) whose position is > min_thresh, / kBlockN), or
 // n_tiles if none: exact for positions in any order (the FA2 kernel's scan).
+template <int kThreads>
 __device__ int32_t first_window_tile(const FlashAttentionArgs& a, int32_t kv_end,
                                      int32_t min_thresh, int32_t* red) {
   constexpr int kPerThread = 8;
@@ -375,7 +396,7 @@ __device__ int32_t first_window_tile(const FlashAttentionArgs& a, int32_t kv_end
     if (lane == 0) red[warp] = first;
     __syncthreads();
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) first = min(first, red[w]);
+    for (int w = 0; w < kThreads / 32; ++w) first = min(first, red[w]);
     __syncthreads();                               // red is reused by the next round
     if (first != INT_MAX) return first / kBlockN;  // uniform across the CTA
   }
@@ -384,11 +405,14 @@ __device__ int32_t first_window_tile(const FlashAttentionArgs& a, int32_t kv_end
 
 #endif  // !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-template <int kHeadDim, bool kPingPong>
-__global__ void __launch_bounds__(kThreads, 1)
+template <int kHeadDim>
+__global__ void __launch_bounds__(Tiling<kHeadDim>::kThreads, 1)
     flash_attention_hopper_kernel(const __grid_constant__ FlashAttentionArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = Tiling<kHeadDim>;
   using L = Layout<kHeadDim>;
+  constexpr int kConsumers = T::kConsumers, kBlockM = T::kBlockM, kWarps = T::kWarps;
+  constexpr bool kPingPong = T::kPingPong;
   constexpr int kChunks = L::kChunks;
   constexpr uint32_t kHalfQ = L::kHalfQ, kHalfKV = L::kHalfKV;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -420,8 +444,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int s = 0; s < 2; ++s) {
       mbar_init(full_k(s), 128);
       mbar_init(full_v(s), 128);
-      mbar_init(empty_k(s), 8);
-      mbar_init(empty_v(s), 8);
+      mbar_init(empty_k(s), 4 * kConsumers);
+      mbar_init(empty_v(s), 4 * kConsumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -438,10 +462,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     max_lim = lim;
     min_thresh = thresh;
   }
-  block_reduce(max_lim, min_thresh, s_red);
+  block_reduce<kWarps>(max_lim, min_thresh, s_red);
   const int32_t kv_end = max_lim + 1;
   const int32_t t_end = (kv_end + kBlockN - 1) / kBlockN;
-  const int32_t t_begin = window ? first_window_tile(a, kv_end, min_thresh, s_red) : 0;
+  const int32_t t_begin = window ? first_window_tile<T::kThreads>(a, kv_end, min_thresh, s_red) : 0;
   const int32_t n_tiles = max(t_end - t_begin, 0);
 
   if (tid < 128) {
@@ -449,7 +473,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // 32 * warp + lane / kChunks + (32 / kChunks) i (i < kChunks) of every
     // tile; lane l of each warp looks up the physical row of key 32 * warp + l
     // and shuffles it to the lanes that copy that key.
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(T::kProducerRegs));
     constexpr int kRowsPerPass = 32 / kChunks;  // keys one warp copies per instruction
     const int pw = tid / 32, rsub = lane / kChunks, cc = lane % kChunks;
     const int32_t kv_stride = a.n_kv_heads * kHeadDim;
@@ -495,7 +519,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     // ---- Consumers: warpgroup cwg owns CTA rows 64 cwg .. + 63; this thread
     // holds rows ra = 64 cwg + 16 wi + g and ra + 8 of S and O.
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(T::kConsumerRegs));
     const int cwg = tid / 128 - 1;
     const int wtid = tid % 128, wi = wtid / 32, g = lane / 4, t4 = lane % 4;
     const int ra = 64 * cwg + 16 * wi + g;
@@ -684,17 +708,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-constexpr bool kUsePingPong = true;
-
 template <int kHeadDim>
 void launch(const FlashAttentionArgs& args, cudaStream_t stream) {
-  auto* kernel = flash_attention_hopper_kernel<kHeadDim, kUsePingPong>;
+  auto* kernel = flash_attention_hopper_kernel<kHeadDim>;
+  constexpr int kBlockM = Tiling<kHeadDim>::kBlockM;
   constexpr uint32_t kSmemBytes = Layout<kHeadDim>::kSmemBytes;
   SS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(kSmemBytes)));
   const dim3 grid(static_cast<unsigned>(args.n_heads),
                   static_cast<unsigned>((args.n_rows + kBlockM - 1) / kBlockM));
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(args);
+  kernel<<<grid, Tiling<kHeadDim>::kThreads, kSmemBytes, stream>>>(args);
   SS_CUDA_CHECK_LAUNCH();
 }
 
@@ -743,7 +766,9 @@ bool flash_attention_hopper_supported(const FlashAttentionArgs& args) {
          args.n_kv_heads > 0 && args.n_heads % args.n_kv_heads == 0 && args.block_size > 0 &&
          aligned16(args.q) && aligned16(args.k_cache) && aligned16(args.v_cache) &&
          aligned16(args.out) && args.q_stride % 8 == 0 && args.out_stride % 8 == 0 &&
-         (int64_t{args.n_rows} + kBlockM - 1) / kBlockM <= 65535 && device_runs_kernel();
+         (int64_t{args.n_rows} + Tiling<64>::kBlockM - 1) / Tiling<64>::kBlockM <= 65535 &&
+         (int64_t{args.n_rows} + Tiling<128>::kBlockM - 1) / Tiling<128>::kBlockM <= 65535 &&
+         device_runs_kernel();
 }
 
 void flash_attention_hopper(const FlashAttentionArgs& args, cudaStream_t stream) {

@@ -1,15 +1,14 @@
 // The Hopper (wgmma) path of flash_attention at head_dims 128 and 64 against
 // CpuBackend::attention and against the FlashAttention-2 path (the switch
 // set_flash_attention_hopper_enabled runs both in one process): full causal
-// prefills of 1 to 1000 rows (around the 64-row warpgroup, 128-row CTA and
-// 128-key tile edges), chunks that start mid-sequence (also with keys after
-// the chunk), sparse and unordered positions, sliding windows (ones that skip
-// many leading tiles, rows that see no key), GQA groups 1, 4 and 7, block sizes
-// 16 and 7. The GPU cache holds NaN in every slot the sequence does not own,
-// outputs are poisoned (0xFF) and the padding between rows must stay untouched.
-// Every case runs at both head dims. DISABLED_Benchmark times both paths
-// (causal prefill; 32 query / 8 kv heads, and the qwen2.5-0.5b draft's 14 / 2
-// at head_dim 64).
+// prefills of 1 to 1000 rows (around the 64-row warpgroup, 128-row (head dim
+// 128) and 192-row (head dim 64) CTA and 128-key tile edges), chunks that start mid-sequence (also
+// with keys after the chunk), sparse and unordered positions, sliding windows (ones that skip many
+// leading tiles, rows that see no key), GQA groups 1, 4 and 7, block sizes 16 and 7. The GPU cache
+// holds NaN in every slot the sequence does not own, outputs are poisoned (0xFF) and the padding
+// between rows must stay untouched. Every case runs at both head dims. DISABLED_Benchmark times
+// both paths (causal prefill; 32 query / 8 kv heads, and the qwen2.5-0.5b draft's 14 / 2 at
+// head_dim 64).
 #include "cuda/flash_attention_hopper.h"
 
 #include <gtest/gtest.h>
@@ -280,7 +279,7 @@ TEST(CudaFlashAttentionHopper, FullCausalPrefill) {
   SS_REQUIRE_HOPPER();
   uint32_t seed = 1;
   for (int32_t group : {1, 4, 7}) {
-    for (int32_t n : {1, 63, 64, 65, 127, 128, 129, 200, 1000}) {
+    for (int32_t n : {1, 63, 64, 65, 127, 128, 129, 191, 192, 193, 200, 1000}) {
       Case c;
       c.group = group;
       c.n_kv_heads = group == 7 ? 1 : 2;
