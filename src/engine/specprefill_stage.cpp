@@ -56,6 +56,7 @@ void SpecPrefillStage::add(Request* request, int32_t prefix_tokens, double keep_
         config.layer_is_sliding(l) ? config.sliding_window : 0;
   }
   job->start = Clock::now();
+  job->prefill_done = job->start;  // moved on when the draft's prompt KV completes
   jobs_.push_back(std::move(job));
 }
 
