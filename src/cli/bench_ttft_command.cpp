@@ -132,6 +132,9 @@ struct Row {
   double keep = 0;
   double ttft_full = 0, ttft_spec = 0, ttft_draft = 0;
   double speedup = 0, r = 0, k_actual = 0, eps = 0, scoring_ms = 0;
+  // scoring_ms's parts, and the rest of TTFT spec (the target's sparse prefill).
+  double draft_prefill_ms = 0, lookahead_ms = 0, lookahead_forward_ms = 0, score_ms = 0,
+         target_ms = 0;
   int32_t applied_runs = 0;
 };
 
@@ -149,7 +152,8 @@ std::vector<Row> summarize(int64_t length, const std::vector<Round>& rounds,
     row.keep = keeps[i];
     row.ttft_full = median(full);
     row.ttft_draft = median(draft);
-    std::vector<double> spec, k, scoring;
+    std::vector<double> spec, k, scoring, draft_prefill, lookahead, lookahead_forward, score,
+        target;
     for (const Round& round : rounds) {
       const Measurement& m = round.spec[i];
       spec.push_back(m.ttft);
@@ -159,11 +163,21 @@ std::vector<Row> summarize(int64_t length, const std::vector<Round>& rounds,
                             static_cast<double>(m.stats.prompt_tokens)
                       : 1.0);
       scoring.push_back(m.stats.scoring_ms);
+      draft_prefill.push_back(m.stats.draft_prefill_ms);
+      lookahead.push_back(m.stats.lookahead_ms);
+      lookahead_forward.push_back(m.stats.lookahead_forward_ms);
+      score.push_back(m.stats.score_ms);
+      target.push_back(m.ttft * 1e3 - m.stats.scoring_ms);
       row.applied_runs += m.stats.applied ? 1 : 0;
     }
     row.ttft_spec = median(spec);
     row.k_actual = median(k);
     row.scoring_ms = median(scoring);
+    row.draft_prefill_ms = median(draft_prefill);
+    row.lookahead_ms = median(lookahead);
+    row.lookahead_forward_ms = median(lookahead_forward);
+    row.score_ms = median(score);
+    row.target_ms = median(target);
     row.speedup = row.ttft_full / row.ttft_spec;
     row.r = row.ttft_draft / row.ttft_full;
     row.eps = 1.0 / row.speedup - row.r - row.k_actual;
@@ -175,12 +189,17 @@ std::vector<Row> summarize(int64_t length, const std::vector<Round>& rounds,
 void write_csv(const std::string& prefix, const std::vector<Row>& rows, int32_t repeats) {
   std::ofstream csv(prefix + ".csv");
   csv << "length,keep,k_actual,ttft_full_s,ttft_spec_s,ttft_draft_s,speedup,r,eps,scoring_ms,"
-         "applied_runs,"
+         "draft_prefill_ms,lookahead_ms,lookahead_forward_ms,score_ms,target_ms,applied_runs,"
          "repeats\n";
   for (const Row& r : rows) {
-    csv << fmt::format("{},{},{:.4f},{:.6f},{:.6f},{:.6f},{:.4f},{:.4f},{:.4f},{:.2f},{},{}\n",
-                       r.length, r.keep, r.k_actual, r.ttft_full, r.ttft_spec, r.ttft_draft,
-                       r.speedup, r.r, r.eps, r.scoring_ms, r.applied_runs, repeats);
+    csv << fmt::format(
+        "{},{},{:.4f},{:.6f},{:.6f},{:.6f},{:.4f},{:.4f},{:.4f},{:.2f},{:.2f},{:.2f},{:.2f},{:.2f},"
+        "{:.2f},"
+        "{},"
+        "{}\n",
+        r.length, r.keep, r.k_actual, r.ttft_full, r.ttft_spec, r.ttft_draft, r.speedup, r.r, r.eps,
+        r.scoring_ms, r.draft_prefill_ms, r.lookahead_ms, r.lookahead_forward_ms, r.score_ms,
+        r.target_ms, r.applied_runs, repeats);
   }
   std::fprintf(stderr, "bench ttft: wrote %s.csv\n", prefix.c_str());
 }
@@ -302,12 +321,16 @@ int run_bench_ttft(const BenchTtftFlags& f) {
 
   std::printf(
       "| length | keep | TTFT full s | TTFT spec s | speedup | r | k_actual | eps | scoring_ms "
-      "|\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+      "| draft prefill ms | lookahead ms (in forwards) | score ms | target ms |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
-    std::printf("| %lld | %g | %.3f | %.3f | %.2fx | %.3f | %.3f | %.3f | %.1f |\n",
-                static_cast<long long>(r.length), r.keep, r.ttft_full, r.ttft_spec, r.speedup, r.r,
-                r.k_actual, r.eps, r.scoring_ms);
+    std::printf(
+        "| %lld | %g | %.3f | %.3f | %.2fx | %.3f | %.3f | %.3f | %.1f | %.1f | %.1f (%.1f) | %.1f "
+        "| %.1f "
+        "|\n",
+        static_cast<long long>(r.length), r.keep, r.ttft_full, r.ttft_spec, r.speedup, r.r,
+        r.k_actual, r.eps, r.scoring_ms, r.draft_prefill_ms, r.lookahead_ms, r.lookahead_forward_ms,
+        r.score_ms, r.target_ms);
   }
   std::printf(
       "\nmedian of %d repeat(s); r = C_draft / C_target (full prefills), k_actual = kept / prompt "

@@ -624,7 +624,7 @@ void flash_attention(const FlashAttentionArgs& args, cudaStream_t stream) {
   SS_CHECK(args.q_stride % 8 == 0 && args.out_stride % 8 == 0);
   if (args.n_rows <= 0 || args.n_heads <= 0) return;
   // Hopper (wgmma) kernel where the build and the device allow it.
-  if (args.head_dim == 128 && flash_attention_hopper_supported(args)) {
+  if (flash_attention_hopper_supported(args)) {
     flash_attention_hopper(args, stream);
     return;
   }

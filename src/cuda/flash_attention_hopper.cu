@@ -1,24 +1,26 @@
-// Hopper prefill attention for head_dim 128 (contract in flash_attention.h,
+// Hopper prefill attention for head_dims 128 and 64 (contract in flash_attention.h,
 // dispatch in flash_attention_hopper.h; CPU twin CpuBackend::attention):
 // FlashAttention-3 style, with warpgroup MMAs (wgmma, sm_90a) and warp
 // specialisation.
 //
-// One CTA = 128 query rows of ONE head and 3 warpgroups (384 threads):
+// One CTA = 64 x kConsumers query rows of ONE head and 1 + kConsumers
+// warpgroups (Tiling: head dim 128 2 consumers, 384 threads; head dim 64 3
+// consumers, 512 threads):
 //  * warpgroup 0, the producer, copies key tiles of 128 slots into shared
 //    memory with cp.async (16 bytes, zero-filled past n_keys) through the
 //    block table, two stages for K and two for V, and signals each filled
 //    stage on an mbarrier (cp.async.mbarrier.arrive.noinc). It keeps only a
-//    few registers (setmaxnreg) so the consumers can have 232.
-//  * warpgroups 1 and 2, the consumers, own 64 query rows each. Per key tile:
+//    few registers (setmaxnreg) so the consumers can have the rest.
+//  * the consumer warpgroups own 64 query rows each. Per key tile:
 //    S = Q K^T (wgmma m64n128k16, Q and K from smem), mask, online softmax in
 //    fp32 on the accumulator registers, P rounded to bf16 in registers, O +=
 //    P V (wgmma with P as the register A operand, V from smem as an MN-major
-//    operand). The S GEMM of tile t is issued together with the P V GEMM of
-//    tile t - 1, and the softmax of tile t runs while that P V GEMM is still
-//    on the tensor cores (FA3's intra-warpgroup overlap). With kPingPong the
-//    two consumers also take turns issuing their GEMMs (named barriers), so
-//    one's softmax overlaps the other's GEMMs.
-// Grid (n_heads, ceil(n_rows / 128)): heads fastest (the heads of a GQA group
+//    operand; m64n64k16 at head dim 64). The S GEMM of tile t is issued
+//    together with the P V GEMM of tile t - 1, and the softmax of tile t runs
+//    while that P V GEMM is still on the tensor cores (FA3's intra-warpgroup
+//    overlap). With kPingPong (two consumers) they also take turns issuing
+//    their GEMMs (named barriers), so one's softmax overlaps the other's GEMMs.
+// Grid (n_heads, ceil(n_rows / kBlockM)): heads fastest (the heads of a GQA group
 // read the same K/V from L2), query blocks from the last (most keys) to the
 // first. The tile range is the FA2 kernel's: tiles past the CTA's last
 // visible slot are never loaded, and with a sliding window a leading run of
@@ -28,8 +30,8 @@
 //
 // Shared-memory operands use the 128-byte swizzle of the wgmma canonical
 // layouts. A tile of R rows x 128 bf16 is stored as two halves (dims 0..63,
-// 64..127) of R rows x 128 bytes; the 16-byte chunk c of row r sits at chunk
-// c ^ (r % 8) of its row (swz_offset), every half starts 1024-byte aligned.
+// 64..127) of R rows x 128 bytes (at head dim 64 a tile is one such half); the 16-byte chunk c of
+// row r sits at chunk c ^ (r % 8) of its row (swz_offset), every half starts 1024-byte aligned.
 //  * Q (A) and K (B) are K-major: 8-row groups 1024 bytes apart (SBO); the
 //    k-step kk of 16 dims starts at half kk / 4, byte (kk % 4) * 32.
 //  * V (B of P V) is MN-major (transposed): its rows are keys (the K dim),
@@ -49,9 +51,15 @@
 // passes. cp.async writes are generic-proxy and wgmma reads async-proxy, so
 // consumers fence.proxy.async after every full wait.
 //
-// Resource usage (nvcc 13.0, sm_90a, -Xptxas -v): 168 registers at launch
-// (40 producer / 232 consumer after setmaxnreg), 0 spills, 165952 B dynamic +
-// 2 KB static smem, one CTA per SM. In a build for plain sm_90 the kernel is
+// Head dim 64 (the drafts: qwen2.5-0.5b, llama-3.2-1b) is the same kernel
+// with one half per tile (Layout<64>): half the GEMM work per key tile, the
+// same softmax work, so the ping-pong overlap of softmax with the other
+// warpgroup's GEMMs matters twice as much there.
+//
+// Resource usage (nvcc 13.1, sm_90a, -Xptxas -v): 168 registers at launch
+// (40 producer / 232 consumer after setmaxnreg), 0 spills at both head dims;
+// 165952 B dynamic smem at head dim 128, 84032 B at 64, + 2 KB static; one
+// CTA per SM (the register file, not smem, is the limit). In a build for plain sm_90 the kernel is
 // empty and flash_attention_hopper_supported() is false.
 #include <cuda_bf16.h>
 
@@ -75,34 +83,57 @@ __device__ int flash_hopper_image_has_kernel = 0;
 
 namespace {
 
-constexpr int kHeadDim = 128;
-constexpr int kBlockM = 128;  // query rows per CTA: 2 consumer warpgroups x 64
 constexpr int kBlockN = 128;  // keys per tile
-constexpr int kThreads = 384;
 
-// Dynamic smem, from a 1024-byte aligned base: Q [2 warpgroups][2 halves][64][128 B],
-// K [2 stages][2 halves][128][128 B], V likewise, key positions [2 stages][128] i32,
-// mbarriers full_k[2], full_v[2], empty_k[2], empty_v[2].
-constexpr uint32_t kHalfQ = 64 * 128;
-constexpr uint32_t kHalfKV = kBlockN * 128;
-constexpr uint32_t kQOffset = 0;
-constexpr uint32_t kKOffset = kQOffset + 2 * 2 * kHalfQ;
-constexpr uint32_t kVOffset = kKOffset + 2 * 2 * kHalfKV;
-constexpr uint32_t kPosOffset = kVOffset + 2 * 2 * kHalfKV;
-constexpr uint32_t kBarOffset = kPosOffset + 2 * kBlockN * 4;
-constexpr uint32_t kSmemBytes = kBarOffset + 8 * 8 + 1024;  // + slack for aligning the base
+// Per head dim: the consumer warpgroups (64 query rows each) of one CTA and
+// their register split. Head dim 128: two consumers that take turns issuing
+// their GEMMs (ping-pong), 40 / 232 registers. Head dim 64 (FA3's choice):
+// three consumers without ping-pong, 32 / 160 registers (its S, P and O fit:
+// 64 + 32 + 32): a key tile carries half the GEMM work of head dim 128 but the
+// same softmax work, and a third warpgroup gives the tensor cores more
+// independent work than turn-taking between two (2 consumers: 374 / 388
+// TFLOP/s at 16K / 32K, H100, 2026-11-25).
+template <int kHeadDim>
+struct Tiling {
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims of the wgmma kernel");
+  static constexpr int kConsumers = kHeadDim == 64 ? 3 : 2;
+  static constexpr bool kPingPong = kConsumers == 2;
+  static constexpr int kBlockM = 64 * kConsumers;  // query rows per CTA
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kProducerRegs = kConsumers == 2 ? 40 : 32;
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 232 : 160;
+  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "register file");
+};
+
+// Shared-memory layout for head dim kHeadDim (64 or 128), from a 1024-byte
+// aligned base: Q [consumers][halves][64][128 B], K [2 stages][halves][128][128 B],
+// V likewise, key positions [2 stages][128] i32, mbarriers full_k[2],
+// full_v[2], empty_k[2], empty_v[2]. A half is 64 dims (128 bytes per row):
+// head dim 128 has two, head dim 64 one, so its tiles are half size.
+template <int kHeadDim>
+struct Layout {
+  static constexpr int kHalves = kHeadDim / 64;
+  static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+  static constexpr uint32_t kHalfQ = 64 * 128;
+  static constexpr uint32_t kHalfKV = kBlockN * 128;
+  static constexpr uint32_t kQOffset = 0;
+  static constexpr uint32_t kKOffset = kQOffset + Tiling<kHeadDim>::kConsumers * kHalves * kHalfQ;
+  static constexpr uint32_t kVOffset = kKOffset + 2 * kHalves * kHalfKV;
+  static constexpr uint32_t kPosOffset = kVOffset + 2 * kHalves * kHalfKV;
+  static constexpr uint32_t kBarOffset = kPosOffset + 2 * kBlockN * 4;
+  static constexpr uint32_t kSmemBytes = kBarOffset + 8 * 8 + 1024;  // + slack for aligning
+};
 
 // Device code exists only in the sm_90a image (and is parsed by the host
 // pass); a build for plain sm_90 gets an empty kernel it never launches.
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-constexpr int kWarps = kThreads / 32;
-constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 * (40 + 2 * 232) <= 65536
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr unsigned kFullMask = 0xffffffffu;
 // Named barriers (0 is __syncthreads): Q ready / epilogue per consumer, and
-// the ping-pong turns.
-constexpr int kBarConsumer = 1, kBarTurn = 3;
+// the ping-pong turns (ids past the three consumers').
+constexpr int kBarConsumer = 1, kBarTurn = 4;
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -238,30 +269,54 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[64], uint32_t a0, uint32_t a
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(1));
 }
 
+#define SS_WGMMA_D32                                                                            \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define SS_D32 SS_D16(0), SS_D16(16)
+
+// d (64x64 f32) += A (64x16 bf16, registers) * B (16x64, smem, MN-major): O += P V
+// at head dim 64.
+__device__ __forceinline__ void wgmma_rs(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SS_WGMMA_D32
+      ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : SS_D32
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(1));
+}
+
+#undef SS_D32
+#undef SS_WGMMA_D32
 #undef SS_D64
 #undef SS_D16
 #undef SS_D4
 #undef SS_WGMMA_D64
 
-// Issues S = Q K^T for one key tile as one wgmma group (8 k-steps of 16
-// dims): q_desc describes this warpgroup's Q tile, k_addr the K tile.
+// Issues S = Q K^T for one key tile as one wgmma group (kHeadDim / 16
+// k-steps of 16 dims): q_desc describes this warpgroup's Q tile, k_addr the K tile.
+template <int kHeadDim>
 __device__ __forceinline__ void gemm_qk(float (&s)[64], uint64_t q_desc, uint32_t k_addr) {
+  using L = Layout<kHeadDim>;
   const uint64_t k_desc = make_desc(k_addr, 16, 1024);
   fence_regs(s);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-    wgmma_ss(s, q_desc + (((kk >> 2) * kHalfQ + (kk & 3) * 32) >> 4),
-             k_desc + (((kk >> 2) * kHalfKV + (kk & 3) * 32) >> 4), kk > 0);
+    wgmma_ss(s, q_desc + (((kk >> 2) * L::kHalfQ + (kk & 3) * 32) >> 4),
+             k_desc + (((kk >> 2) * L::kHalfKV + (kk & 3) * 32) >> 4), kk > 0);
   }
   wgmma_commit();
   fence_regs(s);
 }
 
 // Issues O += P V for one key tile as one wgmma group (8 k-steps of 16 keys):
-// p holds P in the A-fragment layout, v_addr is the V tile (MN-major).
-__device__ __forceinline__ void gemm_pv(float (&o)[64], uint32_t (&p)[32], uint32_t v_addr) {
-  const uint64_t v_desc = make_desc(v_addr, kHalfKV, 1024);
+// p holds P in the A-fragment layout, v_addr is the V tile (MN-major; at head
+// dim 64 its one half spans the whole N extent, so the LBO is never used).
+template <int kHeadDim>
+__device__ __forceinline__ void gemm_pv(float (&o)[kHeadDim / 2], uint32_t (&p)[32],
+                                        uint32_t v_addr) {
+  const uint64_t v_desc = make_desc(v_addr, Layout<kHeadDim>::kHalfKV, 1024);
   fence_regs(o);
   fence_regs(p);
   wgmma_fence();
@@ -298,6 +353,7 @@ __device__ __forceinline__ int32_t clamp_i32(int64_t v) {
 }
 
 // Max of a, min of b over the CTA; every thread gets the result. red [2][kWarps].
+template <int kWarps>
 __device__ __forceinline__ void block_reduce(int32_t& max_a, int32_t& min_b, int32_t* red) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   max_a = __reduce_max_sync(kFullMask, max_a);
@@ -318,6 +374,7 @@ __device__ __forceinline__ void block_reduce(int32_t& max_a, int32_t& min_b, int
 // Sliding window: the first tile that can hold a key visible by position (the
 // first slot in [0, kv_end) whose position is > min_thresh, / kBlockN), or
 // n_tiles if none: exact for positions in any order (the FA2 kernel's scan).
+template <int kThreads>
 __device__ int32_t first_window_tile(const FlashAttentionArgs& a, int32_t kv_end,
                                      int32_t min_thresh, int32_t* red) {
   constexpr int kPerThread = 8;
@@ -339,7 +396,7 @@ __device__ int32_t first_window_tile(const FlashAttentionArgs& a, int32_t kv_end
     if (lane == 0) red[warp] = first;
     __syncthreads();
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) first = min(first, red[w]);
+    for (int w = 0; w < kThreads / 32; ++w) first = min(first, red[w]);
     __syncthreads();                               // red is reused by the next round
     if (first != INT_MAX) return first / kBlockN;  // uniform across the CTA
   }
@@ -348,10 +405,16 @@ __device__ int32_t first_window_tile(const FlashAttentionArgs& a, int32_t kv_end
 
 #endif  // !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-template <bool kPingPong>
-__global__ void __launch_bounds__(kThreads, 1)
+template <int kHeadDim>
+__global__ void __launch_bounds__(Tiling<kHeadDim>::kThreads, 1)
     flash_attention_hopper_kernel(const __grid_constant__ FlashAttentionArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = Tiling<kHeadDim>;
+  using L = Layout<kHeadDim>;
+  constexpr int kConsumers = T::kConsumers, kBlockM = T::kBlockM, kWarps = T::kWarps;
+  constexpr bool kPingPong = T::kPingPong;
+  constexpr int kChunks = L::kChunks;
+  constexpr uint32_t kHalfQ = L::kHalfQ, kHalfKV = L::kHalfKV;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   __shared__ int32_t s_red[2 * kWarps];
   __shared__ int32_t s_lim[kBlockM];     // per query row: last visible key slot (-1: none)
@@ -359,14 +422,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t raw_base = smem_u32(smem_raw);
   const uint32_t base = (raw_base + 1023u) & ~1023u;  // the swizzle needs 1024-byte alignment
   unsigned char* const smem = smem_raw + (base - raw_base);
-  const uint32_t bar = base + kBarOffset;
+  const uint32_t bar = base + L::kBarOffset;
   auto full_k = [&](int s) { return bar + 8 * s; };
   auto full_v = [&](int s) { return bar + 16 + 8 * s; };
   auto empty_k = [&](int s) { return bar + 32 + 8 * s; };
   auto empty_v = [&](int s) { return bar + 48 + 8 * s; };
-  auto k_tile = [&](int s) { return base + kKOffset + s * 2 * kHalfKV; };
-  auto v_tile = [&](int s) { return base + kVOffset + s * 2 * kHalfKV; };
-  const int32_t* const s_pos = reinterpret_cast<const int32_t*>(smem + kPosOffset);  // [2][128]
+  auto k_tile = [&](int s) { return base + L::kKOffset + s * L::kHalves * kHalfKV; };
+  auto v_tile = [&](int s) { return base + L::kVOffset + s * L::kHalves * kHalfKV; };
+  const int32_t* const s_pos = reinterpret_cast<const int32_t*>(smem + L::kPosOffset);  // [2][128]
 
   const int tid = threadIdx.x;
   const int lane = tid % 32;
@@ -381,8 +444,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int s = 0; s < 2; ++s) {
       mbar_init(full_k(s), 128);
       mbar_init(full_v(s), 128);
-      mbar_init(empty_k(s), 8);
-      mbar_init(empty_v(s), 8);
+      mbar_init(empty_k(s), 4 * kConsumers);
+      mbar_init(empty_v(s), 4 * kConsumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -399,26 +462,27 @@ __global__ void __launch_bounds__(kThreads, 1)
     max_lim = lim;
     min_thresh = thresh;
   }
-  block_reduce(max_lim, min_thresh, s_red);
+  block_reduce<kWarps>(max_lim, min_thresh, s_red);
   const int32_t kv_end = max_lim + 1;
   const int32_t t_end = (kv_end + kBlockN - 1) / kBlockN;
-  const int32_t t_begin = window ? first_window_tile(a, kv_end, min_thresh, s_red) : 0;
+  const int32_t t_begin = window ? first_window_tile<T::kThreads>(a, kv_end, min_thresh, s_red) : 0;
   const int32_t n_tiles = max(t_end - t_begin, 0);
 
   if (tid < 128) {
-    // ---- Producer: thread p copies the 16-byte chunk lane % 16 of keys
-    // 32 * warp + lane / 16 + 2 i (i < 16) of every tile; lane l of each warp
-    // looks up the physical row of key 32 * warp + l and shuffles it to the
-    // lanes that copy that key.
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    const int pw = tid / 32, rsub = lane >> 4, cc = lane & 15;
+    // ---- Producer: thread p copies the 16-byte chunk lane % kChunks of keys
+    // 32 * warp + lane / kChunks + (32 / kChunks) i (i < kChunks) of every
+    // tile; lane l of each warp looks up the physical row of key 32 * warp + l
+    // and shuffles it to the lanes that copy that key.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(T::kProducerRegs));
+    constexpr int kRowsPerPass = 32 / kChunks;  // keys one warp copies per instruction
+    const int pw = tid / 32, rsub = lane / kChunks, cc = lane % kChunks;
     const int32_t kv_stride = a.n_kv_heads * kHeadDim;
     const __nv_bfloat16* const k_src = a.k_cache + kv_head * kHeadDim + cc * 8;
     const __nv_bfloat16* const v_src = a.v_cache + kv_head * kHeadDim + cc * 8;
     auto copy_rows = [&](const __nv_bfloat16* src, uint32_t tile, int32_t my_phys) {
 #pragma unroll 4
-      for (int i = 0; i < 16; ++i) {
-        const int rl = rsub + 2 * i;  // key within the warp's 32
+      for (int i = 0; i < kChunks; ++i) {
+        const int rl = rsub + kRowsPerPass * i;  // key within the warp's 32
         const int32_t phys = __shfl_sync(kFullMask, my_phys, rl);
         const bool ok = phys >= 0;
         cp_async_16(tile + swz_offset(32 * pw + rl, cc, kHalfKV),
@@ -434,7 +498,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_wait(empty_k(st), ((i >> 1) & 1) ^ 1);  // consumers done with tile i - 2
       copy_rows(k_src, k_tile(st), phys);
       if (window) {
-        cp_async_4(base + kPosOffset + (st * kBlockN + tid) * 4,
+        cp_async_4(base + L::kPosOffset + (st * kBlockN + tid) * 4,
                    a.slot_positions + (phys >= 0 ? phys : 0), phys >= 0 ? 4 : 0);
       }
       cp_async_arrive(full_k(st));
@@ -455,7 +519,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     // ---- Consumers: warpgroup cwg owns CTA rows 64 cwg .. + 63; this thread
     // holds rows ra = 64 cwg + 16 wi + g and ra + 8 of S and O.
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(T::kConsumerRegs));
     const int cwg = tid / 128 - 1;
     const int wtid = tid % 128, wi = wtid / 32, g = lane / 4, t4 = lane % 4;
     const int ra = 64 * cwg + 16 * wi + g;
@@ -465,12 +529,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     // last slot, the window mask when some key position is <= some row's thresh.
     const int32_t w_min_lim = __reduce_min_sync(kFullMask, min(lim0, lim1));
     const int32_t w_max_thr = __reduce_max_sync(kFullMask, max(thr0, thr1));
-    const uint32_t q_addr = base + kQOffset + cwg * 2 * kHalfQ;
+    const uint32_t q_addr = base + L::kQOffset + cwg * L::kHalves * kHalfQ;
 
-    // Q: 64 rows x 16 chunks; zero rows past n_rows.
+    // Q: 64 rows x kChunks chunks; zero rows past n_rows.
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int r = wtid / 16 + 8 * i, c = wtid % 16;
+    for (int i = 0; i < kChunks / 2; ++i) {
+      const int r = wtid / kChunks + (128 / kChunks) * i, c = wtid % kChunks;
       const int32_t row = row0 + 64 * cwg + r;
       const bool ok = row < a.n_rows;
       const __nv_bfloat16* src =
@@ -487,10 +551,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (lane == 0) mbar_arrive(b);
     };
 
-    float o[64], s[64];
+    float o[kHeadDim / 2], s[64];
     uint32_t p[32];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) o[i] = s[i] = 0.0f;
+    for (int i = 0; i < 64; ++i) s[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.0f;
     float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f}, alpha[2] = {1.0f, 1.0f};
     const float scale_log2 = a.scale * kLog2e;
 
@@ -566,7 +632,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (kPingPong && cwg == 0) bar_arrive(kBarTurn, 256);  // consumer 0 takes the first turn
       mbar_wait(full_k(0), 0);
       fence_proxy_async();
-      gemm_qk(s, q_desc, k_tile(0));
+      gemm_qk<kHeadDim>(s, q_desc, k_tile(0));
       wgmma_wait<0>();
       fence_regs(s);
       softmax(t_begin, 0);
@@ -577,11 +643,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_wait(full_k(st), (i >> 1) & 1);
         fence_proxy_async();
         if (kPingPong) bar_sync(kBarTurn + cwg, 256);
-        gemm_qk(s, q_desc, k_tile(st));
+        gemm_qk<kHeadDim>(s, q_desc, k_tile(st));
         rescale_o();  // by tile i - 1's alpha, before its P V
         mbar_wait(full_v(st ^ 1), ((i - 1) >> 1) & 1);
         fence_proxy_async();
-        gemm_pv(o, p, v_tile(st ^ 1));
+        gemm_pv<kHeadDim>(o, p, v_tile(st ^ 1));
         if (kPingPong) bar_arrive(kBarTurn + (cwg ^ 1), 256);
         wgmma_wait<1>();  // S of tile i (P V of tile i - 1 may still run)
         fence_regs(s);
@@ -600,7 +666,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       rescale_o();
       mbar_wait(full_v(last & 1), (last >> 1) & 1);
       fence_proxy_async();
-      gemm_pv(o, p, v_tile(last & 1));
+      gemm_pv<kHeadDim>(o, p, v_tile(last & 1));
       wgmma_wait<0>();
       fence_regs(o);
       fence_regs(p);
@@ -619,7 +685,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     bar_sync(kBarConsumer + cwg, 128);
     fence_proxy_async();
-    unsigned char* const s_out = smem + kQOffset + cwg * 2 * kHalfQ;
+    unsigned char* const s_out = smem + L::kQOffset + cwg * L::kHalves * kHalfQ;
     const int r = 16 * wi + g;
 #pragma unroll
     for (int j = 0; j < kHeadDim / 8; ++j) {
@@ -630,8 +696,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     bar_sync(kBarConsumer + cwg, 128);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int rr = wtid / 16 + 8 * i, c = wtid % 16;
+    for (int i = 0; i < kChunks / 2; ++i) {
+      const int rr = wtid / kChunks + (128 / kChunks) * i, c = wtid % kChunks;
       const int32_t row = row0 + 64 * cwg + rr;
       if (row < a.n_rows) {
         *reinterpret_cast<uint4*>(a.out + row * a.out_stride + int64_t{head} * kHeadDim + c * 8) =
@@ -642,7 +708,18 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-constexpr bool kUsePingPong = true;
+template <int kHeadDim>
+void launch(const FlashAttentionArgs& args, cudaStream_t stream) {
+  auto* kernel = flash_attention_hopper_kernel<kHeadDim>;
+  constexpr int kBlockM = Tiling<kHeadDim>::kBlockM;
+  constexpr uint32_t kSmemBytes = Layout<kHeadDim>::kSmemBytes;
+  SS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(kSmemBytes)));
+  const dim3 grid(static_cast<unsigned>(args.n_heads),
+                  static_cast<unsigned>((args.n_rows + kBlockM - 1) / kBlockM));
+  kernel<<<grid, Tiling<kHeadDim>::kThreads, kSmemBytes, stream>>>(args);
+  SS_CUDA_CHECK_LAUNCH();
+}
 
 bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
@@ -685,23 +762,23 @@ bool flash_attention_hopper_enabled() {
 }
 
 bool flash_attention_hopper_supported(const FlashAttentionArgs& args) {
-  return flash_attention_hopper_enabled() && args.head_dim == kHeadDim && args.n_kv_heads > 0 &&
-         args.n_heads % args.n_kv_heads == 0 && args.block_size > 0 && aligned16(args.q) &&
-         aligned16(args.k_cache) && aligned16(args.v_cache) && aligned16(args.out) &&
-         args.q_stride % 8 == 0 && args.out_stride % 8 == 0 &&
-         (int64_t{args.n_rows} + kBlockM - 1) / kBlockM <= 65535 && device_runs_kernel();
+  return flash_attention_hopper_enabled() && (args.head_dim == 64 || args.head_dim == 128) &&
+         args.n_kv_heads > 0 && args.n_heads % args.n_kv_heads == 0 && args.block_size > 0 &&
+         aligned16(args.q) && aligned16(args.k_cache) && aligned16(args.v_cache) &&
+         aligned16(args.out) && args.q_stride % 8 == 0 && args.out_stride % 8 == 0 &&
+         (int64_t{args.n_rows} + Tiling<64>::kBlockM - 1) / Tiling<64>::kBlockM <= 65535 &&
+         (int64_t{args.n_rows} + Tiling<128>::kBlockM - 1) / Tiling<128>::kBlockM <= 65535 &&
+         device_runs_kernel();
 }
 
 void flash_attention_hopper(const FlashAttentionArgs& args, cudaStream_t stream) {
   SS_CHECK(flash_attention_hopper_supported(args));
   if (args.n_rows <= 0 || args.n_heads <= 0) return;
-  auto* kernel = flash_attention_hopper_kernel<kUsePingPong>;
-  SS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(kSmemBytes)));
-  const dim3 grid(static_cast<unsigned>(args.n_heads),
-                  static_cast<unsigned>((args.n_rows + kBlockM - 1) / kBlockM));
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(args);
-  SS_CUDA_CHECK_LAUNCH();
+  if (args.head_dim == 128) {
+    launch<128>(args, stream);
+  } else {
+    launch<64>(args, stream);
+  }
 }
 
 }  // namespace specstack::cuda

@@ -1,4 +1,4 @@
-// Hopper (sm_90a) path of flash_attention() for head_dim 128: the same
+// Hopper (sm_90a) path of flash_attention() for head_dims 64 and 128: the same
 // contract as flash_attention.h (FlashAttentionArgs, visibility, zeros for
 // rows that see no key), computed with warpgroup MMAs (wgmma) like
 // FlashAttention-3. flash_attention() dispatches here when
@@ -13,7 +13,7 @@
 namespace specstack::cuda {
 
 // True when the wgmma kernel can run these args: the switch below is on,
-// head_dim is 128, the pointers and strides allow 16-byte copies, and the
+// head_dim is 64 or 128, the pointers and strides allow 16-byte copies, and the
 // current device is compute capability 9.0 with the kernel built for sm_90a
 // (a build for plain sm_90 carries no wgmma code; this then says false).
 bool flash_attention_hopper_supported(const FlashAttentionArgs& args);

@@ -87,10 +87,15 @@ struct SpecPrefillSelection {
 
 // What speculative prefill did for one request (usage.specprefill).
 struct SpecPrefillStats {
-  bool applied = false;         // the target prefilled only the kept tokens
-  int64_t prompt_tokens = 0;    // tokens scored (the suffix after a cached prefix)
-  int64_t kept_tokens = 0;      // of those, prefilled by the target
-  double scoring_ms = 0;        // draft prefill + lookahead + scoring wall time
+  bool applied = false;       // the target prefilled only the kept tokens
+  int64_t prompt_tokens = 0;  // tokens scored (the suffix after a cached prefix)
+  int64_t kept_tokens = 0;    // of those, prefilled by the target
+  double scoring_ms = 0;      // draft prefill + lookahead + scoring wall time
+  // Its parts when applied (wall time, engine thread; not in the HTTP usage):
+  // the draft's chunked prefill, its lookahead decode steps, and scoring plus
+  // chunk selection.
+  // lookahead_forward_ms: the part of lookahead_ms spent inside the draft's forwards.
+  double draft_prefill_ms = 0, lookahead_ms = 0, lookahead_forward_ms = 0, score_ms = 0;
   std::string fallback_reason;  // non-empty when it was attempted and fell back to full prefill
   // Set when applied. Shared: stats are copied on every stats() read.
   std::shared_ptr<const SpecPrefillSelection> selection;

@@ -23,6 +23,8 @@ struct SpecPrefillStage::Job {
   bool done = false;
   AttentionCapture capture;
   Clock::time_point start;
+  Clock::time_point prefill_done;   // the draft's prompt KV is complete (lookahead starts)
+  double lookahead_forward_ms = 0;  // of the lookahead, time inside the draft's forwards
   std::span<const int32_t> prompt() const { return request->options.prompt; }
 };
 
@@ -54,6 +56,7 @@ void SpecPrefillStage::add(Request* request, int32_t prefix_tokens, double keep_
         config.layer_is_sliding(l) ? config.sliding_window : 0;
   }
   job->start = Clock::now();
+  job->prefill_done = job->start;  // moved on when the draft's prompt KV completes
   jobs_.push_back(std::move(job));
 }
 
@@ -84,6 +87,7 @@ SpecPrefillOutcome SpecPrefillStage::finish_job(Job& job) {
   const int32_t p = job.prefix_tokens;
   job.capture.keep_first_steps(job.n_steps);  // fewer steps when the draft hit EOS
   if (options_.inject_fault == "scoring") return fallback(job, "scoring failed (injected fault)");
+  const Clock::time_point score_start = Clock::now();
   // The lookahead tokens' own keys are excluded: only prompt slots [P, M) are scored.
   Result<std::vector<float>> importance = std::vector<float>();
   if (draft.device_scorer()) {  // GPU: the keys never leave the device
@@ -120,8 +124,15 @@ SpecPrefillOutcome SpecPrefillStage::finish_job(Job& job) {
   outcome.stats.applied = true;
   outcome.stats.prompt_tokens = m - p;
   outcome.stats.kept_tokens = static_cast<int64_t>(selection->kept_positions.size());
-  outcome.stats.scoring_ms =
-      std::chrono::duration<double, std::milli>(Clock::now() - job.start).count();
+  const Clock::time_point now = Clock::now();
+  auto ms = [](Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration<double, std::milli>(to - from).count();
+  };
+  outcome.stats.scoring_ms = ms(job.start, now);
+  outcome.stats.draft_prefill_ms = ms(job.start, job.prefill_done);
+  outcome.stats.lookahead_ms = ms(job.prefill_done, score_start);
+  outcome.stats.lookahead_forward_ms = job.lookahead_forward_ms;
+  outcome.stats.score_ms = ms(score_start, now);
   auto chosen = std::make_shared<SpecPrefillSelection>();
   chosen->chunk = options_.chunk;
   chosen->first_position = p;
@@ -219,27 +230,33 @@ std::vector<SpecPrefillOutcome> SpecPrefillStage::step() {
   }
 
   if (plan.n_tokens() > 0) {
+    // Only the greedy next token of each captured row is needed: the model
+    // takes the argmax itself (on the GPU no logits row crosses PCIe).
+    plan.greedy_on_device = true;
+    const Clock::time_point forward_start = Clock::now();
     StepOutput output = draft.runner().run(plan);
+    const double forward_ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - forward_start).count();
     const ModelConfig& config = draft.config();
     const int64_t q_width = config.n_heads * config.head_dim;
     int64_t captured = 0;
     for (const Row& row : rows) {
       Job& job = *row.job;
       const auto m = static_cast<int32_t>(job.prompt().size());
+      if (job.n_computed == m) job.lookahead_forward_ms += forward_ms;
       if (job.n_computed < m) {
         job.n_computed += row.count;
         kv.publish(job.kv, job.prompt().subspan(0, static_cast<size_t>(job.n_computed)));
+        if (job.n_computed == m) job.prefill_done = Clock::now();
       }
       if (!row.last_row) continue;
       for (int64_t l = 0; l < config.n_layers; ++l) {
         std::copy_n(output.captured_queries.f32() + (captured * config.n_layers + l) * q_width,
                     q_width, job.capture.query(l, job.n_steps));
       }
-      const float* logits = output.logits.f32() + captured * config.vocab_size;
+      job.next_token = output.greedy_tokens[static_cast<size_t>(captured)];
       ++captured;
       ++job.n_steps;
-      job.next_token =
-          static_cast<int32_t>(std::max_element(logits, logits + config.vocab_size) - logits);
       const bool eos = std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(),
                                  job.next_token) != config.eos_token_ids.end();
       if (job.n_steps == options_.lookahead || eos) outcomes.push_back(finish_job(job));

@@ -1,13 +1,14 @@
-// The Hopper (wgmma) path of flash_attention at head_dim 128 against
+// The Hopper (wgmma) path of flash_attention at head_dims 128 and 64 against
 // CpuBackend::attention and against the FlashAttention-2 path (the switch
 // set_flash_attention_hopper_enabled runs both in one process): full causal
-// prefills of 1 to 1000 rows (around the 64-row warpgroup, 128-row CTA and
-// 128-key tile edges), chunks that start mid-sequence (also with keys after
-// the chunk), sparse and unordered positions, sliding windows (ones that skip
-// many leading tiles, rows that see no key), GQA groups 1, 4 and 7, block sizes
-// 16 and 7. The GPU cache holds NaN in every slot the sequence does not own,
-// outputs are poisoned (0xFF) and the padding between rows must stay untouched.
-// DISABLED_Benchmark times both paths (32 query / 8 kv heads, causal prefill).
+// prefills of 1 to 1000 rows (around the 64-row warpgroup, 128-row (head dim
+// 128) and 192-row (head dim 64) CTA and 128-key tile edges), chunks that start mid-sequence (also
+// with keys after the chunk), sparse and unordered positions, sliding windows (ones that skip many
+// leading tiles, rows that see no key), GQA groups 1, 4 and 7, block sizes 16 and 7. The GPU cache
+// holds NaN in every slot the sequence does not own, outputs are poisoned (0xFF) and the padding
+// between rows must stay untouched. Every case runs at both head dims. DISABLED_Benchmark times
+// both paths (causal prefill; 32 query / 8 kv heads, and the qwen2.5-0.5b draft's 14 / 2 at
+// head_dim 64).
 #include "cuda/flash_attention_hopper.h"
 
 #include <gtest/gtest.h>
@@ -55,6 +56,7 @@ struct HopperSwitch {
 enum class Positions { kDense, kSparse, kShuffled };
 
 struct Case {
+  int32_t head_dim = 128;
   int32_t group = 1, n_kv_heads = 1;
   int32_t n_rows = 1;      // queries in slots first_slot .. first_slot + n_rows - 1
   int32_t first_slot = 0;  // 0 = full prefill
@@ -72,12 +74,12 @@ struct Problem {
   int32_t n_keys = 0, n_heads = 0, row = 0;
   int64_t q_stride = 0, out_stride = 0;
   std::vector<int32_t> table, slot_pos, q_slot, q_pos;
-  std::vector<float> k, v, q_full;  // cache [n_blocks, bs, kv, 128], q [n_rows, q_stride]
+  std::vector<float> k, v, q_full;  // cache [n_blocks, bs, kv, head_dim], q [n_rows, q_stride]
   std::vector<__nv_bfloat16> k_dev, v_dev;
 
   Problem(const Case& cs, uint32_t seed) : c(cs) {
     std::mt19937 rng(seed);
-    const int32_t hd = 128, bs = c.block_size;
+    const int32_t hd = c.head_dim, bs = c.block_size;
     n_heads = c.group * c.n_kv_heads;
     n_keys = c.first_slot + c.n_rows + c.extra_keys;
     const int32_t kv_width = c.n_kv_heads * hd;
@@ -123,7 +125,7 @@ struct Problem {
   }
 
   std::vector<float> cpu() const {
-    const int32_t hd = 128, n_blocks = static_cast<int32_t>(slot_pos.size()) / c.block_size;
+    const int32_t hd = c.head_dim, n_blocks = static_cast<int32_t>(slot_pos.size()) / c.block_size;
     Tensor q = Tensor::zeros(DType::kF32, {c.n_rows, row});
     for (int32_t r = 0; r < c.n_rows; ++r) {
       std::copy_n(q_full.begin() + r * q_stride, row, q.f32() + r * row);
@@ -179,8 +181,8 @@ struct Problem {
     a.n_keys = n_keys;
     a.n_heads = n_heads;
     a.n_kv_heads = c.n_kv_heads;
-    a.head_dim = 128;
-    a.scale = 1.0f / std::sqrt(128.0f);
+    a.head_dim = c.head_dim;
+    a.scale = 1.0f / std::sqrt(float(c.head_dim));
     a.sliding_window = c.window;
     a.out = d_out.data();
     a.out_stride = out_stride;
@@ -211,12 +213,12 @@ std::vector<float> rows_of(const Problem& pb, const std::vector<__nv_bfloat16>& 
 }
 
 // Hopper path vs the CPU twin per row (and overall), and vs the FA2 path.
-void run_case(const Case& c, uint32_t seed) {
+void run_case_at(const Case& c, uint32_t seed) {
   SCOPED_TRACE(::testing::Message()
-               << "group " << c.group << " kv_heads " << c.n_kv_heads << " rows " << c.n_rows
-               << " first_slot " << c.first_slot << " extra_keys " << c.extra_keys << " positions "
-               << static_cast<int>(c.positions) << " window " << c.window << " block "
-               << c.block_size << " seed " << seed);
+               << "head_dim " << c.head_dim << " group " << c.group << " kv_heads " << c.n_kv_heads
+               << " rows " << c.n_rows << " first_slot " << c.first_slot << " extra_keys "
+               << c.extra_keys << " positions " << static_cast<int>(c.positions) << " window "
+               << c.window << " block " << c.block_size << " seed " << seed);
   HopperSwitch restore;
   const Problem pb(c, seed);
   const std::vector<float> cpu = pb.cpu();
@@ -238,6 +240,14 @@ void run_case(const Case& c, uint32_t seed) {
   EXPECT_LE(relative_error(hopper, fa2), kBf16Tolerance);
 }
 
+// The case at head_dim 128 (the targets) and 64 (the drafts), fresh data each.
+void run_case(Case c, uint32_t seed) {
+  for (int32_t hd : {128, 64}) {
+    c.head_dim = hd;
+    run_case_at(c, seed + (hd == 64 ? 1000 : 0));
+  }
+}
+
 TEST(CudaFlashAttentionHopper, SupportedAndSwitch) {
   SS_REQUIRE_HOPPER();
   HopperSwitch restore;
@@ -257,6 +267,8 @@ TEST(CudaFlashAttentionHopper, SupportedAndSwitch) {
   EXPECT_FALSE(flash_attention_hopper_supported(a));
   set_flash_attention_hopper_enabled(true);
   a.head_dim = 64;
+  EXPECT_TRUE(flash_attention_hopper_supported(a));
+  a.head_dim = 96;  // no wgmma variant (and no FA2 one either)
   EXPECT_FALSE(flash_attention_hopper_supported(a));
   a.head_dim = 128;
   a.q_stride = 4100;  // rows not 16-byte aligned
@@ -267,7 +279,7 @@ TEST(CudaFlashAttentionHopper, FullCausalPrefill) {
   SS_REQUIRE_HOPPER();
   uint32_t seed = 1;
   for (int32_t group : {1, 4, 7}) {
-    for (int32_t n : {1, 63, 64, 65, 127, 128, 129, 200, 1000}) {
+    for (int32_t n : {1, 63, 64, 65, 127, 128, 129, 191, 192, 193, 200, 1000}) {
       Case c;
       c.group = group;
       c.n_kv_heads = group == 7 ? 1 : 2;
@@ -357,12 +369,16 @@ TEST(CudaFlashAttentionHopper, UnorderedPositionsAndBlindRows) {
   }
 }
 
-// Timing: both paths on one causal prefill of n rows (32 query / 8 kv heads,
-// block_size 16 on shuffled blocks), optionally a chunk at first_slot or a
-// window; prints TFLOP/s (4 * head_dim * visible pairs per head) and checks
-// that the two outputs agree.
-void bench(int32_t n_rows, int32_t first_slot, int32_t window) {
-  const int32_t n_heads = 32, n_kv = 8, hd = 128, bs = 16;
+// Timing: both paths on one causal prefill of n rows (n_heads query / n_kv kv
+// heads of head dim hd, block_size 16 on shuffled blocks), optionally a chunk
+// at first_slot or a window; prints TFLOP/s (4 * head_dim * visible pairs per
+// head) and checks that the two outputs agree.
+struct BenchShape {
+  int32_t n_heads = 32, n_kv = 8, hd = 128;
+};
+
+void bench(int32_t n_rows, int32_t first_slot, int32_t window, BenchShape shape = {}) {
+  const int32_t n_heads = shape.n_heads, n_kv = shape.n_kv, hd = shape.hd, bs = 16;
   const int32_t n_keys = first_slot + n_rows, n_blocks = (n_keys + bs - 1) / bs;
   std::mt19937 rng(7);
   std::vector<int32_t> table(n_blocks), q_slot(n_rows), q_pos(n_rows);
@@ -437,16 +453,21 @@ void bench(int32_t n_rows, int32_t first_slot, int32_t window) {
     SS_CUDA_CHECK(cudaEventDestroy(stop));
   }
   std::printf(
-      "flash hd128 rows %d first_slot %d window %d: hopper %.1f TFLOP/s, fa2 %.1f TFLOP/s\n",
-      n_rows, first_slot, window, tflops[0], tflops[1]);
+      "flash hd%d heads %d/%d rows %d first_slot %d window %d: hopper %.1f TFLOP/s, fa2 %.1f "
+      "TFLOP/s\n",
+      hd, n_heads, n_kv, n_rows, first_slot, window, tflops[0], tflops[1]);
   EXPECT_LE(relative_error(outs[0], outs[1]), kBf16Tolerance);
 }
 
 TEST(CudaFlashAttentionHopper, DISABLED_Benchmark) {
   SS_REQUIRE_HOPPER();
   for (int32_t n : {4096, 8192, 16384, 32768}) bench(n, 0, 0);
-  bench(32768, 0, 4096);  // sliding window
-  bench(2048, 30000, 0);  // a late chunk
+  bench(32768, 0, 4096);                                    // sliding window
+  bench(2048, 30000, 0);                                    // a late chunk
+  const BenchShape llama1b{32, 8, 64}, qwen05b{14, 2, 64};  // the drafts' head dim
+  for (int32_t n : {4096, 8192, 16384, 32768}) bench(n, 0, 0, llama1b);
+  for (int32_t n : {8192, 16384, 32768}) bench(n, 0, 0, qwen05b);
+  bench(32768, 0, 4096, llama1b);
 }
 
 }  // namespace
