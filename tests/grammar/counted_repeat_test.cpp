@@ -127,7 +127,9 @@ item ::= "\"" [a-c]{0,4} "\"" | [0-9]{1,5})g");
       auto c = std::make_shared<TokenConstraint>(g, v, options);
       PrecomputeOptions precompute;
       precompute.counts = compiled == 2;
-      if (compiled > 0) EXPECT_GT(c->precompute(precompute), 0u);
+      if (compiled > 0) {
+        EXPECT_GT(c->precompute(precompute), 0u);
+      }
       const int64_t classified_at_compile = c->stats().positions_classified;
       int states = 0;
       for (int walk = 0; walk < 400; ++walk) {
