@@ -1,8 +1,8 @@
 // gpu_bench: prefill throughput / MFU and decode throughput of the CUDA
 // backend on a dummy-weight model (a published config.json shape, seeded
 // weights generated on the device).
-//   build/bench/gpu_bench --config tests/data/configs/qwen2.5-7b.json \
-//       --prefill 2048,8192,16384,32768 --decode-batch 1,16,64,256 \
+//   build/bench/gpu_bench --config tests/data/configs/qwen2.5-7b.json
+//       --prefill 2048,8192,16384,32768 --decode-batch 1,16,64,256
 //       --peak-tflops 790 --copy-tbps 3.0
 // FLOPs per prefill of L tokens (bench/README-device.md, same formula as the
 // HF peer): 2 * body * L + 2 * head + 4 * n_layers * (L^2 / 2) * n_heads * head_dim,
