@@ -173,7 +173,7 @@ void run_point(const Shape& shape, const Point& p, std::mt19937& rng) {
   std::snprintf(label, sizeof label, "run (default, %dw)", run_attention_warps(a));
   report(label, default_part, time_us([&] { paged_attention(a, nullptr); }));
   for (int32_t part : {0, 512, 1024}) {
-    for (int32_t warps : {4, 6, 8}) {
+    for (int32_t warps : {4, 6, 8, 12}) {
       a.run_partition_size = part;
       a.partition_size = part == 0 ? partition : std::min(partition, part);
       a.run_warps = warps;

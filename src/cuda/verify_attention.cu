@@ -49,9 +49,13 @@ namespace {
 // 32-key slices per M tile, every warp busy (8 would leave two idle and give
 // the SM sub-partitions 2:1 work again). attention_bench, H100, 64 x 8K
 // 5-row runs: see docs/benchmarks.md, "verify attention rebalanced".
-constexpr int32_t kRunWarps3 = 6;
-constexpr int kTile = 64;   // keys per pipeline stage
-constexpr int kStages = 3;  // tiles in flight: 2 loading while 1 is computed
+constexpr int32_t kRunWarps3 = 12;
+constexpr int kTile = 64;  // keys per pipeline stage
+// Tiles in flight: 2 loading while 1 is computed at 2 CTAs per SM; the
+// 12-warp CTA (one per SM) takes 6 stages (~212 KB) to keep as many bytes in
+// flight.
+template <int kWarps>
+constexpr int kStagesOf = kWarps >= 12 ? 6 : 3;
 constexpr float kLog2e = 1.4426950408889634f;
 
 static_assert(kRunMaxQueries <= 4 * 16, "every CTA width covers a run's M tiles");
@@ -62,6 +66,7 @@ static_assert(kRunMaxPartition % kTile == 0, "partitions are whole tiles");
 // 16-byte aligned). The size does not depend on the width.
 template <int kHeadDim, int kWarps>
 struct Smem {
+  static constexpr int kStages = kStagesOf<kWarps>;
   static constexpr int kKvStride = kHeadDim + 8;  // bf16 per K / V row
   static constexpr int kOStride = kHeadDim + 4;   // f32 per row of the merge scratch
   static constexpr size_t kStage = size_t{kTile} * kKvStride * 2;  // bytes of one K (V) tile
@@ -186,6 +191,7 @@ __device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const
                                               unsigned char* smem, int32_t n_parts, int m0) {
   using L = Smem<kHeadDim, kWarps>;
   constexpr int kThreads = kWarps * 32;
+  constexpr int kStages = L::kStages;
   constexpr int kKv = L::kKvStride;
   constexpr int kMTiles = kWarps / kKeyGroups;  // M tiles the CTA covers
   constexpr int kSlice = kTile / kKeyGroups;    // keys of a tile per warp: 64, 32 or 16
@@ -320,12 +326,17 @@ __device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const
       }
       row_sum[h] = row_sum[h] * rescale[h] + sum;
     }
+    // Skipped when no row of the warp raised its max (a factor of exactly 1,
+    // so the result is bit-identical): most tiles past the first few, and
+    // the rescale is kDt x 4 multiplies a tile whatever the warp's slice.
+    if (__any_sync(0xffffffffu, rescale[0] != 1.0f || rescale[1] != 1.0f)) {
 #pragma unroll
-    for (int d = 0; d < kDt; ++d) {
-      o[d][0] *= rescale[0];
-      o[d][1] *= rescale[0];
-      o[d][2] *= rescale[1];
-      o[d][3] *= rescale[1];
+      for (int d = 0; d < kDt; ++d) {
+        o[d][0] *= rescale[0];
+        o[d][1] *= rescale[0];
+        o[d][2] *= rescale[1];
+        o[d][3] *= rescale[1];
+      }
     }
 
     // O += P V: the S accumulators of 8-key tiles 2j and 2j + 1 are the A
@@ -411,7 +422,7 @@ __device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const
 // grid (n_tokens, n_kv_heads, n_parts or fewer: run_grid_parts): only CTAs of run heads
 // (token_run[t] > 0) work; the others return at once.
 template <int kHeadDim, int kWarps>
-__global__ void __launch_bounds__(kWarps * 32, 2)
+__global__ void __launch_bounds__(kWarps * 32, kWarps >= 12 ? 1 : 2)
     run_attention_kernel(const PagedAttentionArgs a, const int32_t n_parts) {
   pdl_begin();
   using L = Smem<kHeadDim, kWarps>;
@@ -525,6 +536,9 @@ void launch_width(const PagedAttentionArgs& a, int32_t n_parts, cudaStream_t str
     case 6:
       launch<kHeadDim, 6>(a, n_parts, stream);
       break;
+    case 12:
+      launch<kHeadDim, 12>(a, n_parts, stream);
+      break;
     default:
       launch<kHeadDim, 8>(a, n_parts, stream);
   }
@@ -575,8 +589,8 @@ int32_t run_attention_graph_grid_parts(int32_t n_runs, int32_t n_kv_heads) {
 
 int32_t run_attention_warps(const PagedAttentionArgs& a) {
   if (a.run_warps > 0) {
-    SS_CHECK_MSG(a.run_warps == 4 || a.run_warps == 6 || a.run_warps == 8,
-                 "run attention: run_warps must be 0, 4, 6 or 8");
+    SS_CHECK_MSG(a.run_warps == 4 || a.run_warps == 6 || a.run_warps == 8 || a.run_warps == 12,
+                 "run attention: run_warps must be 0, 4, 6, 8 or 12");
     return a.run_warps;
   }
   if (a.longest_run <= 0 || a.n_kv_heads <= 0) return 4;  // unknown: decode rows' width

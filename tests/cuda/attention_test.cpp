@@ -369,14 +369,14 @@ TEST(CudaAttention, RunsMatchCpu) {
   EXPECT_EQ(run_attention_graph_grid_parts(1, 4), 256);
 }
 
-// Every CTA width of the run kernel (4, 6, 8 warps) on every run length it
+// Every CTA width of the run kernel (4, 6, 8, 12 warps) on every run length it
 // can meet: 1-4 M tiles (rows x group / 16), mixed with decode rows and
 // prefill chunks, split-K and single partitions, windows, capped grids. A
 // width handles any run whatever longest_run said (graphs keep theirs).
 TEST(CudaAttention, RunWidthsMatchCpu) {
   SS_REQUIRE_GPU();
   uint32_t seed = 900;
-  for (int32_t warps : {4, 6, 8}) {
+  for (int32_t warps : {4, 6, 8, 12}) {
     for (int32_t hd : {64, 128}) {
       // group 7: 2 / 5 / 9 rows = 1-2, 3, 4 M tiles; group 8: 5 rows = 40 = 3.
       for (int32_t rows : {2, 5, 9}) {
@@ -405,7 +405,7 @@ TEST(CudaAttention, RunWidthsMatchCpu) {
   a.n_heads = 28;
   a.n_kv_heads = 4;
   for (const auto& [rows, warps] : std::vector<std::pair<int32_t, int32_t>>{
-           {0, 4}, {1, 4}, {4, 4}, {5, 6}, {6, 6}, {7, 8}, {9, 8}}) {
+           {0, 4}, {1, 4}, {4, 4}, {5, 12}, {6, 12}, {7, 8}, {9, 8}}) {
     a.longest_run = rows;
     EXPECT_EQ(run_attention_warps(a), warps) << rows << " rows";
   }
