@@ -6,8 +6,6 @@
 // qwen2.5-0.5b shape, 14 heads, 2 kv heads, head dim 64). Per point: the
 // per-token kernel and the run kernel at several partition sizes, 3 warm-up
 // calls, then the median of 5 batches of 10 calls timed with CUDA events.
-// The run kernel's CTA width (run_attention_warps: 4, 6 or 8 warps) is
-// also swept at the default partition and at 512 / 1024 ("run 6w").
 // Prints microseconds per call (one layer) and the effective KV bandwidth:
 // the bytes of K and V the batch attends over (B x L x kv heads x head dim
 // x 2 x 2 bytes) per second.
@@ -166,23 +164,9 @@ void run_point(const Shape& shape, const Point& p, std::mt19937& rng) {
   report("per-token", partition, time_us([&] { paged_attention(a, nullptr); }));
   a.token_run = d_run.data();
   a.n_runs = n_runs;
-  a.longest_run = p.rows;  // as the model passes it (paged_attention_runs' result)
   a.run_partition_size = 0;
-  const int32_t default_part = run_attention_partition_size(a);
-  char label[64];
-  std::snprintf(label, sizeof label, "run (default, %dw)", run_attention_warps(a));
-  report(label, default_part, time_us([&] { paged_attention(a, nullptr); }));
-  for (int32_t part : {0, 512, 1024}) {
-    for (int32_t warps : {4, 6, 8, 12}) {
-      a.run_partition_size = part;
-      a.partition_size = part == 0 ? partition : std::min(partition, part);
-      a.run_warps = warps;
-      std::snprintf(label, sizeof label, "run %dw", warps);
-      report(label, part == 0 ? default_part : part, time_us([&] { paged_attention(a, nullptr); }));
-    }
-  }
-  a.run_warps = 0;
-  a.partition_size = partition;
+  report("run (default)", run_attention_partition_size(a),
+         time_us([&] { paged_attention(a, nullptr); }));
   for (int32_t part : {64, 128, 256, 512, 1024}) {
     a.partition_size = std::min(partition, part);  // run partitions >= partition_size
     a.run_partition_size = part;

@@ -67,13 +67,6 @@ struct PagedAttentionArgs {
   // occupy the scheduler (H100, 0.5B draft graph of 64 rows at a 1.1K sparse
   // context: 32 partitions' grid, 3968 of 4096 CTAs empty).
   int32_t run_grid_parts = 0;
-  // The rows of token_run's longest run (paged_attention_runs' result; 0:
-  // unknown): picks the run kernel's CTA width (run_attention_warps), so a
-  // 5-row verify run's 3 M tiles keep every warp busy.
-  int32_t longest_run = 0;
-  // The run kernel's warps per CTA, 4, 6 or 8; 0: run_attention_warps
-  // chooses (tests and attention_bench force each).
-  int32_t run_warps = 0;
   bf16* out = nullptr;  // head h of token t at out[t * out_stride + h * head_dim]
   int64_t out_stride = 0;
   float* workspace = nullptr;  // paged_attention_workspace_floats(...) floats

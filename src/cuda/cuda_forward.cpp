@@ -144,8 +144,8 @@ MetaOffsets plan_step(const ForwardBatch& batch, int64_t block_size, bool flash_
   // presence depends only on run_group), so the layouts match.
   if (run_group > 0 && !paged.empty()) {
     std::vector<int32_t> run(paged.size());
-    o.longest_run = paged_attention_runs(staged.data() + o.paged_seq, staged.data() + o.paged_slot,
-                                         static_cast<int32_t>(paged.size()), run_group, run.data());
+    paged_attention_runs(staged.data() + o.paged_seq, staged.data() + o.paged_slot,
+                         static_cast<int32_t>(paged.size()), run_group, run.data());
     o.paged_run = s.add(paged.size());
     std::copy(run.begin(), run.end(), staged.begin() + o.paged_run);
     o.n_runs = static_cast<int32_t>(
@@ -168,7 +168,6 @@ void set_device_pointers(const MetaOffsets& o, int32_t* base, CudaModel::StepMet
   meta.paged_pos = base + o.paged_pos;
   meta.paged_run = o.paged_run > 0 ? base + o.paged_run : nullptr;
   meta.paged_n_runs = o.paged_run > 0 ? o.n_runs : 0;
-  meta.paged_longest_run = o.paged_run > 0 ? o.longest_run : 0;
 }
 
 void CudaModel::forward(const ForwardBatch& batch, KvCache& kv_base, Tensor& logits) {
@@ -398,7 +397,6 @@ void CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool
     a.token_pos = meta.paged_pos;
     a.token_run = meta.paged_run;
     a.n_runs = meta.paged_n_runs;
-    a.longest_run = meta.paged_longest_run;
     a.run_partition_size = meta.paged_run_partition;
     a.run_grid_parts = meta.paged_run_grid_parts;
     a.n_tokens = meta.n_paged;

@@ -45,7 +45,6 @@ struct CudaModel::StepMeta {
   // is a run of one); null with the run kernel off.
   int32_t* paged_run = nullptr;
   int32_t paged_n_runs = 0;          // runs in paged_run
-  int32_t paged_longest_run = 0;     // rows of paged_run's longest run (the kernel's width)
   int32_t paged_run_partition = 0;   // the run kernel's partition (0: by the step's context)
   int32_t paged_run_grid_parts = 0;  // the run kernel's CTAs along partitions (0: one each)
   // Flash jobs; their q_slot / q_pos are the step's token arrays at row0.
@@ -75,9 +74,8 @@ struct CudaModel::Graph {
 struct MetaOffsets {
   size_t ids, pos, slot_mapping, token_slot, block_tables, logit_rows;
   size_t paged_rows, paged_seq, paged_slot, paged_pos;
-  size_t paged_run = 0;     // 0: no runs staged
-  int32_t n_runs = 0;       // runs in paged_run (sizes the run kernel's partitions)
-  int32_t longest_run = 0;  // rows of the longest run (picks the run kernel's width)
+  size_t paged_run = 0;  // 0: no runs staged
+  int32_t n_runs = 0;    // runs in paged_run (sizes the run kernel's partitions)
 };
 
 // Fills `meta` (host fields) and `staged` for a batch. With graph_batch > 0

@@ -1,6 +1,6 @@
 // The run kernel of verify_attention.h, FlashAttention-2 style. One CTA per
-// (run, kv head, partition), 4, 6 or 8 warps (run_attention_warps), ~110 KB
-// of dynamic shared memory at head_dim 128 (2 CTAs per SM):
+// (run, kv head, partition), 128 threads (4 warps), ~110 KB of dynamic shared
+// memory at head_dim 128 (2 CTAs per SM):
 //  1. the partition's slots are resolved once into shared memory (keys the
 //     window hides from the run's FIRST row are hidden from all its rows and
 //     are not loaded);
@@ -10,12 +10,8 @@
 //  3. warp w owns M tile (w % kMTiles) of the run's rows x group heads query
 //     vectors (16 per tile; Q as mma A fragments in registers for the whole
 //     partition) and key slice (w / kMTiles) of every tile: one M tile (a
-//     decode row, 7 query vectors) gives each of 4 warps 16 keys of a tile;
-//     a verify run of 5 rows x 7 heads (3 M tiles) gives each of 6 warps 32
-//     keys. With 4 warps such a run left one warp idle and gave the other
-//     three the whole tile (4x a decode warp's tensor work, all of it on three
-//     of the SM's four sub-partitions: H100 ncu, 64 x 8K, tensor cycles per
-//     sub-partition max / min 2.4x, 2.25 TB/s against decode rows' 2.62);
+//     decode row, 7 query vectors) gives each warp 16 keys of a tile, 3-4 M
+//     tiles (a verify run of 5 rows x 7 heads) give each warp the whole tile;
 //  4. S = Q K^T and O += P V on the tensor cores (mma.m16n8k16, bf16 in,
 //     fp32 accumulate) with S, P and O in REGISTERS: the S accumulator of two
 //     8-key n tiles is the A fragment of the next 16-key PV step; K through
@@ -45,28 +41,19 @@
 namespace specstack::cuda {
 namespace {
 
-// Warps for runs of 3 M tiles (a 5-row verify run at group 7 or 8): 6 = two
-// 32-key slices per M tile, every warp busy (8 would leave two idle and give
-// the SM sub-partitions 2:1 work again). attention_bench, H100, 64 x 8K
-// 5-row runs: see docs/benchmarks.md, "verify attention rebalanced".
-constexpr int32_t kRunWarps3 = 12;
-constexpr int kTile = 64;  // keys per pipeline stage
-// Tiles in flight: 2 loading while 1 is computed at 2 CTAs per SM; the
-// 12-warp CTA (one per SM) takes 6 stages (~212 KB) to keep as many bytes in
-// flight.
-template <int kWarps>
-constexpr int kStagesOf = kWarps >= 12 ? 6 : 3;
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTile = 64;   // keys per pipeline stage
+constexpr int kStages = 3;  // tiles in flight: 2 loading while 1 is computed
 constexpr float kLog2e = 1.4426950408889634f;
 
-static_assert(kRunMaxQueries <= 4 * 16, "every CTA width covers a run's M tiles");
+static_assert(kRunMaxQueries == kWarps * 16, "one M tile per warp at most");
 static_assert(kRunMaxPartition % kTile == 0, "partitions are whole tiles");
 
-// Shared memory layout for one head dim and CTA width (K/V rows padded by
-// 16 bytes so the 8 rows of an ldmatrix hit distinct banks; every array
-// 16-byte aligned). The size does not depend on the width.
-template <int kHeadDim, int kWarps>
+// Shared memory layout for one head dim (K/V rows padded by 16 bytes so the
+// 8 rows of an ldmatrix hit distinct banks; every array 16-byte aligned).
+template <int kHeadDim>
 struct Smem {
-  static constexpr int kStages = kStagesOf<kWarps>;
   static constexpr int kKvStride = kHeadDim + 8;  // bf16 per K / V row
   static constexpr int kOStride = kHeadDim + 4;   // f32 per row of the merge scratch
   static constexpr size_t kStage = size_t{kTile} * kKvStride * 2;  // bytes of one K (V) tile
@@ -75,12 +62,12 @@ struct Smem {
   static constexpr size_t kFlat = kV + kStages * kStage;           // int32 [kRunMaxPartition]
   static constexpr size_t kKpos = kFlat + kRunMaxPartition * 4;    // int32 [kRunMaxPartition]
   static constexpr size_t kBytes = kKpos + kRunMaxPartition * 4;
-  // After the loop the K and V buffers hold the per-warp merge scratch:
+  // After the loop the K buffers hold the per-warp merge scratch:
   // O [kWarps][16][kOStride] f32, then max and sum [kWarps][16] f32.
   static constexpr size_t kMergeO = 0;
   static constexpr size_t kMergeMax = kMergeO + size_t{kWarps} * 16 * kOStride * 4;
   static constexpr size_t kMergeSum = kMergeMax + kWarps * 16 * 4;
-  static_assert(kMergeSum + kWarps * 16 * 4 <= kFlat, "merge scratch fits the K/V buffers");
+  static_assert(kMergeSum + kWarps * 16 * 4 <= kV, "merge scratch fits the K buffers");
 };
 
 __device__ __forceinline__ int64_t workspace_entry(int32_t t, int32_t head, int32_t part,
@@ -156,23 +143,21 @@ struct Cta {
 };
 
 // Issues the cp.async loads of tile `tile` into stage buffer `buf`.
-template <int kHeadDim, int kWarps>
+template <int kHeadDim>
 __device__ __forceinline__ void load_tile(const PagedAttentionArgs& a, const Cta& c,
                                           unsigned char* smem, int32_t tile, int buf) {
-  using L = Smem<kHeadDim, kWarps>;
-  constexpr int kThreads = kWarps * 32;
+  using L = Smem<kHeadDim>;
   constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
-  constexpr int kCopies = kTile * kChunks;
   const auto* s_flat = reinterpret_cast<const int32_t*>(smem + L::kFlat);
   auto* dk = reinterpret_cast<bf16*>(smem + L::kK + buf * L::kStage);
   auto* dv = reinterpret_cast<bf16*>(smem + L::kV + buf * L::kStage);
   const int64_t kv_row = static_cast<int64_t>(a.n_kv_heads) * kHeadDim;
   const bf16* k_head = a.k_cache + static_cast<int64_t>(c.kvh) * kHeadDim;
   const bf16* v_head = a.v_cache + static_cast<int64_t>(c.kvh) * kHeadDim;
+  static_assert(kTile * kChunks % kThreads == 0, "whole copies per thread");
 #pragma unroll
-  for (int u = 0; u < (kCopies + kThreads - 1) / kThreads; ++u) {
+  for (int u = 0; u < kTile * kChunks / kThreads; ++u) {
     const int i = threadIdx.x + u * kThreads;
-    if (kCopies % kThreads != 0 && i >= kCopies) break;  // 6 warps: 5.3 copies a thread
     const int key = i / kChunks;
     const int col = (i % kChunks) * 8;
     const int32_t flat = s_flat[tile * kTile + key];
@@ -182,16 +167,11 @@ __device__ __forceinline__ void load_tile(const PagedAttentionArgs& a, const Cta
   }
 }
 
-// The pipeline, the math and the write-out of query vectors [m0, m0 +
-// kMTiles x 16) of the run, for kKeyGroups warps per M tile (warps past
-// kMTiles x kKeyGroups, or past the run's M tiles, only load). Needs the
-// partition's slot tables in shared memory and no copies in flight.
-template <int kHeadDim, int kWarps, int kKeyGroups>
+// The pipeline, the math and the write-out, for kKeyGroups warps per M tile.
+template <int kHeadDim, int kKeyGroups>
 __device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const Cta& c,
-                                              unsigned char* smem, int32_t n_parts, int m0) {
-  using L = Smem<kHeadDim, kWarps>;
-  constexpr int kThreads = kWarps * 32;
-  constexpr int kStages = L::kStages;
+                                              unsigned char* smem, int32_t n_parts) {
+  using L = Smem<kHeadDim>;
   constexpr int kKv = L::kKvStride;
   constexpr int kMTiles = kWarps / kKeyGroups;  // M tiles the CTA covers
   constexpr int kSlice = kTile / kKeyGroups;    // keys of a tile per warp: 64, 32 or 16
@@ -207,22 +187,16 @@ __device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const
   const int kj = warp / kMTiles;
   const int gr = lane >> 2;  // fragment row (and B column) group
   const int tq = lane & 3;
-  const bool active = kj < kKeyGroups && m0 + mi * 16 < c.n_q;
+  const bool active = mi * 16 < c.n_q;
 
-#pragma unroll
-  for (int st = 0; st < kStages - 1; ++st) {
-    if (st < c.n_tiles) load_tile<kHeadDim, kWarps>(a, c, smem, st, st);
-    cp_async_commit();
-  }
-
-  // The lane's two query rows: m_lo = m0 + mi * 16 + gr and m_hi = m_lo + 8.
+  // The lane's two query rows: m_lo = mi * 16 + gr and m_hi = m_lo + 8.
   // Padding rows (m >= n_q) have Q = 0 and see every loaded key: finite,
   // never written out.
   int32_t row_slot[2], row_lim[2];  // visible: slot index <= row_slot, key pos > row_lim
   const bf16* q_row[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int m = m0 + mi * 16 + gr + h * 8;
+    const int m = mi * 16 + gr + h * 8;
     row_slot[h] = INT_MAX;
     row_lim[h] = INT_MIN;
     q_row[h] = nullptr;
@@ -258,7 +232,7 @@ __device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const
     cp_async_wait<kStages - 2>();
     __syncthreads();  // tile's data visible; the buffer refilled below is free
     if (tile + kStages - 1 < c.n_tiles) {
-      load_tile<kHeadDim, kWarps>(a, c, smem, tile + kStages - 1, (tile + kStages - 1) % kStages);
+      load_tile<kHeadDim>(a, c, smem, tile + kStages - 1, (tile + kStages - 1) % kStages);
     }
     cp_async_commit();  // (empty groups keep the wait count uniform)
     if (!active) continue;
@@ -326,17 +300,12 @@ __device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const
       }
       row_sum[h] = row_sum[h] * rescale[h] + sum;
     }
-    // Skipped when no row of the warp raised its max (a factor of exactly 1,
-    // so the result is bit-identical): most tiles past the first few, and
-    // the rescale is kDt x 4 multiplies a tile whatever the warp's slice.
-    if (__any_sync(0xffffffffu, rescale[0] != 1.0f || rescale[1] != 1.0f)) {
 #pragma unroll
-      for (int d = 0; d < kDt; ++d) {
-        o[d][0] *= rescale[0];
-        o[d][1] *= rescale[0];
-        o[d][2] *= rescale[1];
-        o[d][3] *= rescale[1];
-      }
+    for (int d = 0; d < kDt; ++d) {
+      o[d][0] *= rescale[0];
+      o[d][1] *= rescale[0];
+      o[d][2] *= rescale[1];
+      o[d][3] *= rescale[1];
     }
 
     // O += P V: the S accumulators of 8-key tiles 2j and 2j + 1 are the A
@@ -359,7 +328,7 @@ __device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const
     }
   }
   cp_async_wait<0>();
-  __syncthreads();  // every warp is done with the K/V buffers: the merge scratch
+  __syncthreads();  // every warp is done with the K buffers: the merge scratch
 
   // Each warp's partial (O unnormalised, max, sum) per row to shared memory.
   auto* m_o = reinterpret_cast<float*>(smem + L::kMergeO);  // [kWarps][16][kOStride]
@@ -385,12 +354,11 @@ __device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const
   __syncthreads();
 
   // Merge the key slices of each row and write out / the partials.
-  const int n_m = min(c.n_q - m0, kMTiles * 16);  // query vectors of this pass
-  for (int i = threadIdx.x; i < n_m * kHeadDim; i += kThreads) {
-    const int m = m0 + i / kHeadDim;
+  for (int i = threadIdx.x; i < c.n_q * kHeadDim; i += kThreads) {
+    const int m = i / kHeadDim;
     const int d = i % kHeadDim;
-    const int tm = (m - m0) / 16;
-    const int r = (m - m0) % 16;
+    const int tm = m / 16;
+    const int r = m % 16;
     float mx = -INFINITY;
 #pragma unroll
     for (int k = 0; k < kKeyGroups; ++k) mx = fmaxf(mx, m_max[(k * kMTiles + tm) * 16 + r]);
@@ -421,12 +389,11 @@ __device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const
 
 // grid (n_tokens, n_kv_heads, n_parts or fewer: run_grid_parts): only CTAs of run heads
 // (token_run[t] > 0) work; the others return at once.
-template <int kHeadDim, int kWarps>
-__global__ void __launch_bounds__(kWarps * 32, kWarps >= 12 ? 1 : 2)
+template <int kHeadDim>
+__global__ void __launch_bounds__(kThreads, 2)
     run_attention_kernel(const PagedAttentionArgs a, const int32_t n_parts) {
   pdl_begin();
-  using L = Smem<kHeadDim, kWarps>;
-  constexpr int kThreads = kWarps * 32;
+  using L = Smem<kHeadDim>;
   extern __shared__ __align__(16) unsigned char smem[];
   auto* s_flat = reinterpret_cast<int32_t*>(smem + L::kFlat);
   auto* s_kpos = reinterpret_cast<int32_t*>(smem + L::kKpos);
@@ -483,28 +450,19 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps >= 12 ? 1 : 2)
       s_kpos[i] = kpos;
     }
     __syncthreads();
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < c.n_tiles) load_tile<kHeadDim>(a, c, smem, s, s);
+      cp_async_commit();
+    }
 
-    // The most key slices (4, 2 or 1 per 64-key tile) the CTA's warps give
-    // every M tile of the run. Only 4 warps take whole tiles (1 slice): that
-    // path's registers (S of 8 key tiles beside Q and O) made the 6- and
-    // 8-warp kernels spill under their 168 / 128 register caps, so 6 warps
-    // meet a 4-M-tile run (which run_attention_warps gives 8) in two passes
-    // over the partition's KV (3 M tiles, then 1); correct, not fast.
     const int32_t m_tiles = (c.n_q + 15) / 16;
-    if (m_tiles * 4 <= kWarps) {
-      run_partition<kHeadDim, kWarps, 4>(a, c, smem, n_parts, 0);
-    } else if constexpr (kWarps == 4) {
-      if (m_tiles <= 2) {
-        run_partition<kHeadDim, kWarps, 2>(a, c, smem, n_parts, 0);
-      } else {
-        run_partition<kHeadDim, kWarps, 1>(a, c, smem, n_parts, 0);
-      }
+    if (m_tiles == 1) {
+      run_partition<kHeadDim, 4>(a, c, smem, n_parts);
+    } else if (m_tiles == 2) {
+      run_partition<kHeadDim, 2>(a, c, smem, n_parts);
     } else {
-      constexpr int kPass = kWarps / 2 * 16;  // query vectors per pass at 2 slices
-      for (int m0 = 0; m0 < c.n_q; m0 += kPass) {
-        if (m0 > 0) __syncthreads();  // the last pass's merge scratch is the K/V stages
-        run_partition<kHeadDim, kWarps, 2>(a, c, smem, n_parts, m0);
-      }
+      run_partition<kHeadDim, 1>(a, c, smem, n_parts);
     }
     // The next partition refills the slot tables and the K/V stages that
     // this one's merge scratch occupies (run_partition drained its copies).
@@ -512,36 +470,18 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps >= 12 ? 1 : 2)
   }
 }
 
-template <int kHeadDim, int kWarps>
+template <int kHeadDim>
 void launch(const PagedAttentionArgs& a, int32_t n_parts, cudaStream_t stream) {
-  constexpr size_t kBytes = Smem<kHeadDim, kWarps>::kBytes;
+  constexpr size_t kBytes = Smem<kHeadDim>::kBytes;
   // Opting in to more than 48 KB of dynamic shared memory is per kernel and
   // device-wide; setting it again is cheap and keeps no state here.
-  SS_CUDA_CHECK(cudaFuncSetAttribute(run_attention_kernel<kHeadDim, kWarps>,
+  SS_CUDA_CHECK(cudaFuncSetAttribute(run_attention_kernel<kHeadDim>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(kBytes)));
   const int32_t grid_parts = a.run_grid_parts > 0 ? std::min(n_parts, a.run_grid_parts) : n_parts;
   const dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_kv_heads),
                   static_cast<unsigned>(grid_parts));
-  launch_pdl(run_attention_kernel<kHeadDim, kWarps>, grid, kWarps * 32, kBytes, stream, a.pdl, a,
-             n_parts);
-}
-
-template <int kHeadDim>
-void launch_width(const PagedAttentionArgs& a, int32_t n_parts, cudaStream_t stream) {
-  switch (run_attention_warps(a)) {
-    case 4:
-      launch<kHeadDim, 4>(a, n_parts, stream);
-      break;
-    case 6:
-      launch<kHeadDim, 6>(a, n_parts, stream);
-      break;
-    case 12:
-      launch<kHeadDim, 12>(a, n_parts, stream);
-      break;
-    default:
-      launch<kHeadDim, 8>(a, n_parts, stream);
-  }
+  launch_pdl(run_attention_kernel<kHeadDim>, grid, kThreads, kBytes, stream, a.pdl, a, n_parts);
 }
 
 }  // namespace
@@ -587,18 +527,6 @@ int32_t run_attention_graph_grid_parts(int32_t n_runs, int32_t n_kv_heads) {
   return static_cast<int32_t>((kGraphCtas + groups - 1) / groups);
 }
 
-int32_t run_attention_warps(const PagedAttentionArgs& a) {
-  if (a.run_warps > 0) {
-    SS_CHECK_MSG(a.run_warps == 4 || a.run_warps == 6 || a.run_warps == 8 || a.run_warps == 12,
-                 "run attention: run_warps must be 0, 4, 6, 8 or 12");
-    return a.run_warps;
-  }
-  if (a.longest_run <= 0 || a.n_kv_heads <= 0) return 4;  // unknown: decode rows' width
-  const int32_t queries = a.longest_run * (a.n_heads / a.n_kv_heads);
-  const int32_t m_tiles = std::min<int32_t>((queries + 15) / 16, kRunMaxQueries / 16);
-  return m_tiles <= 2 ? 4 : m_tiles == 3 ? kRunWarps3 : 8;
-}
-
 bool run_attention_supported(int32_t head_dim) {
   return head_dim == 64 || head_dim == 128;
 }
@@ -611,10 +539,10 @@ void launch_run_attention(const PagedAttentionArgs& a, int32_t n_parts, cudaStre
   SS_CHECK(reinterpret_cast<uintptr_t>(a.q) % 4 == 0 && a.q_stride % 2 == 0);
   switch (a.head_dim) {
     case 64:
-      launch_width<64>(a, n_parts, stream);
+      launch<64>(a, n_parts, stream);
       break;
     case 128:
-      launch_width<128>(a, n_parts, stream);
+      launch<128>(a, n_parts, stream);
       break;
     default:
       SS_CHECK_MSG(false, "run attention: head_dim must be 64 or 128");

@@ -47,14 +47,6 @@ int32_t run_attention_graph_partition_size(int32_t n_runs, int32_t n_kv_heads,
 // GPU while a short one launches few CTAs that find no keys.
 int32_t run_attention_graph_grid_parts(int32_t n_runs, int32_t n_kv_heads);
 
-// Warps per CTA of the run kernel for these args: args.run_warps when set,
-// else by args.longest_run's M tiles (16 query vectors = rows x group heads
-// each): 4 for 1-2 M tiles (decode rows; also when longest_run is unknown),
-// 6 for 3 (a 5-row verify run at group 7), 8 for 4. Any width computes any
-// run (the same math; only the fp32 merge order of key slices differs), so
-// a graph captured for decode rows stays correct if a longer run comes.
-int32_t run_attention_warps(const PagedAttentionArgs& args);
-
 // Head dims the run kernel supports (others use the per-row kernel).
 bool run_attention_supported(int32_t head_dim);
 

@@ -12,7 +12,6 @@
 #include <functional>
 #include <numeric>
 #include <random>
-#include <utility>
 #include <vector>
 
 #include "backend/attention_batch.h"
@@ -94,7 +93,6 @@ struct AttnCase {
   int32_t verify_rows = 0;
   int32_t run_partition_size = 0;  // the run kernel's own partition (0: its default)
   int32_t run_grid_parts = 0;      // the run kernel's CTAs along partitions (0: one each)
-  int32_t run_warps = 0;           // the run kernel's CTA width (0: by the longest run)
 };
 
 // Verify runs, decode rows and prefill chunks interleaved as a step lays
@@ -123,8 +121,7 @@ void run_paged_case(const AttnCase& c, uint32_t seed) {
   SCOPED_TRACE(::testing::Message()
                << "head_dim " << c.head_dim << " group " << c.group << " kv_heads " << c.n_kv_heads
                << " block " << c.block_size << " window " << c.window << " partition "
-               << c.partition_size << " rows " << c.verify_rows << " run_warps " << c.run_warps
-               << " seed " << seed);
+               << c.partition_size << " seed " << seed);
   std::mt19937 rng(seed);
   const int32_t hd = c.head_dim, n_heads = c.group * c.n_kv_heads;
   const PagedKv kv = make_paged_kv(rng, c.seq_len, c.block_size, c.n_kv_heads, hd);
@@ -227,7 +224,6 @@ void run_paged_case(const AttnCase& c, uint32_t seed) {
   args.partition_size = c.partition_size;
   args.run_partition_size = c.run_partition_size;
   args.run_grid_parts = c.run_grid_parts;
-  args.run_warps = c.run_warps;
   args.out = d_out.data();
   args.out_stride = out_stride;
   args.workspace = d_ws.data();
@@ -239,7 +235,6 @@ void run_paged_case(const AttnCase& c, uint32_t seed) {
     EXPECT_GE(longest, std::min(c.verify_rows, kRunMaxQueries / c.group));
     d_run = upload(token_run);
     args.token_run = d_run.data();
-    args.longest_run = longest;  // as the model passes it: picks the CTA width
   }
   paged_attention(args, nullptr);
   SS_CUDA_CHECK(cudaDeviceSynchronize());
@@ -367,50 +362,6 @@ TEST(CudaAttention, RunsMatchCpu) {
   }
   EXPECT_EQ(run_attention_graph_grid_parts(64, 2), 8);
   EXPECT_EQ(run_attention_graph_grid_parts(1, 4), 256);
-}
-
-// Every CTA width of the run kernel (4, 6, 8, 12 warps) on every run length it
-// can meet: 1-4 M tiles (rows x group / 16), mixed with decode rows and
-// prefill chunks, split-K and single partitions, windows, capped grids. A
-// width handles any run whatever longest_run said (graphs keep theirs).
-TEST(CudaAttention, RunWidthsMatchCpu) {
-  SS_REQUIRE_GPU();
-  uint32_t seed = 900;
-  for (int32_t warps : {4, 6, 8, 12}) {
-    for (int32_t hd : {64, 128}) {
-      // group 7: 2 / 5 / 9 rows = 1-2, 3, 4 M tiles; group 8: 5 rows = 40 = 3.
-      for (int32_t rows : {2, 5, 9}) {
-        run_paged_case({hd,
-                        7,
-                        2,
-                        16,
-                        0,
-                        {1000, 9, 300, 2049, 64, 520},
-                        0,
-                        kPartitionSize,
-                        rows,
-                        1024,
-                        0,
-                        warps},
-                       seed++);
-      }
-      run_paged_case({hd, 8, 1, 16, 100, {3000, 40, 1100}, 0, kPartitionSize, 5, 512, 0, warps},
-                     seed++);
-      run_paged_case({hd, 7, 2, 5, 3, {700, 33, 150}, 300, 128, 5, 256, 2, warps}, seed++);
-      run_paged_case({hd, 16, 1, 16, 0, {200, 30, 17}, 0, 64, 4, 0, 0, warps}, seed++);
-    }
-  }
-  // The width each run length gets (7B shape: 28 heads, 4 kv heads).
-  PagedAttentionArgs a;
-  a.n_heads = 28;
-  a.n_kv_heads = 4;
-  for (const auto& [rows, warps] : std::vector<std::pair<int32_t, int32_t>>{
-           {0, 4}, {1, 4}, {4, 4}, {5, 12}, {6, 12}, {7, 8}, {9, 8}}) {
-    a.longest_run = rows;
-    EXPECT_EQ(run_attention_warps(a), warps) << rows << " rows";
-  }
-  a.run_warps = 8;
-  EXPECT_EQ(run_attention_warps(a), 8);
 }
 
 // The host-side run split (no GPU needed).
