@@ -238,9 +238,14 @@ void CudaModel::finish_step(const ForwardBatch& batch, int32_t n_rows, Tensor& l
     }
     batch.greedy_tokens->resize(size_t(n_rows));
     if (n_rows > 0) {
+      // Constrained rows: their grammar masks go up (a few KB a row), the
+      // kernel reads masked tokens as -inf; no logits come down. The forward
+      // is queued: the host makes the masks while the GPU runs it.
+      if (batch.prepare_masks != nullptr) (*batch.prepare_masks)();
+      const TokenMaskRows mask = upload_masks(batch.masks, n_rows);
       sample_tokens(logits_.data(), n_rows, static_cast<int32_t>(vocab), vocab,
                     greedy_zeros_.data(), greedy_top_k_.data(), greedy_zeros_.data(),
-                    greedy_zeros_.data(), greedy_ids_.data(), stream_);
+                    greedy_zeros_.data(), mask, greedy_ids_.data(), stream_);
       SS_CUDA_CHECK(cudaMemcpyAsync(batch.greedy_tokens->data(), greedy_ids_.data(),
                                     size_t(n_rows) * sizeof(int32_t), cudaMemcpyDeviceToHost,
                                     stream_));
@@ -258,6 +263,25 @@ void CudaModel::finish_step(const ForwardBatch& batch, int32_t n_rows, Tensor& l
   }
   SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (logit_bytes > 0) std::memcpy(logits.f32(), logits_host_, logit_bytes);
+}
+
+TokenMaskRows CudaModel::upload_masks(const LogitMasks* masks, int32_t n_rows) {
+  if (masks == nullptr || masks->empty()) return {};
+  SS_CHECK_EQ(masks->row_mask.size(), size_t(n_rows));
+  SS_CHECK_EQ(int64_t{masks->words_per_row}, (config_.vocab_size + 31) / 32);
+  const size_t words = size_t(n_rows) + masks->bits.size();
+  grow_pinned(reinterpret_cast<void**>(&masks_host_), &masks_host_capacity_,
+              words * sizeof(uint32_t));
+  std::memcpy(masks_host_, masks->row_mask.data(), size_t(n_rows) * sizeof(int32_t));
+  std::memcpy(masks_host_ + n_rows, masks->bits.data(), masks->bits.size() * sizeof(uint32_t));
+  masks_.reserve(words);
+  // The staging is reused next step only after finish_step's stream sync.
+  SS_CUDA_CHECK(cudaMemcpyAsync(masks_.data(), masks_host_, words * sizeof(uint32_t),
+                                cudaMemcpyHostToDevice, stream_));
+  TokenMaskRows view;
+  view.row_mask = reinterpret_cast<const int32_t*>(masks_.data());
+  view.bits = masks_.data() + n_rows;
+  return view;
 }
 
 void CudaModel::run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_safe) {

@@ -19,6 +19,7 @@
 #include "cuda/cuda_kv_cache.h"
 #include "cuda/device_buffer.h"
 #include "cuda/gemm.h"
+#include "cuda/sampling.h"
 #include "model/forward_model.h"
 #include "specprefill/attention_capture.h"
 
@@ -126,6 +127,9 @@ class CudaModel final : public ForwardModel {
   // Copies the first n_rows rows of logits_ to the host, or with
   // batch.greedy_tokens their argmax ids only; waits for the stream.
   void finish_step(const ForwardBatch& batch, int32_t n_rows, Tensor& logits);
+  // The step's grammar masks (ForwardBatch::masks) to the device in one copy
+  // on the stream; an empty view when no row is masked.
+  TokenMaskRows upload_masks(const LogitMasks* masks, int32_t n_rows);
 
   ModelConfig config_;
   CudaModelOptions options_;
@@ -154,6 +158,7 @@ class CudaModel final : public ForwardModel {
   DeviceBuffer<float> greedy_zeros_;    // [rows] temperature / top_p / uniform = 0: argmax
   DeviceBuffer<int32_t> greedy_top_k_;  // [rows] 0
   DeviceBuffer<int32_t> greedy_ids_;    // [rows] chosen tokens
+  DeviceBuffer<uint32_t> masks_;        // [rows] row_mask, then [n_masks, ceil(vocab / 32)] bits
   DeviceBuffer<float> attn_workspace_;  // paged attention split-K partials
   DeviceBuffer<bf16> compact_q_;        // [n, H * D] paged-path queries when not a contiguous range
   DeviceBuffer<bf16> compact_out_;      // [n, H * D]
@@ -176,6 +181,8 @@ class CudaModel final : public ForwardModel {
   size_t logits_host_capacity_ = 0;
   bf16* capture_host_ = nullptr;  // pinned captured query rows
   size_t capture_host_capacity_ = 0;
+  uint32_t* masks_host_ = nullptr;  // pinned staging of masks_
+  size_t masks_host_capacity_ = 0;
   // Decode graphs by batch size.
   std::map<int32_t, std::unique_ptr<Graph>> graphs_;
   // The same with query capture, for SpecPrefill's draft lookahead steps

@@ -3,7 +3,8 @@
 // sample_tokens: one 1024-thread CTA per row. The exact rule
 // (tests/cuda/sampling_test.cpp implements it on the CPU as
 // sample_tokens_reference):
-//   l_i  = logits[r, i], NaN read as -inf and -0 as +0;  m = max_i l_i.
+//   l_i  = logits[r, i], NaN read as -inf and -0 as +0, and -inf where the
+//         row's grammar mask clears token i's bit;  m = max_i l_i.
 //   temperature <= 0 (or NaN), or m = -inf: the lowest i with l_i = m.
 //   w_i  = l_i == m ? 1 : expf((l_i - m) * (1 / T))      (p_i = w_i / sum w)
 //   top-k (0 < k < vocab): t_k = the k-th largest l (counted with
@@ -165,19 +166,34 @@ __device__ u64 cta_inclusive_scan(u64 v, u64& total, SampleShared& sh) {
   return before + v;
 }
 
+// A raw logit as the rule reads it: cleaned, or -inf when its mask bit is clear.
+__device__ __forceinline__ float admit(float v, uint32_t bit) {
+  return bit != 0 ? clean_logit(v) : -INFINITY;
+}
+
 // Where a pass reads its items: the row in global memory (float4 loads when
-// aligned), or the candidates in shared memory. get(i) is the cleaned logit.
+// aligned) under its grammar mask, or the candidates in shared memory (taken
+// from the row through its mask). get(i) is the logit as the rule reads it.
 struct RowSource {
   const float* row;
-  bool vec;  // row 16-byte aligned and n % 4 == 0
-  __device__ float operator()(int i) const { return clean_logit(row[i]); }
+  const uint32_t* mask;  // [ceil(vocab / 32)] admitted tokens; null: every token
+  bool vec;              // row 16-byte aligned and n % 4 == 0
+  __device__ uint32_t bit(int i) const {
+    return mask == nullptr ? 1u : (mask[i >> 5] >> (i & 31)) & 1u;
+  }
+  __device__ float operator()(int i) const { return admit(row[i], bit(i)); }
   __device__ float4 load4(int i) const { return *reinterpret_cast<const float4*>(row + i); }
+  // The bits of tokens i .. i + 3 (i % 4 == 0: one word holds them all).
+  __device__ uint32_t bits4(int i) const {
+    return mask == nullptr ? 0xFu : (mask[i >> 5] >> (i & 31)) & 0xFu;
+  }
 };
 struct SharedSource {
   const float* logit;
   static constexpr bool vec = false;
   __device__ float operator()(int i) const { return logit[i]; }
   __device__ float4 load4(int i) const { return make_float4(0, 0, 0, 0); }  // unused
+  __device__ uint32_t bits4(int i) const { return 0xFu; }                   // unused
 };
 
 // f(i, get(i)) for this thread's items in ascending order: i = t + j * kThreads
@@ -189,19 +205,21 @@ __device__ __forceinline__ void for_strided(int n, const Src& src, F&& f) {
     const int n4 = n / 4;
     for (int base = threadIdx.x; base < n4; base += kVecUnroll * kThreads) {
       float4 v[kVecUnroll];
+      uint32_t b[kVecUnroll];
 #pragma unroll
       for (int u = 0; u < kVecUnroll; ++u) {
         const int q = base + u * kThreads;
         v[u] = q < n4 ? src.load4(4 * q) : make_float4(0, 0, 0, 0);
+        b[u] = q < n4 ? src.bits4(4 * q) : 0u;
       }
 #pragma unroll
       for (int u = 0; u < kVecUnroll; ++u) {
         const int q = base + u * kThreads;
         if (q < n4) {
-          f(4 * q, clean_logit(v[u].x));
-          f(4 * q + 1, clean_logit(v[u].y));
-          f(4 * q + 2, clean_logit(v[u].z));
-          f(4 * q + 3, clean_logit(v[u].w));
+          f(4 * q, admit(v[u].x, b[u] & 1u));
+          f(4 * q + 1, admit(v[u].y, b[u] & 2u));
+          f(4 * q + 2, admit(v[u].z, b[u] & 4u));
+          f(4 * q + 3, admit(v[u].w, b[u] & 8u));
         }
       }
     }
@@ -227,19 +245,21 @@ __device__ __forceinline__ void for_contiguous(int begin, int end, const Src& sr
   if (src.vec) {
     for (int base = begin; base < end; base += 4 * kVecUnroll) {
       float4 v[kVecUnroll];
+      uint32_t b[kVecUnroll];
 #pragma unroll
       for (int u = 0; u < kVecUnroll; ++u) {
         const int i = base + 4 * u;
         v[u] = i < end ? src.load4(i) : make_float4(0, 0, 0, 0);
+        b[u] = i < end ? src.bits4(i) : 0u;
       }
 #pragma unroll
       for (int u = 0; u < kVecUnroll; ++u) {
         const int i = base + 4 * u;
         if (i < end) {
-          f(i, clean_logit(v[u].x));
-          f(i + 1, clean_logit(v[u].y));
-          f(i + 2, clean_logit(v[u].z));
-          f(i + 3, clean_logit(v[u].w));
+          f(i, admit(v[u].x, b[u] & 1u));
+          f(i + 1, admit(v[u].y, b[u] & 2u));
+          f(i + 2, admit(v[u].z, b[u] & 4u));
+          f(i + 3, admit(v[u].w, b[u] & 8u));
         }
       }
     }
@@ -468,12 +488,17 @@ __device__ void draw(int n, const Src& get, const Index& index_of, uint32_t tau,
 __global__ void __launch_bounds__(kThreads)
     sample_tokens_kernel(const float* logits, int32_t vocab, int64_t ld, const float* temperature,
                          const int32_t* top_k, const float* top_p, const float* uniform,
-                         int32_t* out) {
+                         const uint32_t* mask_bits, const int32_t* mask_rows, int32_t* out) {
   __shared__ SampleShared sh;
   const int tid = threadIdx.x;
   const int64_t r = blockIdx.x;
   const float* row = logits + r * ld;  // [vocab]
-  const RowSource row_logit{row, reinterpret_cast<uintptr_t>(row) % 16 == 0 && vocab % 4 == 0};
+  const uint32_t* mask = nullptr;      // [ceil(vocab / 32)]
+  if (mask_bits != nullptr && mask_rows != nullptr && mask_rows[r] >= 0) {
+    mask = mask_bits + static_cast<int64_t>(mask_rows[r]) * ((vocab + 31) / 32);
+  }
+  const RowSource row_logit{row, mask,
+                            reinterpret_cast<uintptr_t>(row) % 16 == 0 && vocab % 4 == 0};
   const auto token_of = [](int i) { return i; };
 
   // Pass 1: max and the lowest index holding it.
@@ -717,12 +742,13 @@ __global__ void moe_topk_kernel(const float* router_logits, int32_t n_tokens, in
 
 void sample_tokens(const float* logits, int32_t n_rows, int32_t vocab, int64_t ld,
                    const float* temperature, const int32_t* top_k, const float* top_p,
-                   const float* uniform, int32_t* out, cudaStream_t stream) {
+                   const float* uniform, const TokenMaskRows& mask, int32_t* out,
+                   cudaStream_t stream) {
   if (n_rows <= 0) return;
   SS_CHECK_GT(vocab, 0);
   SS_CHECK_GE(ld, int64_t{vocab});
-  sample_tokens_kernel<<<n_rows, kThreads, 0, stream>>>(logits, vocab, ld, temperature, top_k,
-                                                        top_p, uniform, out);
+  sample_tokens_kernel<<<n_rows, kThreads, 0, stream>>>(
+      logits, vocab, ld, temperature, top_k, top_p, uniform, mask.bits, mask.row_mask, out);
   SS_CUDA_CHECK_LAUNCH();
 }
 

@@ -8,7 +8,17 @@
 
 namespace specstack::cuda {
 
-// Per row r of logits [n_rows, vocab] f32 (row stride ld):
+// Grammar masks (model/logit_masks.h) on the device: row r of the logits may
+// only take the tokens whose bit is set in bits[row_mask[r]] (token t: bit
+// t % 32 of word t / 32 of that row's ceil(vocab / 32) words); row_mask[r] < 0,
+// or bits null: every token.
+struct TokenMaskRows {
+  const uint32_t* bits = nullptr;     // [n_masks, ceil(vocab / 32)]
+  const int32_t* row_mask = nullptr;  // [n_rows]
+};
+
+// Per row r of logits [n_rows, vocab] f32 (row stride ld), a masked token
+// (see `mask`) read as -inf before anything else:
 //  * temperature[r] <= 0: out[r] = argmax (the lowest index among equal maxima);
 //  * else p = softmax(logits / temperature) in fp32; keep the top_k[r] most
 //    likely tokens (0 = all; every token tied with the k-th is kept too), then
@@ -19,7 +29,8 @@ namespace specstack::cuda {
 // CPU twin: sample_tokens_reference (tests/cuda), the same rule.
 void sample_tokens(const float* logits, int32_t n_rows, int32_t vocab, int64_t ld,
                    const float* temperature, const int32_t* top_k, const float* top_p,
-                   const float* uniform, int32_t* out, cudaStream_t stream);
+                   const float* uniform, const TokenMaskRows& mask, int32_t* out,
+                   cudaStream_t stream);
 
 // MoE routing: probs = softmax(router_logits[t, :]) in fp32 over all
 // experts; ids[t, :] = the k most likely experts in descending order (ties:

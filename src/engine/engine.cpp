@@ -105,7 +105,7 @@ class EngineCore {
   void handle_cancellations();
   void step();
   // logits [vocab] of the sequence's last row, or (device greedy) null and
-  // the token the model already chose.
+  // the token the model already chose (-1: the grammar admitted nothing).
   void on_logits(Sequence* seq, float* logits, int32_t chosen = -1);
   // A verification chunk's rows: [1 + n_draft, vocab] raw logits, or null and
   // the model's greedy ids.
@@ -118,6 +118,9 @@ class EngineCore {
   // True when every row that wants logits can take the model's own argmax:
   // a GPU model, greedy without penalties, one choice, no logprobs.
   bool device_greedy_step(const ScheduleResult& scheduled) const;
+  // A device-greedy step's grammar masks into its plan; dead[r] = 1 where
+  // logit row r's grammar admits nothing. Returns the rows masked.
+  int32_t fill_device_masks(ScheduleResult& scheduled, std::vector<uint8_t>& dead);
   void finish(Sequence* seq, FinishReason reason, RequestEvent event);
   void retire_finished_requests();
   void publish_metrics();
@@ -130,7 +133,9 @@ class EngineCore {
   std::unique_ptr<SpecPrefillStage> specprefill_;  // null without a draft model
   std::unique_ptr<SpecDecodeStage> specdecode_;    // null without speculative decoding
   GrammarStage grammar_;                           // constrained requests' masks
-  LatencyHistogram accepted_length_{{}};           // accepted draft tokens per verification
+  LogitMasks mask_storage_;               // the plans' masks between steps (keeps the capacity)
+  std::vector<uint8_t> dead_rows_;        // [logit rows] of the step: the grammar admits nothing
+  LatencyHistogram accepted_length_{{}};  // accepted draft tokens per verification
   SpecPrefillPolicy specprefill_policy_;
   std::shared_ptr<LoopSignal> signal_ = std::make_shared<LoopSignal>();
 
@@ -385,15 +390,44 @@ bool EngineCore::device_greedy_step(const ScheduleResult& scheduled) const {
     if (!chunk.wants_logits) continue;
     const RequestOptions& o = chunk.seq->request->options;
     const SamplingParams& p = o.params;
-    // A constrained row's mask is applied on the host (GrammarStage).
-    if (GrammarStage::constrained(*chunk.seq->request) || o.n != 1 || o.top_logprobs >= 0 ||
-        p.temperature != 0.0f || p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
-        p.frequency_penalty != 0.0f) {
+    // A constrained row goes too: its grammar mask goes up with the plan.
+    if (o.n != 1 || o.top_logprobs >= 0 || p.temperature != 0.0f || p.repetition_penalty != 1.0f ||
+        p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
       return false;
     }
     any = true;
   }
   return any;
+}
+
+int32_t EngineCore::fill_device_masks(ScheduleResult& scheduled, std::vector<uint8_t>& dead) {
+  LogitMasks& masks = scheduled.plan.masks;
+  masks = std::move(mask_storage_);
+  const size_t n_rows = scheduled.plan.logit_rows.size();
+  masks.reset(n_rows, vocab_);
+  dead.assign(n_rows, 0);
+  int32_t n_masked = 0;
+  size_t row = 0;
+  for (const ScheduledChunk& chunk : scheduled.chunks) {
+    if (!chunk.wants_logits) continue;
+    if (GrammarStage::constrained(*chunk.seq->request)) {
+      SS_CHECK_EQ(chunk.n_logit_rows, 1);  // no speculation with a grammar
+      switch (grammar_.fill_mask(*chunk.seq, masks.add(row))) {
+        case MaskFill::kMaskNone:
+          masks.drop_last(row);
+          break;
+        case MaskFill::kMaskFilled:
+          ++n_masked;
+          break;
+        case MaskFill::kMaskDeadEnd:
+          masks.drop_last(row);
+          dead[row] = 1;
+          break;
+      }
+    }
+    row += static_cast<size_t>(chunk.n_logit_rows);
+  }
+  return n_masked;
 }
 
 void EngineCore::on_logits(Sequence* seq, float* logits, int32_t chosen) {
@@ -443,7 +477,9 @@ void EngineCore::on_logits(Sequence* seq, float* logits, int32_t chosen) {
       copy = raw;
       row = std::span<float>(copy);
     }
-    if (logits != nullptr && !grammar_.mask(*s, row)) {
+    // A dead end: no token continues the document and it may not end here
+    // (found before the forward on the device path: chosen < 0).
+    if (logits != nullptr ? !grammar_.mask(*s, row) : chosen < 0) {
       finish(s, FinishReason::kFinishStop, RequestEvent{s->choice, {}, {}, {}});
       continue;
     }
@@ -542,6 +578,17 @@ void EngineCore::step() {
     return;
   }
   scheduled.plan.greedy_on_device = device_greedy_step(scheduled);
+  // Grammar masks for the device: made while the model's forward runs
+  // (ModelRunner calls this once the forward is queued).
+  int32_t n_device_masked = 0;
+  double grammar_seconds = 0;
+  if (scheduled.plan.greedy_on_device) {
+    scheduled.plan.fill_masks = [&] {
+      const auto start = Clock::now();
+      n_device_masked = fill_device_masks(scheduled, dead_rows_);
+      grammar_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    };
+  }
   const auto forward_start = Clock::now();
   for (const ScheduledChunk& chunk : scheduled.chunks) {
     Request& request = *chunk.seq->request;
@@ -553,6 +600,7 @@ void EngineCore::step() {
   }
   StepOutput output = model_.runner().run(scheduled.plan);
   const auto forward_end = Clock::now();
+  if (scheduled.plan.greedy_on_device) mask_storage_ = std::move(scheduled.plan.masks);
   // The k policy's cost line is of decode and verify steps (every row wants
   // logits); a prefill chunk's rows cost differently and would bend it.
   const bool decode_shaped =
@@ -576,7 +624,8 @@ void EngineCore::step() {
       on_verify(chunk.seq, greedy ? nullptr : output.logits.f32() + row * vocab_,
                 greedy ? output.greedy_tokens.data() + row : nullptr);
     } else if (greedy) {
-      on_logits(chunk.seq, nullptr, output.greedy_tokens[static_cast<size_t>(row)]);
+      const auto r = static_cast<size_t>(row);
+      on_logits(chunk.seq, nullptr, dead_rows_[r] != 0 ? -1 : output.greedy_tokens[r]);
     } else {
       on_logits(chunk.seq, output.logits.f32() + row * vocab_);
     }
@@ -590,6 +639,8 @@ void EngineCore::step() {
     record.seconds = std::chrono::duration<double>(now - step_start).count();
     record.draft_seconds = std::chrono::duration<double>(schedule_start - step_start).count();
     record.schedule_seconds = std::chrono::duration<double>(forward_start - schedule_start).count();
+    record.grammar_seconds = grammar_seconds;
+    record.n_device_masked = n_device_masked;
     record.forward_seconds = std::chrono::duration<double>(forward_end - forward_start).count();
     record.n_tokens = static_cast<int32_t>(scheduled.plan.n_tokens());
     record.n_draft_tokens = proposed.n_tokens;

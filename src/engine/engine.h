@@ -73,6 +73,7 @@ struct StepRecord {
   double draft_seconds = 0;          // of those, speculative decoding's draft forwards (propose)
   double schedule_seconds = 0;       // the scheduler
   double forward_seconds = 0;        // the target's forward
+  double grammar_seconds = 0;        // of forward_seconds, the device's grammar masks (host work)
   int32_t n_draft_tokens = 0;        // tokens the draft forwarded in propose (catch-up included)
   double draft_first_seconds = 0;    // of draft_seconds, its first (catch-up) forward
   double draft_forward_seconds = 0;  // of draft_seconds, all its forwards (the rest: host work)
@@ -80,7 +81,8 @@ struct StepRecord {
   int32_t n_draft_admitted = 0;      // sequences the draft admitted (prefix lookup) this step
   int32_t n_tokens = 0;              // tokens in the step's plan
   int32_t n_decode = 0;              // sequences that produced a token
-  int32_t n_running = 0;             // running sequences after the step
+  int32_t n_device_masked = 0;  // of the logit rows, those whose grammar mask the model applied
+  int32_t n_running = 0;        // running sequences after the step
 };
 
 class EngineCore;  // the loop thread's state (scheduler, sequences)

@@ -29,6 +29,11 @@ bool GrammarStage::mask(Sequence& seq, std::span<float> logits) const {
   return seq.grammar->any_admitted(eos_for(seq));
 }
 
+MaskFill GrammarStage::fill_mask(Sequence& seq, std::span<uint32_t> bits) const {
+  if (!seq.grammar || !seq.grammar->fill_bitmask(bits, eos_for(seq))) return MaskFill::kMaskNone;
+  return seq.grammar->any_admitted(eos_for(seq)) ? MaskFill::kMaskFilled : MaskFill::kMaskDeadEnd;
+}
+
 GrammarOutcome GrammarStage::accept(Sequence& seq, int32_t token) const {
   if (!seq.grammar) return GrammarOutcome::kGrammarContinue;
   switch (seq.grammar->accept(token, eos_for(seq))) {

@@ -14,8 +14,15 @@
 //
 // Speculative decoding is off for constrained requests (SpecDecodeStage asks
 // constrained()): a draft token's grammar state would have to be tracked
-// through every verified position. On the GPU a constrained step samples on
-// the host (the mask is applied to the logits there), never on the device.
+// through every verified position.
+//
+// On the GPU a greedy constrained row is decided on the device like any
+// greedy row: fill_mask() writes the row's mask as a bitmask into the
+// StepPlan (model/logit_masks.h; on the engine thread while the GPU runs the
+// forward, through StepPlan::fill_masks) and the sampling kernel reads
+// masked tokens as -inf, so no logits come down to the host. Rows that
+// sample on the host (temperature, penalties, logprobs, n > 1) use mask()
+// on their logits as before.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +33,12 @@ namespace specstack {
 
 struct Request;
 struct Sequence;
+
+enum class MaskFill {
+  kMaskNone,     // every token is admitted: the row needs no mask
+  kMaskFilled,   // the bits say which tokens are admitted
+  kMaskDeadEnd,  // nothing is admitted (as mask() returning false)
+};
 
 enum class GrammarOutcome {
   kGrammarContinue,  // the token was admitted; more may follow
@@ -43,6 +56,9 @@ class GrammarStage {
   // -inf outside the grammar's mask; false when nothing at all is admitted
   // (the grammar cannot continue with this vocabulary and may not end).
   bool mask(Sequence& seq, std::span<float> logits) const;
+  // The same rule (EOS where the document may end) as a bitmask over
+  // bits.size() * 32 ids, for a model that masks on its device.
+  MaskFill fill_mask(Sequence& seq, std::span<uint32_t> bits) const;
   GrammarOutcome accept(Sequence& seq, int32_t token) const;
 
  private:

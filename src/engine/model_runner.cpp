@@ -33,6 +33,7 @@ void ModelRunner::check_plan(const StepPlan& plan) const {
       SS_CHECK_LT(block, kv_.shape().n_blocks);
     }
   }
+  if (!plan.fill_masks) check_masks(plan);
   for (size_t i = 1; i < plan.logit_rows.size(); ++i) {
     SS_CHECK_LT(plan.logit_rows[i - 1], plan.logit_rows[i]);
   }
@@ -40,6 +41,14 @@ void ModelRunner::check_plan(const StepPlan& plan) const {
     SS_CHECK_LT(plan.capture_rows[i], static_cast<int32_t>(n));
     if (i > 0) SS_CHECK_LT(plan.capture_rows[i - 1], plan.capture_rows[i]);
   }
+}
+
+void ModelRunner::check_masks(const StepPlan& plan) const {
+  if (plan.masks.empty()) return;
+  SS_CHECK(plan.greedy_on_device);  // a host-sampled step masks its logits itself
+  SS_CHECK_EQ(plan.masks.row_mask.size(), plan.logit_rows.size());
+  SS_CHECK_EQ(int64_t{plan.masks.words_per_row}, (model_.config().vocab_size + 31) / 32);
+  for (int32_t m : plan.masks.row_mask) SS_CHECK_LT(m, plan.masks.n_masks());
 }
 
 StepOutput ModelRunner::run(const StepPlan& plan) {
@@ -55,14 +64,29 @@ StepOutput ModelRunner::run(const StepPlan& plan) {
   batch.capture_rows = plan.capture_rows;
   StepOutput output;
   if (!plan.capture_rows.empty()) batch.captured_queries = &output.captured_queries;
-  if (plan.greedy_on_device) batch.greedy_tokens = &output.greedy_tokens;
+  SS_CHECK(!plan.fill_masks || plan.greedy_on_device);
+  // plan.fill_masks, once (the model calls it after queuing the forward; a
+  // host model never does, so it runs after forward returns).
+  bool masks_ready = !plan.fill_masks;
+  const std::function<void()> prepare_masks = [&] {
+    if (masks_ready) return;
+    masks_ready = true;
+    plan.fill_masks();
+    check_masks(plan);
+  };
+  if (plan.greedy_on_device) {
+    batch.greedy_tokens = &output.greedy_tokens;
+    batch.masks = &plan.masks;
+    batch.prepare_masks = &prepare_masks;
+  }
   model_.forward(batch, kv_, output.logits);
+  prepare_masks();
   if (plan.greedy_on_device && output.logits.defined()) {  // a host model: argmax here
     const int64_t vocab = output.logits.size(1);
     output.greedy_tokens.resize(plan.logit_rows.size());
     for (size_t r = 0; r < plan.logit_rows.size(); ++r) {
-      const float* row = output.logits.f32() + static_cast<int64_t>(r) * vocab;
-      output.greedy_tokens[r] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+      output.greedy_tokens[r] = masked_argmax(output.logits.f32() + static_cast<int64_t>(r) * vocab,
+                                              vocab, batch.masks, r);
     }
   }
   return output;

@@ -13,7 +13,9 @@ namespace specstack {
 struct StepOutput {
   Tensor logits;  // [plan.logit_rows.size(), vocab] f32
   Tensor captured_queries;
-  std::vector<int32_t> greedy_tokens;  // [plan.logit_rows.size()] with plan.greedy_on_device  // [plan.capture_rows.size(), n_layers, n_heads * head_dim] f32 (if asked)
+  std::vector<int32_t>
+      greedy_tokens;  // [plan.logit_rows.size()] with plan.greedy_on_device  //
+                      // [plan.capture_rows.size(), n_layers, n_heads * head_dim] f32 (if asked)
 };
 
 class ModelRunner {
@@ -27,6 +29,7 @@ class ModelRunner {
 
  private:
   void check_plan(const StepPlan& plan) const;
+  void check_masks(const StepPlan& plan) const;
 
   ForwardModel& model_;
   KvCache& kv_;

@@ -5,7 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
+
+#include "model/logit_masks.h"
 
 namespace specstack {
 
@@ -24,6 +27,14 @@ struct StepPlan {
   // no logits cross PCIe) and returns ids instead of logits. Greedy requests
   // without penalties or logprobs only.
   bool greedy_on_device = false;
+  // With greedy_on_device: the grammar masks of constrained logit rows
+  // (engine/grammar_stage.h), applied where the model picks the token (on
+  // the GPU in the sampling kernel). Empty: no row is constrained.
+  LogitMasks masks;
+  // When set, fills `masks` late: ModelRunner runs it exactly once, after
+  // the model has queued the forward on its device and before the tokens
+  // are picked, so the host's mask work overlaps the device's forward.
+  std::function<void()> fill_masks;
 
   // Per sequence [n_seqs].
   std::vector<std::vector<int32_t>> block_tables;  // logical -> physical block

@@ -255,6 +255,21 @@ void TokenMatcher::apply(std::span<float> logits, std::span<const int32_t> eos_i
   for (const auto& [id, value] : eos) logits[size_t(id)] = value;
 }
 
+void TokenMatcher::fill_bitmask(std::span<uint32_t> bits, std::span<const int32_t> eos_ids) {
+  const TokenMask& m = mask();
+  // TokenMask's 64-bit word w holds ids [64 w, 64 w + 64): its low half
+  // first, as in little-endian memory.
+  for (size_t i = 0; i < bits.size(); ++i) {
+    const uint64_t word = i / 2 < m.words.size() ? m.words[i / 2] : 0;
+    bits[i] = static_cast<uint32_t>(i % 2 == 0 ? word : word >> 32);
+  }
+  if (!matcher_.can_end()) return;
+  for (int32_t id : eos_ids) {
+    if (id >= 0 && static_cast<size_t>(id) / 32 < bits.size())
+      bits[size_t(id) / 32] |= 1u << (id % 32);
+  }
+}
+
 bool TokenMatcher::accept_bytes(std::string_view bytes) {
   if (!matcher_.accept_bytes(bytes)) return false;
   mask_.reset();

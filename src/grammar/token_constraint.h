@@ -130,6 +130,10 @@ class TokenMatcher {
   // their logits exactly when the document may end here. Ids at or beyond
   // the vocabulary's size (padding rows of the model) are masked too.
   void apply(std::span<float> logits, std::span<const int32_t> eos_ids);
+  // The same rule as a bitmask over bits.size() * 32 ids (bit t % 32 of
+  // bits[t / 32] set = token t keeps its logit), for a device that masks
+  // the logits itself (model/logit_masks.h): every word is written.
+  void fill_bitmask(std::span<uint32_t> bits, std::span<const int32_t> eos_ids);
   // Advances by the token's bytes. An EOS id (listed in `eos_ids`) is
   // accepted only where the document may end. False: rejected, state kept.
   bool accept(int32_t token, std::span<const int32_t> eos_ids);

@@ -23,15 +23,7 @@ void TriggeredMatcher::apply(std::span<float> logits, std::span<const int32_t> e
     return;
   }
   if (scan_state_ == TriggerScanner::kDisarmed) return;
-  // Keyed by the trigger and the scanner state: every sequence of every
-  // request with this grammar and trigger shares the lists.
-  const std::string key = std::string(trigger_->at_start ? "start:" : "any:") +
-                          std::to_string(scan_state_) + ":" + trigger_->text;
-  const int state = scan_state_;
-  const GrammarTrigger& trigger = *trigger_;
-  TokenConstraint& c = *constraint_;
-  std::shared_ptr<const TokenMask> refused = c.side_mask(
-      key, [&] { return trigger_refusals(trigger, state, *c.grammar(), c.vocabulary()); });
+  const std::shared_ptr<const TokenMask> refused = refusals();
   constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
   for (size_t w = 0; w < refused->words.size(); ++w) {
     for (uint64_t bits = refused->words[w]; bits != 0; bits &= bits - 1) {
@@ -39,6 +31,35 @@ void TriggeredMatcher::apply(std::span<float> logits, std::span<const int32_t> e
       if (id < logits.size()) logits[id] = kMinusInf;
     }
   }
+}
+
+bool TriggeredMatcher::fill_bitmask(std::span<uint32_t> bits, std::span<const int32_t> eos_ids) {
+  if (matcher_) {
+    matcher_->fill_bitmask(bits, eos_ids);
+    return true;
+  }
+  if (scan_state_ == TriggerScanner::kDisarmed) return false;
+  std::fill(bits.begin(), bits.end(), ~uint32_t{0});
+  const std::shared_ptr<const TokenMask> refused = refusals();
+  for (size_t w = 0; w < refused->words.size(); ++w) {
+    for (uint64_t word = refused->words[w]; word != 0; word &= word - 1) {
+      const size_t id = w * 64 + size_t(std::countr_zero(word));
+      if (id / 32 < bits.size()) bits[id / 32] &= ~(uint32_t{1} << (id % 32));
+    }
+  }
+  return true;
+}
+
+std::shared_ptr<const TokenMask> TriggeredMatcher::refusals() {
+  // Keyed by the trigger and the scanner state: every sequence of every
+  // request with this grammar and trigger shares the lists.
+  const std::string key = std::string(trigger_->at_start ? "start:" : "any:") +
+                          std::to_string(scan_state_) + ":" + trigger_->text;
+  const int state = scan_state_;
+  const GrammarTrigger& trigger = *trigger_;
+  TokenConstraint& c = *constraint_;
+  return c.side_mask(
+      key, [&] { return trigger_refusals(trigger, state, *c.grammar(), c.vocabulary()); });
 }
 
 bool TriggeredMatcher::any_admitted(std::span<const int32_t> eos_ids) {

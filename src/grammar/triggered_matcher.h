@@ -34,6 +34,9 @@ class TriggeredMatcher {
   // -inf on every logit the next token may not take (see the header note);
   // EOS ids keep theirs when free or where the grammar may end.
   void apply(std::span<float> logits, std::span<const int32_t> eos_ids);
+  // The same as a bitmask (TokenMatcher::fill_bitmask); false, `bits`
+  // untouched, when every token is admitted (free with the trigger disarmed).
+  bool fill_bitmask(std::span<uint32_t> bits, std::span<const int32_t> eos_ids);
   // Some token (or EOS) is admitted next. Always true when free.
   bool any_admitted(std::span<const int32_t> eos_ids);
   TriggeredOutcome accept(int32_t token, std::span<const int32_t> eos_ids);
@@ -42,6 +45,9 @@ class TriggeredMatcher {
 
  private:
   TriggeredOutcome sentence_done();
+  // While free and armed: the tokens that would fire the trigger into bytes
+  // the grammar refuses.
+  std::shared_ptr<const TokenMask> refusals();
 
   std::shared_ptr<TokenConstraint> constraint_;
   std::optional<GrammarTrigger> trigger_;

@@ -5,10 +5,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "backend/attention_batch.h"
 #include "kv/kv_cache.h"
 #include "model/config.h"
+#include "model/logit_masks.h"
 #include "model/weights.h"
 #include "tensor/tensor.h"
 
@@ -26,6 +28,12 @@ struct ForwardBatch {
   // When set, the argmax id of each logit row (lowest id on ties) is written
   // here and `logits` may be left empty.
   std::vector<int32_t>* greedy_tokens = nullptr;
+  // With greedy_tokens: the tokens each logit row may take (null: all),
+  // valid only once prepare_masks (when set) has been called: a model calls
+  // it after queuing the forward, before it picks the tokens (calls after
+  // the first do nothing), so the masks are made while the device computes.
+  const LogitMasks* masks = nullptr;
+  const std::function<void()>* prepare_masks = nullptr;
 };
 
 class ForwardModel {

@@ -106,6 +106,8 @@ void TensorParallelModel::forward(const ForwardBatch& batch, KvCache& kv, Tensor
   for (Rank& rank : ranks_) {
     rank.batch = batch;
     rank.batch.greedy_tokens = nullptr;  // filled below from the full logits
+    rank.batch.masks = nullptr;
+    rank.batch.prepare_masks = nullptr;
     rank.batch.captured_queries = batch.captured_queries != nullptr ? &rank.captured : nullptr;
   }
   {
@@ -123,12 +125,13 @@ void TensorParallelModel::forward(const ForwardBatch& batch, KvCache& kv, Tensor
   }
   if (batch.captured_queries != nullptr) merge_captured_queries(batch);
   if (batch.greedy_tokens != nullptr) {
+    if (batch.prepare_masks != nullptr) (*batch.prepare_masks)();
     const int64_t vocab = logits.size(1);
     batch.greedy_tokens->resize(static_cast<size_t>(logits.size(0)));
     for (int64_t i = 0; i < logits.size(0); ++i) {
-      const float* row = logits.f32() + i * vocab;  // first maximum: lowest id on ties
+      // First maximum (lowest id on ties) among the admitted tokens.
       (*batch.greedy_tokens)[static_cast<size_t>(i)] =
-          static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+          masked_argmax(logits.f32() + i * vocab, vocab, batch.masks, static_cast<size_t>(i));
     }
   }
 }

@@ -1,5 +1,6 @@
 // sample_tokens against sample_tokens_reference, the rule of sampling.cu
-// written out on the CPU in double precision; moe_topk against
+// written out on the CPU in double precision (grammar masks included: a
+// masked token reads as -inf); moe_topk against
 // CpuBackend::softmax_rows plus the partial sort of Transformer::moe_mlp.
 //
 // The GPU sums weights in fp32 (and its expf differs from the CPU's in the
@@ -47,11 +48,19 @@ float clean_logit(float v) {
   return v == 0.0f ? 0.0f : v;
 }
 
-// The rule documented in src/cuda/sampling.cu, exact (double) sums.
+bool admitted(const std::vector<uint32_t>& mask, int32_t token) {
+  return mask.empty() || ((mask[size_t(token) / 32] >> (token % 32)) & 1u) != 0;
+}
+
+// The rule documented in src/cuda/sampling.cu, exact (double) sums. `mask`
+// [ceil(vocab / 32)] admitted tokens; empty: all.
 Reference sample_tokens_reference(const float* logits, int32_t vocab, float temperature,
-                                  int32_t top_k, float top_p, float uniform) {
+                                  int32_t top_k, float top_p, float uniform,
+                                  const std::vector<uint32_t>& mask = {}) {
   std::vector<float> l(static_cast<size_t>(vocab));
-  for (int32_t i = 0; i < vocab; ++i) l[size_t(i)] = clean_logit(logits[i]);
+  for (int32_t i = 0; i < vocab; ++i) {
+    l[size_t(i)] = admitted(mask, i) ? clean_logit(logits[i]) : -kInf;
+  }
   Reference ref;
   int32_t arg = 0;
   for (int32_t i = 1; i < vocab; ++i) {
@@ -140,6 +149,7 @@ struct Row {
   int32_t top_k = 0;
   float top_p = 1.0f;
   float uniform = 0.5f;
+  std::vector<uint32_t> mask;  // [ceil(vocab / 32)] grammar mask; empty: none
 };
 
 // Runs rows through sample_tokens with row stride ld = vocab + pad (the pad
@@ -148,13 +158,20 @@ std::vector<int32_t> run_gpu(const std::vector<Row>& rows, int32_t vocab, int32_
   const int64_t ld = vocab + pad;
   std::vector<float> logits(rows.size() * ld, 1e30f);
   std::vector<float> temperature, top_p, uniform;
-  std::vector<int32_t> top_k;
+  std::vector<int32_t> top_k, row_mask;
+  std::vector<uint32_t> bits;  // the masked rows' masks, in row order
   for (size_t r = 0; r < rows.size(); ++r) {
     std::copy(rows[r].logits.begin(), rows[r].logits.end(), logits.begin() + r * ld);
     temperature.push_back(rows[r].temperature);
     top_k.push_back(rows[r].top_k);
     top_p.push_back(rows[r].top_p);
     uniform.push_back(rows[r].uniform);
+    row_mask.push_back(-1);
+    if (!rows[r].mask.empty()) {
+      EXPECT_EQ(rows[r].mask.size(), size_t(vocab + 31) / 32);
+      row_mask.back() = static_cast<int32_t>(bits.size() / rows[r].mask.size());
+      bits.insert(bits.end(), rows[r].mask.begin(), rows[r].mask.end());
+    }
   }
   auto d_logits = ct::upload(logits);
   auto d_temperature = ct::upload(temperature);
@@ -163,8 +180,17 @@ std::vector<int32_t> run_gpu(const std::vector<Row>& rows, int32_t vocab, int32_
   auto d_uniform = ct::upload(uniform);
   DeviceBuffer<int32_t> d_out(rows.size());
   d_out.fill_bytes(0xFF);
+  DeviceBuffer<uint32_t> d_bits;
+  DeviceBuffer<int32_t> d_row_mask;
+  TokenMaskRows mask;  // none unless some row has one
+  if (!bits.empty()) {
+    d_bits = ct::upload(bits);
+    d_row_mask = ct::upload(row_mask);
+    mask.bits = d_bits.data();
+    mask.row_mask = d_row_mask.data();
+  }
   sample_tokens(d_logits.data(), static_cast<int32_t>(rows.size()), vocab, ld, d_temperature.data(),
-                d_top_k.data(), d_top_p.data(), d_uniform.data(), d_out.data(), nullptr);
+                d_top_k.data(), d_top_p.data(), d_uniform.data(), mask, d_out.data(), nullptr);
   return d_out.download();
 }
 
@@ -174,7 +200,7 @@ int check_rows(const std::vector<Row>& rows, int32_t vocab, const std::vector<in
   for (size_t r = 0; r < rows.size(); ++r) {
     const Row& row = rows[r];
     const Reference ref = sample_tokens_reference(row.logits.data(), vocab, row.temperature,
-                                                  row.top_k, row.top_p, row.uniform);
+                                                  row.top_k, row.top_p, row.uniform, row.mask);
     SCOPED_TRACE(::testing::Message()
                  << "row " << r << " T " << row.temperature << " top_k " << row.top_k << " top_p "
                  << row.top_p << " u " << row.uniform);
@@ -187,6 +213,7 @@ int check_rows(const std::vector<Row>& rows, int32_t vocab, const std::vector<in
       ADD_FAILURE() << "token " << got[r] << " out of range";
       continue;
     }
+    EXPECT_TRUE(admitted(row.mask, got[r])) << "token " << got[r] << " is masked";
     EXPECT_GE(clean_logit(row.logits[size_t(got[r])]), ref.loosest_cut);
   }
   return ambiguous;
@@ -274,7 +301,7 @@ TEST(CudaSampling, EdgeRows) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<Row> rows;
   auto add = [&](std::vector<float> logits, float t, int32_t k, float p, float u) {
-    rows.push_back(Row{std::move(logits), t, k, p, u});
+    rows.push_back(Row{std::move(logits), t, k, p, u, {}});
   };
   std::vector<float> base = peaked_logits(rng, vocab, 2.0f);
   {  // greedy: the max appears three times, the lowest index wins
@@ -337,6 +364,106 @@ TEST(CudaSampling, EdgeRows) {
   EXPECT_EQ(got[9], 0);
   EXPECT_EQ(got[10], 10);
   EXPECT_EQ(got[11], 20);
+}
+
+// Grammar masks: random masks of every density, a mask admitting one token
+// (a cold one), rows whose argmax is masked, a mask admitting nothing (token
+// 0, as the host sampler) and unmasked rows between masked ones; greedy and
+// sampled with fixed uniforms, float4 and scalar loads, at 3000 and the
+// full vocabulary.
+TEST(CudaSampling, MaskedRowsMatchReference) {
+  SS_REQUIRE_GPU();
+  std::mt19937 rng(35);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  struct Config {
+    float temperature;
+    int32_t top_k;
+    float top_p;
+  };
+  const Config configs[] = {{0.0f, 0, 1.0f}, {1.0f, 0, 1.0f},   {0.7f, 20, 1.0f},
+                            {1.0f, 0, 0.9f}, {1.2f, 50, 0.95f}, {0.0f, 5, 0.5f},
+                            {1.5f, 0, 0.8f}, {0.5f, 1, 1.0f},   {1.0f, 5000, 1.0f}};
+  for (int32_t vocab : {3000, 151936}) {
+    const size_t words = size_t(vocab + 31) / 32;
+    auto random_mask = [&](double density) {
+      std::vector<uint32_t> mask(words, 0);
+      for (int32_t t = 0; t < vocab; ++t) {
+        if (unit(rng) < density) mask[size_t(t) / 32] |= 1u << (t % 32);
+      }
+      return mask;
+    };
+    std::vector<Row> rows;
+    std::vector<size_t> one_token_rows, masked_argmax_rows;
+    std::vector<int32_t> one_token, argmax_token;
+    for (int i = 0; i < 72; ++i) {
+      const Config& c = configs[size_t(i) % std::size(configs)];
+      Row row;
+      row.logits = peaked_logits(rng, vocab, vocab > 10000 ? 6.0f : 2.0f);
+      row.temperature = c.temperature;
+      row.top_k = c.top_k;
+      row.top_p = c.top_p;
+      row.uniform = std::min(unit(rng), 0.99f);
+      const int32_t argmax = static_cast<int32_t>(
+          std::max_element(row.logits.begin(), row.logits.end()) - row.logits.begin());
+      switch (i % 6) {
+        case 0:  // unmasked, between masked rows
+          break;
+        case 1:
+          row.mask = random_mask(0.5);
+          break;
+        case 2:  // sparse: a JSON state admits few tokens
+          row.mask = random_mask(0.01);
+          break;
+        case 3: {  // one admitted token, far from the top
+          row.mask.assign(words, 0);
+          const auto coldest = static_cast<int32_t>(
+              std::min_element(row.logits.begin(), row.logits.end()) - row.logits.begin());
+          row.mask[size_t(coldest) / 32] |= 1u << (coldest % 32);
+          one_token_rows.push_back(rows.size());
+          one_token.push_back(coldest);
+          break;
+        }
+        case 4:  // everything but the argmax
+          row.mask.assign(words, ~0u);
+          row.mask[size_t(argmax) / 32] &= ~(1u << (argmax % 32));
+          masked_argmax_rows.push_back(rows.size());
+          argmax_token.push_back(argmax);
+          break;
+        case 5:  // dense with a few holes, and the top ten masked
+          row.mask = random_mask(0.99);
+          for (int32_t k = 0; k < 10; ++k) {
+            const int32_t top = static_cast<int32_t>(
+                std::max_element(row.logits.begin(), row.logits.end()) - row.logits.begin());
+            row.mask[size_t(top) / 32] &= ~(1u << (top % 32));
+            row.logits[size_t(top)] = -50.0f;  // the next one up (its mask bit stays clear)
+          }
+          break;
+      }
+      rows.push_back(std::move(row));
+    }
+    {  // a mask admitting nothing: token 0 (the engine's grammar ends such a choice)
+      Row row;
+      row.logits = peaked_logits(rng, vocab, 2.0f);
+      row.mask.assign(words, 0);
+      rows.push_back(row);
+      row.temperature = 0.0f;
+      rows.push_back(std::move(row));
+    }
+    for (int32_t pad : {0, 5}) {  // float4 and scalar loads
+      SCOPED_TRACE(::testing::Message() << "vocab " << vocab << " pad " << pad);
+      const std::vector<int32_t> got = run_gpu(rows, vocab, pad);
+      const int ambiguous = check_rows(rows, vocab, got);
+      EXPECT_LE(ambiguous, 8) << "too few rows compared exactly";
+      for (size_t j = 0; j < one_token_rows.size(); ++j) {
+        EXPECT_EQ(got[one_token_rows[j]], one_token[j]) << "row " << one_token_rows[j];
+      }
+      for (size_t j = 0; j < masked_argmax_rows.size(); ++j) {
+        EXPECT_NE(got[masked_argmax_rows[j]], argmax_token[j]) << "row " << masked_argmax_rows[j];
+      }
+      EXPECT_EQ(got[rows.size() - 2], 0);
+      EXPECT_EQ(got[rows.size() - 1], 0);
+    }
+  }
 }
 
 // The CPU side of moe_topk: softmax_rows, then Transformer::moe_mlp's partial sort.

@@ -71,6 +71,20 @@ class TriggeredMatcherTest : public ::testing::Test {
     return logits;
   }
 
+  // fill_bitmask against apply on a model vocabulary larger than the
+  // tokenizer's (padding ids): the same tokens keep their logits.
+  void expect_bitmask_equals_apply(TriggeredMatcher& m) {
+    constexpr size_t kModelVocab = 70;
+    std::vector<float> logits(kModelVocab, 1.0f);
+    m.apply(logits, eos_);
+    std::vector<uint32_t> bits((kModelVocab + 31) / 32, 0xA5A5A5A5u);  // every word is written
+    const bool masked = m.fill_bitmask(bits, eos_);
+    for (size_t t = 0; t < kModelVocab; ++t) {
+      const bool kept = !masked || ((bits[t / 32] >> (t % 32)) & 1u) != 0;
+      EXPECT_EQ(kept, !std::isinf(logits[t])) << "token " << t;
+    }
+  }
+
   std::shared_ptr<TokenConstraint> constraint_;
   std::vector<int32_t> eos_ = {kEos};
 };
@@ -139,6 +153,39 @@ TEST_F(TriggeredMatcherTest, AtStartTriggerDisarmsAfterOtherText) {
   EXPECT_EQ(text.accept(kHi, eos_), TriggeredOutcome::kTriggeredContinue);
   EXPECT_EQ(text.accept(kOpen, eos_), TriggeredOutcome::kTriggeredContinue);
   EXPECT_FALSE(text.active());
+}
+
+// The device path's bitmask (GrammarStage::fill_mask) says exactly what
+// apply() says at every step: free, armed mid-marker, active, free again
+// after a repeated sentence, disarmed, and EOS where the document may end.
+TEST_F(TriggeredMatcherTest, BitmaskEqualsApplyAtEveryStep) {
+  TriggeredMatcher m(constraint_, GrammarTrigger{"<tool_call>", false, true});
+  for (int32_t t : {kHi, kLt, kTool, kCall, kGtNl, kOpen, kA, kClose, kEnd, kSp, kMarker, kNl}) {
+    SCOPED_TRACE(::testing::Message() << "before token " << t);
+    expect_bitmask_equals_apply(m);
+    ASSERT_EQ(m.accept(t, eos_), TriggeredOutcome::kTriggeredContinue);
+  }
+  expect_bitmask_equals_apply(m);
+
+  TriggeredMatcher disarmed(constraint_, GrammarTrigger{"<", true, false});
+  ASSERT_EQ(disarmed.accept(kHi, eos_), TriggeredOutcome::kTriggeredContinue);
+  std::vector<uint32_t> bits(3, 7u);
+  EXPECT_FALSE(disarmed.fill_bitmask(bits, eos_));  // nothing to mask
+  EXPECT_EQ(bits, (std::vector<uint32_t>{7u, 7u, 7u}));
+  expect_bitmask_equals_apply(disarmed);
+
+  auto g = parse_gbnf("root ::= [ab]+\n");
+  ASSERT_TRUE(g.ok());
+  auto c = std::make_shared<TokenConstraint>(
+      std::make_shared<const Grammar>(std::move(g).value()),
+      std::make_shared<const TokenVocabulary>(constraint_->vocabulary()));
+  TriggeredMatcher eager(c, std::nullopt);
+  expect_bitmask_equals_apply(eager);  // EOS refused: nothing yet
+  ASSERT_EQ(eager.accept(kA, eos_), TriggeredOutcome::kTriggeredContinue);
+  expect_bitmask_equals_apply(eager);  // EOS admitted
+  std::vector<uint32_t> end(3, 0u);
+  ASSERT_TRUE(eager.fill_bitmask(end, eos_));
+  EXPECT_NE((end[0] >> kEos) & 1u, 0u);
 }
 
 }  // namespace

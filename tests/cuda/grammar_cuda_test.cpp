@@ -1,0 +1,207 @@
+// Grammar-constrained greedy decoding on the GPU (engine/grammar_stage.h):
+// the masks go up with the plan and the sampling kernel applies them, so a
+// constrained row is decided on the device like a plain greedy one. Run one
+// request at a time (the same batch shapes, so the same logits), that path
+// must give exactly the tokens of the host path (a request asking for
+// logprobs samples on the host from downloaded, host-masked logits); mixed
+// with plain requests in one step, every document still validates. On the
+// llama-gqa golden model with the 512-token byte-level JSON tokenizer.
+// Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <optional>
+
+#include "../engine/engine_test_util.h"
+#include "../engine/golden_run.h"
+#include "backend/cpu/cpu_backend.h"
+#include "cuda_test_util.h"
+#include "engine/engine.h"
+#include "grammar/gbnf_parser.h"
+#include "grammar/json_schema.h"
+#include "grammar/schema_check.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+
+namespace specstack {
+namespace {
+
+using namespace std::chrono_literals;
+using Json = nlohmann::ordered_json;
+
+const char* kSchemas[] = {
+    R"({"type":"object","properties":{"name":{"type":"string","maxLength":8},
+        "age":{"type":"integer"},"ok":{"type":"boolean"},
+        "tags":{"type":"array","items":{"enum":["red","green","blue"]},"maxItems":3}},
+        "required":["name","age"]})",
+    R"({"type":"array","items":{"type":"object","properties":{"id":{"type":"integer"},
+        "kind":{"enum":["a","b"]},"score":{"type":"number"}},"required":["id","kind"]},
+        "minItems":1,"maxItems":3})",
+    R"({"anyOf":[{"type":"string","maxLength":5},{"type":"null"},{"type":"integer"},
+        {"type":"object","properties":{"when":{"type":"string","format":"date"}},"required":["when"]}]})",
+};
+
+struct Fixture {
+  CpuBackend backend{CpuBackendOptions{1}};
+  std::unique_ptr<ModelInstance> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::shared_ptr<const grammar::TokenVocabulary> vocabulary;
+};
+
+std::unique_ptr<Fixture> make_fixture() {
+  auto f = std::make_unique<Fixture>();
+  ModelInstanceOptions options;
+  options.kv_tokens = 16 * 1024;
+  options.device = Device::kCuda;
+  options.cuda_graphs = true;
+  options.graph_max_context = 1024;
+  f->model = testing::load_golden_model("llama-gqa", f->backend, options);
+  auto tok = Tokenizer::load_dir(testing::test_data("grammar/json-bytes-512"));
+  SS_CHECK_MSG(tok.ok(), tok.ok() ? "" : tok.message());
+  f->tokenizer = std::make_unique<Tokenizer>(std::move(tok).value());
+  f->vocabulary = std::make_shared<const grammar::TokenVocabulary>(
+      grammar::TokenVocabulary::from_tokenizer(*f->tokenizer));
+  return f;
+}
+
+std::shared_ptr<grammar::TokenConstraint> constraint_for(const Fixture& f, const char* schema) {
+  auto text = grammar::json_schema_to_gbnf(Json::parse(schema));
+  SS_CHECK_MSG(text.ok(), text.ok() ? "" : text.message());
+  auto g = grammar::parse_gbnf(*text);
+  SS_CHECK_MSG(g.ok(), g.ok() ? "" : g.message());
+  return std::make_shared<grammar::TokenConstraint>(
+      std::make_shared<const grammar::Grammar>(std::move(g).value()), f.vocabulary);
+}
+
+struct Output {
+  std::vector<int32_t> tokens;
+  std::optional<FinishReason> finish;
+};
+
+Output collect(RequestStream& stream) {
+  Output out;
+  while (!stream.done()) {
+    auto event = stream.next(10000ms);
+    if (!event) continue;
+    out.tokens.insert(out.tokens.end(), event->tokens.begin(), event->tokens.end());
+    if (event->finish) out.finish = event->finish;
+  }
+  return out;
+}
+
+RequestOptions greedy_request(const Fixture& f, const std::string& prompt, int32_t max_tokens) {
+  RequestOptions options;
+  options.prompt = f.tokenizer->encode(prompt, true);
+  options.params.temperature = 0;
+  options.params.max_tokens = max_tokens;
+  return options;
+}
+
+int64_t device_masked_rows(const Engine& engine) {
+  int64_t n = 0;
+  for (const StepRecord& r : engine.step_records()) n += r.n_device_masked;
+  return n;
+}
+
+// A document that ended ("stop") parses and validates; returns whether it ended.
+bool expect_valid(const Fixture& f, const Output& out, const char* schema) {
+  const std::string text = f.tokenizer->decode(out.tokens, true);
+  if (out.finish != FinishReason::kFinishStop) {  // a random model may write digits forever
+    EXPECT_EQ(out.finish, FinishReason::kFinishLength) << text;
+    return false;
+  }
+  const Json doc = Json::parse(text, nullptr, false);
+  EXPECT_FALSE(doc.is_discarded()) << "not JSON: " << text;
+  std::string why;
+  const Json s = Json::parse(schema);
+  if (!doc.is_discarded()) {
+    EXPECT_TRUE(testing::schema_valid(doc, s, s, &why)) << why << "\n" << text;
+  }
+  return true;
+}
+
+TEST(GrammarCuda, DeviceMasksGiveTheHostPathsTokens) {
+  SS_REQUIRE_GPU();
+  auto f = make_fixture();
+  EngineOptions options;
+  options.record_steps = true;
+  const char* prompts[] = {"Once upon a time, the JSON said", "Tom had a ball", "{"};
+  int n_complete = 0;
+  for (size_t s = 0; s < std::size(kSchemas); ++s) {
+    for (const char* prompt : prompts) {
+      SCOPED_TRACE(::testing::Message() << "schema " << s << " prompt " << prompt);
+      Output device, host;
+      {
+        Engine engine(*f->model, options);
+        RequestOptions request = greedy_request(*f, prompt, 400);
+        request.constraint = constraint_for(*f, kSchemas[s]);
+        auto stream = engine.submit(std::move(request));
+        ASSERT_TRUE(stream.ok()) << stream.message();
+        device = collect(**stream);
+        testing::expect_engine_drained(engine);  // the last step's record is in
+        // Every decoded token's row was masked on the device.
+        EXPECT_EQ(device_masked_rows(engine), static_cast<int64_t>(device.tokens.size()));
+      }
+      {
+        Engine engine(*f->model, options);
+        RequestOptions request = greedy_request(*f, prompt, 400);
+        request.constraint = constraint_for(*f, kSchemas[s]);
+        request.top_logprobs = 1;  // logprobs: the logits come down, masked on the host
+        auto stream = engine.submit(std::move(request));
+        ASSERT_TRUE(stream.ok()) << stream.message();
+        host = collect(**stream);
+        testing::expect_engine_drained(engine);
+        EXPECT_EQ(device_masked_rows(engine), 0);
+      }
+      EXPECT_EQ(device.tokens, host.tokens);
+      EXPECT_EQ(device.finish, host.finish);
+      n_complete += expect_valid(*f, device, kSchemas[s]) ? 1 : 0;
+    }
+  }
+  EXPECT_GE(n_complete, 5) << "too few documents ended to check them";
+}
+
+// Constrained and plain greedy requests share device-greedy steps: the
+// documents validate, the plain requests run to max_tokens unmasked.
+TEST(GrammarCuda, ConstrainedAndPlainRowsShareADeviceStep) {
+  SS_REQUIRE_GPU();
+  auto f = make_fixture();
+  EngineOptions options;
+  options.record_steps = true;
+  Engine engine(*f->model, options);
+  struct Pending {
+    int schema;  // -1: plain
+    std::shared_ptr<RequestStream> stream;
+  };
+  std::vector<Pending> pending;
+  for (int i = 0; i < 9; ++i) {
+    const int schema = i % 3 == 2 ? -1 : (i / 3) % int(std::size(kSchemas));
+    RequestOptions request =
+        greedy_request(*f, "Request " + std::to_string(i) + ":", schema < 0 ? 120 : 400);
+    request.params.ignore_eos = schema < 0;
+    if (schema >= 0) request.constraint = constraint_for(*f, kSchemas[schema]);
+    auto stream = engine.submit(std::move(request));
+    ASSERT_TRUE(stream.ok()) << stream.message();
+    pending.push_back({schema, *stream});
+  }
+  int n_complete = 0;
+  for (Pending& p : pending) {
+    const Output out = collect(*p.stream);
+    if (p.schema < 0) {
+      EXPECT_EQ(out.tokens.size(), 120u);
+      EXPECT_EQ(out.finish, FinishReason::kFinishLength);
+    } else {
+      n_complete += expect_valid(*f, out, kSchemas[p.schema]) ? 1 : 0;
+    }
+  }
+  EXPECT_GE(n_complete, 2) << "too few documents ended to check them";
+  testing::expect_engine_drained(engine);
+  bool mixed = false;  // a step that decided masked and unmasked rows on the device
+  for (const StepRecord& r : engine.step_records()) {
+    mixed = mixed || (r.n_device_masked > 0 && r.n_decode > r.n_device_masked);
+  }
+  EXPECT_TRUE(mixed);
+}
+
+}  // namespace
+}  // namespace specstack
