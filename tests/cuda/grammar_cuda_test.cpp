@@ -11,9 +11,11 @@
 
 #include <chrono>
 #include <optional>
+#include <span>
 
 #include "../engine/engine_test_util.h"
 #include "../engine/golden_run.h"
+#include "../engine/grammar_test_schemas.h"
 #include "backend/cpu/cpu_backend.h"
 #include "cuda_test_util.h"
 #include "engine/engine.h"
@@ -29,17 +31,10 @@ namespace {
 using namespace std::chrono_literals;
 using Json = nlohmann::ordered_json;
 
-const char* kSchemas[] = {
-    R"({"type":"object","properties":{"name":{"type":"string","maxLength":8},
-        "age":{"type":"integer"},"ok":{"type":"boolean"},
-        "tags":{"type":"array","items":{"enum":["red","green","blue"]},"maxItems":3}},
-        "required":["name","age"]})",
-    R"({"type":"array","items":{"type":"object","properties":{"id":{"type":"integer"},
-        "kind":{"enum":["a","b"]},"score":{"type":"number"}},"required":["id","kind"]},
-        "minItems":1,"maxItems":3})",
-    R"({"anyOf":[{"type":"string","maxLength":5},{"type":"null"},{"type":"integer"},
-        {"type":"object","properties":{"when":{"type":"string","format":"date"}},"required":["when"]}]})",
-};
+// The first three of the CPU test's schemas (the fourth's pattern and uuid
+// are the CPU test's alone).
+const std::span<const char* const> kSchemas(testing::kGrammarTestSchemas,
+                                            testing::kGpuGrammarTestSchemas);
 
 struct Fixture {
   CpuBackend backend{CpuBackendOptions{1}};

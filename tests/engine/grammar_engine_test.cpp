@@ -16,6 +16,7 @@
 #include "grammar/gbnf_parser.h"
 #include "grammar/json_schema.h"
 #include "grammar/schema_check.h"
+#include "grammar_test_schemas.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -25,19 +26,7 @@ namespace {
 using namespace std::chrono_literals;
 using Json = nlohmann::ordered_json;
 
-const char* kSchemas[] = {
-    R"({"type":"object","properties":{"name":{"type":"string","maxLength":8},
-        "age":{"type":"integer"},"ok":{"type":"boolean"},
-        "tags":{"type":"array","items":{"enum":["red","green","blue"]},"maxItems":3}},
-        "required":["name","age"]})",
-    R"({"type":"array","items":{"type":"object","properties":{"id":{"type":"integer"},
-        "kind":{"enum":["a","b"]},"score":{"type":"number"}},"required":["id","kind"]},
-        "minItems":1,"maxItems":3})",
-    R"({"anyOf":[{"type":"string","maxLength":5},{"type":"null"},{"type":"integer"},
-        {"type":"object","properties":{"when":{"type":"string","format":"date"}},"required":["when"]}]})",
-    R"({"type":"object","properties":{"code":{"type":"string","pattern":"^[A-Z]{2}-[0-9]{2,4}$"},
-        "v":{"type":["boolean","null"]},"id":{"type":"string","format":"uuid"}},"required":["code"]})",
-};
+const auto& kSchemas = testing::kGrammarTestSchemas;
 
 struct Fixture {
   CpuBackend backend;
