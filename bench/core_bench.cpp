@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
   std::fprintf(
       stderr,
       "core_bench: %s %s%s%s weights %.0f MiB, RSS after load %.0f MiB, %d threads, KV %s %.0f "
-      "KiB/token, quantized kernels %s\n",
+      "KiB/token, quantized kernels %s x%d\n",
       flags.model.empty() ? flags.config.c_str() : flags.model.c_str(),
       flags.model.empty() ? flags.dtype.c_str() : "stored",
       flags.quantization.empty() ? "" : " quantized ", flags.quantization.c_str(),
@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
       dtype_name(model.kv().shape().dtype),
       static_cast<double>(KvCache::bytes_per_block(model.kv().shape())) /
           static_cast<double>(model.kv().shape().block_size) / 1024.0,
-      cpu::isa_name(cpu::quant_best_isa()));
+      cpu::isa_name(cpu::quant_best_isa()), cpu::quant_rows_per_pass());
 
   std::vector<Row> rows;
   GeneratorOptions generator_options;

@@ -8,7 +8,9 @@
 // interleaved call by call (a shared machine drifts), median of the calls.
 // Prints microseconds per call and the weight bytes read per second.
 //   build/bench/quant_matmul_bench [--types q8_0,q4_k,q6_k] [--out 8192 --in 2048]
-//       [--rows 1,4] [-t 1,2] [--min-mb 1024] [--calls 30] [--file-dir /tmp]
+//       [--rows 1,4] [-t 1,2] [--passes 1,4] [--min-mb 1024] [--calls 30] [--file-dir /tmp]
+// --passes: weight rows per pass over an activation row (1: the one-row
+// kernel, 4: the four-row kernels), an A/B inside one process.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -64,6 +66,7 @@ struct Variant {
   std::string name;
   cpu::Isa isa;
   int threads;
+  int rows_per_pass;
   bool file;
   std::vector<double> us;
 };
@@ -74,6 +77,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> types = {"q8_0", "q4_k", "q6_k"};
   std::vector<int64_t> rows_list = {1, 4};
   std::vector<int> thread_list = {1, 2};
+  std::vector<int> pass_list = {1, 4};
   int64_t out = 8192, in = 2048, min_mb = 1024, calls = 30;
   std::string file_dir = "/tmp";
   CLI::App app{"CPU int8 quantized matmul: isa x threads x weight memory"};
@@ -82,6 +86,9 @@ int main(int argc, char** argv) {
   app.add_option("--in", in, "weight columns");
   app.add_option("--rows", rows_list, "activation rows")->delimiter(',');
   app.add_option("-t,--threads", thread_list, "thread counts")->delimiter(',');
+  app.add_option("--passes", pass_list, "weight rows per pass: 1 and/or 4")
+      ->delimiter(',')
+      ->check(CLI::IsMember({1, 4}));
   app.add_option("--min-mb", min_mb, "weight bytes cycled through, at least (MiB)");
   app.add_option("--calls", calls, "timed calls per variant");
   app.add_option("--file-dir", file_dir, "where the file-backed copy is written");
@@ -123,13 +130,17 @@ int main(int argc, char** argv) {
       for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512Vnni}) {
         if (!cpu::quant_isa_available(isa)) continue;
         for (int t : thread_list) {
-          for (bool from_file : {false, true}) {
-            variants.push_back({std::string(cpu::isa_name(isa)) + " t" + std::to_string(t) +
-                                    (from_file ? " file" : " anon"),
-                                isa,
-                                t,
-                                from_file,
-                                {}});
+          for (int passes : pass_list) {
+            for (bool from_file : {false, true}) {
+              variants.push_back({std::string(cpu::isa_name(isa)) + " t" + std::to_string(t) +
+                                      " x" + std::to_string(passes) +
+                                      (from_file ? " file" : " anon"),
+                                  isa,
+                                  t,
+                                  passes,
+                                  from_file,
+                                  {}});
+            }
           }
         }
       }
@@ -144,7 +155,8 @@ int main(int argc, char** argv) {
         for (Variant& v : variants) {
           Tensor w = weights(v.file, next++);
           const auto t0 = std::chrono::steady_clock::now();
-          cpu::matmul_quant(*pools[size_t(std::min(v.threads, 8))], x, w, nullptr, y, v.isa);
+          cpu::matmul_quant(*pools[size_t(std::min(v.threads, 8))], x, w, nullptr, y, v.isa,
+                            v.rows_per_pass);
           const auto t1 = std::chrono::steady_clock::now();
           if (c >= 0) v.us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
         }

@@ -15,6 +15,7 @@
 #include "backend/cpu/quant_blocks.h"
 #include "backend/cpu/quant_kernels.h"
 #include "cpu_test_helpers.h"
+#include "quant_rows_check.h"
 #include "quant_test_helpers.h"
 
 namespace specstack::cpu {
@@ -128,6 +129,20 @@ TEST_P(QuantMatmulTest, DispatchByRowCount) {
         ASSERT_NEAR(y.f32()[i], ref.f32()[i], 1e-5 * (1 + std::fabs(ref.f32()[i]))) << n;
       }
     }
+  }
+}
+
+// Four weight rows per pass equal the one-row kernel bit for bit (scalar and
+// AVX2; the VNNI twin is in quant_vnni_test).
+TEST_P(QuantMatmulTest, FourRowKernelEqualsOneRowBitForBit) {
+  std::vector<Isa> isas{Isa::kScalar};
+  if (quant_isa_available(Isa::kAvx2)) isas.push_back(Isa::kAvx2);
+  for (Isa isa : isas) {
+    specstack::testing::expect_dot4_equals_dot(GetParam(), isa, 500 + static_cast<int>(GetParam()));
+    if (HasFatalFailure()) return;
+    specstack::testing::expect_matmul_equals_one_row(GetParam(), isa,
+                                                     600 + static_cast<int>(GetParam()));
+    if (HasFatalFailure()) return;
   }
 }
 

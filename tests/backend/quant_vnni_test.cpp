@@ -15,6 +15,7 @@
 #include "backend/cpu/quant_kernels.h"
 #include "backend/cpu/quant_matmul.h"
 #include "cpu_test_helpers.h"
+#include "quant_rows_check.h"
 #include "quant_test_helpers.h"
 
 namespace specstack::cpu {
@@ -103,6 +104,18 @@ TEST_P(QuantVnniTest, MatmulEqualsAvx2BitForBit) {
   }
 }
 
+// The VNNI four-row kernel equals the VNNI one-row kernel bit for bit,
+// directly and through matmul_quant (1 .. 9 output rows: four-row passes
+// and one-row tails).
+TEST_P(QuantVnniTest, FourRowKernelEqualsOneRowBitForBit) {
+  if (!quant_isa_available(Isa::kAvx512Vnni)) GTEST_SKIP() << kNoVnni;
+  specstack::testing::expect_dot4_equals_dot(GetParam(), Isa::kAvx512Vnni,
+                                             700 + static_cast<int>(GetParam()));
+  if (HasFatalFailure()) return;
+  specstack::testing::expect_matmul_equals_one_row(GetParam(), Isa::kAvx512Vnni,
+                                                   800 + static_cast<int>(GetParam()));
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, QuantVnniTest,
                          ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_K,
                                            DType::kQ5_K, DType::kQ6_K),
@@ -148,6 +161,27 @@ TEST(QuantIsa, ChoiceFollowsTheVariableAndTheCpu) {
   }
   if (std::getenv(kQuantIsaEnv) == nullptr) {
     EXPECT_EQ(quant_best_isa(), fastest);
+  }
+}
+
+// SPECSTACK_QUANT_ROWS: unset or empty 4, "1" and "4" as named, anything
+// else 4 with a note naming the value.
+TEST(QuantIsa, RowsPerPassFollowsTheVariable) {
+  std::string note = "stale";
+  EXPECT_EQ(choose_quant_rows(nullptr, &note), 4);
+  EXPECT_TRUE(note.empty());
+  EXPECT_EQ(choose_quant_rows("", &note), 4);
+  EXPECT_EQ(choose_quant_rows("1", &note), 1);
+  EXPECT_TRUE(note.empty());
+  EXPECT_EQ(choose_quant_rows("4", &note), 4);
+  for (const char* bad : {"2", "8", "one", "1 ", "04"}) {
+    EXPECT_EQ(choose_quant_rows(bad, &note), 4) << bad;
+    EXPECT_NE(note.find(std::string("SPECSTACK_QUANT_ROWS=") + bad + " ignored: expected 1 or 4"),
+              std::string::npos)
+        << note;
+  }
+  if (std::getenv(kQuantRowsEnv) == nullptr) {
+    EXPECT_EQ(quant_rows_per_pass(), 4);
   }
 }
 

@@ -296,7 +296,7 @@ void matmul(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bi
   SS_CHECK_EQ(x.dim(), 2);
   if (dtype_is_quantized(w.dtype())) {
     if (x.size(0) <= matmul_quant_max_rows())
-      return matmul_quant(pool, x, w, bias, y, quant_best_isa());
+      return matmul_quant(pool, x, w, bias, y, quant_best_isa(), quant_rows_per_pass());
     return matmul_large(pool, x, w, bias, y);
   }
   if (x.size(0) <= matmul_small_max_rows(w.dtype())) {

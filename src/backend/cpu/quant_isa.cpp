@@ -1,6 +1,7 @@
 // Which instruction set the quantized kernels run on (quant_kernels.h):
 // CPUID for what the CPU has, XGETBV for what the OS saves on a context
-// switch, and SPECSTACK_QUANT_ISA to pin one for A/B runs.
+// switch, and SPECSTACK_QUANT_ISA to pin one for A/B runs; and
+// SPECSTACK_QUANT_ROWS, the weight rows per pass, for the same purpose.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -125,6 +126,25 @@ Isa quant_best_isa() {
     return isa;
   }();
   return best;
+}
+
+int choose_quant_rows(const char* pinned, std::string* note) {
+  note->clear();
+  if (pinned == nullptr || *pinned == '\0') return 4;
+  if (std::strcmp(pinned, "1") == 0) return 1;
+  if (std::strcmp(pinned, "4") == 0) return 4;
+  *note = std::string(kQuantRowsEnv) + "=" + pinned + " ignored: expected 1 or 4; using 4";
+  return 4;
+}
+
+int quant_rows_per_pass() {
+  static const int rows = [] {
+    std::string note;
+    const int r = choose_quant_rows(std::getenv(kQuantRowsEnv), &note);
+    if (!note.empty()) std::fprintf(stderr, "specstack: %s\n", note.c_str());
+    return r;
+  }();
+  return rows;
 }
 
 }  // namespace specstack::cpu

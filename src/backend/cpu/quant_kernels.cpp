@@ -192,6 +192,17 @@ float dot_q6_k(const void* w, const void* a, int64_t n_blocks) {
 
 }  // namespace quant_scalar
 
+namespace {
+
+// The scalar isa's four-row form: the one-row reference four times.
+template <float (*Dot)(const void*, const void*, int64_t)>
+void four_rows(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
+  for (int r = 0; r < 4; ++r)
+    out[r] = Dot(static_cast<const uint8_t*>(w) + r * w_stride, a, n_blocks);
+}
+
+}  // namespace
+
 bool quant_has_kernel(DType dtype) {
   return dtype_is_quantized(dtype);  // every quantized DType has one
 }
@@ -201,33 +212,38 @@ QuantKernel quant_kernel(DType dtype, Isa isa) {
                std::string("quantized kernels: isa not available here: ") + isa_name(isa));
   const bool k = dtype_block_elements(dtype) == kQkK;
   QuantKernel kernel{k ? QuantAct::kQ8_K : QuantAct::kQ8_0, k ? kQkK : kQk,
-                     k ? sizeof(BlockQ8_K) : sizeof(BlockQ8_0), nullptr};
+                     k ? sizeof(BlockQ8_K) : sizeof(BlockQ8_0), nullptr, nullptr};
 #if SS_QUANT_AVX2 && SS_QUANT_AVX512
-#define SS_PICK(fn)                               \
-  (isa == Isa::kAvx512Vnni ? quant_avx512vnni::fn \
-   : isa == Isa::kAvx2     ? quant_avx2::fn       \
-                           : quant_scalar::fn)
+#define SS_PICK(fn)                                                   \
+  kernel.dot = isa == Isa::kAvx512Vnni ? quant_avx512vnni::dot_##fn   \
+               : isa == Isa::kAvx2     ? quant_avx2::dot_##fn         \
+                                       : quant_scalar::dot_##fn;          \
+  kernel.dot4 = isa == Isa::kAvx512Vnni ? quant_avx512vnni::dot4_##fn \
+                : isa == Isa::kAvx2     ? quant_avx2::dot4_##fn       \
+                                        : four_rows<quant_scalar::dot_##fn>
 #else
-#define SS_PICK(fn) quant_scalar::fn
+#define SS_PICK(fn)                    \
+  kernel.dot = quant_scalar::dot_##fn; \
+  kernel.dot4 = four_rows<quant_scalar::dot_##fn>
 #endif
   switch (dtype) {
     case DType::kQ8_0:
-      kernel.dot = SS_PICK(dot_q8_0);
+      SS_PICK(q8_0);
       break;
     case DType::kQ4_0:
-      kernel.dot = SS_PICK(dot_q4_0);
+      SS_PICK(q4_0);
       break;
     case DType::kQ5_0:
-      kernel.dot = SS_PICK(dot_q5_0);
+      SS_PICK(q5_0);
       break;
     case DType::kQ4_K:
-      kernel.dot = SS_PICK(dot_q4_k);
+      SS_PICK(q4_k);
       break;
     case DType::kQ5_K:
-      kernel.dot = SS_PICK(dot_q5_k);
+      SS_PICK(q5_k);
       break;
     case DType::kQ6_K:
-      kernel.dot = SS_PICK(dot_q6_k);
+      SS_PICK(q6_k);
       break;
     default:
       SS_CHECK_MSG(false, std::string("no quantized kernel for ") + dtype_name(dtype));

@@ -32,6 +32,13 @@ struct QuantKernel {
   // sum over n_blocks of w_row · act_row (n_blocks activation blocks, the
   // same element count as the weight row).
   float (*dot)(const void* w_row, const void* act_row, int64_t n_blocks);
+  // out[r] = dot(w + r * w_stride, act_row, n_blocks) for r = 0..3, bit for
+  // bit (the same integer sums and f32 order per row): four weight rows per
+  // pass over the activation blocks, so a core follows four DRAM streams
+  // (one stream is what one core's one-row loop reaches: ~7.7 GB/s on the
+  // device Xeon, docs/benchmarks.md) and loads each activation block once.
+  // The scalar isa runs the one-row reference four times.
+  void (*dot4)(const void* w, int64_t w_stride, const void* act_row, int64_t n_blocks, float* out);
 };
 
 // Whether `dtype` has a quantized kernel (Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K).
@@ -59,6 +66,19 @@ Isa choose_quant_isa(const char* pinned, std::string* note);
 // the first call; a note goes to stderr. The isa every quantized matmul uses.
 Isa quant_best_isa();
 
+// The environment variable that pins how many weight rows the quantized
+// matmul reads per pass ("1": the one-row kernel, "4": the four-row
+// kernels, the default), for A/B runs; both give the same floats.
+inline constexpr const char* kQuantRowsEnv = "SPECSTACK_QUANT_ROWS";
+
+// SPECSTACK_QUANT_ROWS's value `pinned` (null or empty: unset) -> 1 or 4;
+// anything else gives 4 with a one-line *note (*note empty otherwise).
+int choose_quant_rows(const char* pinned, std::string* note);
+
+// choose_quant_rows(getenv(SPECSTACK_QUANT_ROWS)), once per process; a note
+// goes to stderr.
+int quant_rows_per_pass();
+
 // The kernel for weights of `dtype` on `isa` (both checked).
 QuantKernel quant_kernel(DType dtype, Isa isa);
 
@@ -85,6 +105,12 @@ float dot_q5_0(const void* w, const void* a, int64_t n_blocks);
 float dot_q4_k(const void* w, const void* a, int64_t n_blocks);
 float dot_q5_k(const void* w, const void* a, int64_t n_blocks);
 float dot_q6_k(const void* w, const void* a, int64_t n_blocks);
+void dot4_q8_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out);
+void dot4_q4_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out);
+void dot4_q5_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out);
+void dot4_q4_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out);
+void dot4_q5_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out);
+void dot4_q6_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out);
 }  // namespace quant_avx2
 #endif
 
@@ -96,6 +122,12 @@ float dot_q5_0(const void* w, const void* a, int64_t n_blocks);
 float dot_q4_k(const void* w, const void* a, int64_t n_blocks);
 float dot_q5_k(const void* w, const void* a, int64_t n_blocks);
 float dot_q6_k(const void* w, const void* a, int64_t n_blocks);
+void dot4_q8_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out);
+void dot4_q4_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out);
+void dot4_q5_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out);
+void dot4_q4_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out);
+void dot4_q5_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out);
+void dot4_q6_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out);
 }  // namespace quant_avx512vnni
 #endif
 

@@ -53,26 +53,51 @@ inline __m256i dot_i8(__m256i x, __m256i y) {
   return _mm256_madd_epi16(_mm256_set1_epi16(1), p16);
 }
 
-// The shared loop of the 32-blocks: Σ_b d_w d_a Σ_j w_j a_j, two blocks per
-// iteration into two accumulators so consecutive FMAs do not wait on each
-// other.
-template <typename Block, typename Values>
-inline float dot_32(const void* w, const void* a, int64_t n_blocks, Values values) {
-  const auto* x = static_cast<const Block*>(w);
+// Short rows defeat the hardware prefetchers when four rows are read side by
+// side: each row is its own stream of a few dozen cache lines (2 KiB for a
+// 2048-wide Q8_0 row) that they must detect anew. So while a four-row pass
+// reads block b of rows o .. o + 3, it asks for block b of rows o + 4 ..
+// o + 7 (the next pass: `ahead` bytes further), both of the block's ends, so
+// every line of it. A prefetch never faults, past the matrix end either.
+template <typename Block>
+inline void prefetch_block(const Block* block, int64_t ahead) {
+  const char* p = reinterpret_cast<const char*>(block) + ahead;
+  _mm_prefetch(p, _MM_HINT_T0);
+  for (size_t off = 64; off < sizeof(Block); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+  _mm_prefetch(p + sizeof(Block) - 1, _MM_HINT_T0);
+}
+
+// The shared loop of the 32-blocks for R weight rows (w_stride bytes
+// apart) against one activation row: per row Σ_b d_w d_a Σ_j w_j a_j, two
+// blocks per iteration into two accumulators so consecutive FMAs do not wait
+// on each other. Each row's integer sums and f32 steps are those of R = 1
+// (the one-row kernel), so every R gives the same floats; R > 1 follows R
+// DRAM streams at once and loads each activation block once for all rows.
+template <int R, typename Block, typename Values>
+inline void dot_32(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_blocks,
+                   Values values, float* out) {
+  const Block* x[R];
+  for (int r = 0; r < R; ++r) x[r] = reinterpret_cast<const Block*>(w + r * w_stride);
   const auto* y = static_cast<const BlockQ8_0*>(a);
-  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-  auto block = [&](int64_t b, __m256& into) {
-    const __m256 d = _mm256_set1_ps(f16(x[b].d) * f16(y[b].d));
+  __m256 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  auto block = [&](int64_t b, int slot) {
     const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
-    into = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(values(x[b]), q8)), into);
+    const float dy = f16(y[b].d);
+    for (int r = 0; r < R; ++r) {
+      if constexpr (R > 1) prefetch_block(&x[r][b], R * w_stride);
+      const __m256 d = _mm256_set1_ps(f16(x[r][b].d) * dy);
+      acc[r][slot] =
+          _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(values(x[r][b]), q8)), acc[r][slot]);
+    }
   };
   int64_t b = 0;
   for (; b + 2 <= n_blocks; b += 2) {
-    block(b, acc[0]);
-    block(b + 1, acc[1]);
+    block(b, 0);
+    block(b + 1, 1);
   }
-  if (b < n_blocks) block(b, acc[0]);
-  return hsum(_mm256_add_ps(acc[0], acc[1]));
+  if (b < n_blocks) block(b, 0);
+  for (int r = 0; r < R; ++r) out[r] = hsum(_mm256_add_ps(acc[r][0], acc[r][1]));
 }
 
 // The 8 six-bit scales (int16 lanes 0-7 of *scales, both 128-bit halves)
@@ -118,122 +143,176 @@ inline __m256i scaled_dot_u(__m256i q, const int8_t* q8, __m256i scale) {
   return _mm256_madd_epi16(scale, _mm256_maddubs_epi16(q, y));
 }
 
-}  // namespace
-
-float dot_q8_0(const void* w, const void* a, int64_t n_blocks) {
-  return dot_32<BlockQ8_0>(w, a, n_blocks, [](const BlockQ8_0& b) {
+// Each 32-block's values as signed bytes.
+struct Q8_0Values {
+  __m256i operator()(const BlockQ8_0& b) const {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
-  });
-}
-
-float dot_q4_0(const void* w, const void* a, int64_t n_blocks) {
-  return dot_32<BlockQ4_0>(w, a, n_blocks, [](const BlockQ4_0& b) {
+  }
+};
+struct Q4_0Values {
+  __m256i operator()(const BlockQ4_0& b) const {
     return _mm256_sub_epi8(nibbles_32(b.qs), _mm256_set1_epi8(8));
-  });
-}
-
+  }
+};
 // (nibble | bit << 4) - 16 == nibble | (bit ? 0 : 0xF0) as int8.
-float dot_q5_0(const void* w, const void* a, int64_t n_blocks) {
-  return dot_32<BlockQ5_0>(w, a, n_blocks, [](const BlockQ5_0& b) {
+struct Q5_0Values {
+  __m256i operator()(const BlockQ5_0& b) const {
     const __m256i hi = _mm256_andnot_si256(bits_32(b.qh), _mm256_set1_epi8(char(0xF0)));
     return _mm256_or_si256(nibbles_32(b.qs), hi);
-  });
-}
+  }
+};
 
 // Q4_K and Q5_K in one body: 4 x 64 values a block, low nibbles then high
 // nibbles of qs[32 j ...]; Q5_K adds bit 2j / 2j + 1 of each qh byte as the
-// fifth bit.
-template <class Block, bool kFifthBit>
-float dot_k_nibbles(const void* w, const void* a, int64_t n_blocks) {
-  const auto* x = static_cast<const Block*>(w);
+// fifth bit. R rows block by block (see dot_32), each row's steps those of R = 1.
+template <int R, class Block, bool kFifthBit>
+void dot_k_nibbles(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_blocks,
+                   float* out) {
   const auto* y = static_cast<const BlockQ8_K*>(a);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  __m256 acc = _mm256_setzero_ps();
-  __m128 acc_min = _mm_setzero_ps();
+  __m256 acc[R];
+  __m128 acc_min[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), acc_min[r] = _mm_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
-    __m256i sc;
-    const __m128i min_dot = k4_scales_and_min_dot(x[b].scales, y[b].bsums, &sc);
-    __m256i hbits = _mm256_setzero_si256();
-    if constexpr (kFifthBit) hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qh));
-    __m256i sumi = _mm256_setzero_si256();
-    for (int j = 0; j < 4; ++j) {
-      const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * j));
-      __m256i lo = _mm256_and_si256(bits, m4);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-      if constexpr (kFifthBit) {
-        // Bit 2j / 2j + 1 of each qh byte, moved to bit 4 (a 16-bit shift is
-        // safe: only that one bit is left in each byte).
-        const __m256i mlo = _mm256_set1_epi8(static_cast<char>(1 << (2 * j)));
-        const __m256i mhi = _mm256_set1_epi8(static_cast<char>(1 << (2 * j + 1)));
-        lo = _mm256_or_si256(
-            lo, _mm256_slli_epi16(
-                    _mm256_srl_epi16(_mm256_and_si256(hbits, mlo), _mm_cvtsi32_si128(2 * j)), 4));
-        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_srl_epi16(_mm256_and_si256(hbits, mhi),
-                                                                    _mm_cvtsi32_si128(2 * j + 1)),
-                                                   4));
+    for (int r = 0; r < R; ++r) {
+      const Block& x = reinterpret_cast<const Block*>(w + r * w_stride)[b];
+      if constexpr (R > 1) prefetch_block(&x, R * w_stride);
+      __m256i sc;
+      const __m128i min_dot = k4_scales_and_min_dot(x.scales, y[b].bsums, &sc);
+      __m256i hbits = _mm256_setzero_si256();
+      if constexpr (kFifthBit) hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh));
+      __m256i sumi = _mm256_setzero_si256();
+      for (int j = 0; j < 4; ++j) {
+        const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * j));
+        __m256i lo = _mm256_and_si256(bits, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+        if constexpr (kFifthBit) {
+          // Bit 2j / 2j + 1 of each qh byte, moved to bit 4 (a 16-bit shift is
+          // safe: only that one bit is left in each byte).
+          const __m256i mlo = _mm256_set1_epi8(static_cast<char>(1 << (2 * j)));
+          const __m256i mhi = _mm256_set1_epi8(static_cast<char>(1 << (2 * j + 1)));
+          lo = _mm256_or_si256(
+              lo, _mm256_slli_epi16(
+                      _mm256_srl_epi16(_mm256_and_si256(hbits, mlo), _mm_cvtsi32_si128(2 * j)), 4));
+          hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_srl_epi16(_mm256_and_si256(hbits, mhi),
+                                                                      _mm_cvtsi32_si128(2 * j + 1)),
+                                                     4));
+        }
+        sumi = _mm256_add_epi32(sumi, scaled_dot_u(lo, y[b].qs + 64 * j, scale_lane(sc, 2 * j)));
+        sumi = _mm256_add_epi32(sumi,
+                                scaled_dot_u(hi, y[b].qs + 64 * j + 32, scale_lane(sc, 2 * j + 1)));
       }
-      sumi = _mm256_add_epi32(sumi, scaled_dot_u(lo, y[b].qs + 64 * j, scale_lane(sc, 2 * j)));
-      sumi = _mm256_add_epi32(sumi,
-                              scaled_dot_u(hi, y[b].qs + 64 * j + 32, scale_lane(sc, 2 * j + 1)));
+      const float d = y[b].d * f16(x.d);
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
+      acc_min[r] =
+          _mm_fmadd_ps(_mm_set1_ps(y[b].d * f16(x.dmin)), _mm_cvtepi32_ps(min_dot), acc_min[r]);
     }
-    const float d = y[b].d * f16(x[b].d);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-    acc_min = _mm_fmadd_ps(_mm_set1_ps(y[b].d * f16(x[b].dmin)), _mm_cvtepi32_ps(min_dot), acc_min);
   }
-  return hsum(acc) - hsum128(acc_min);
-}
-
-float dot_q4_k(const void* w, const void* a, int64_t n_blocks) {
-  return dot_k_nibbles<BlockQ4_K, false>(w, a, n_blocks);
-}
-
-float dot_q5_k(const void* w, const void* a, int64_t n_blocks) {
-  return dot_k_nibbles<BlockQ5_K, true>(w, a, n_blocks);
+  for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]) - hsum128(acc_min[r]);
 }
 
 // q6 - 32 is signed, so as llama.cpp: maddubs(q6, a) - maddubs(32, a), both
-// within int16, then the int16 scales of each 16 values.
-float dot_q6_k(const void* w, const void* a, int64_t n_blocks) {
-  const auto* x = static_cast<const BlockQ6_K*>(w);
+// within int16, then the int16 scales of each 16 values. R rows as above.
+template <int R>
+void dot_q6_k_rows(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_blocks,
+                   float* out) {
   const auto* y = static_cast<const BlockQ8_K*>(a);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const __m256i m2 = _mm256_set1_epi8(3);
   const __m256i m32 = _mm256_set1_epi8(32);
-  __m256 acc = _mm256_setzero_ps();
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
-    __m256i sumi = _mm256_setzero_si256();
-    for (int half = 0; half < 2; ++half) {
-      const uint8_t* ql = x[b].ql + 64 * half;
-      const int8_t* q8 = y[b].qs + 128 * half;
-      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-      const __m256i l2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qh + 32 * half));
-      __m256i q[4];
-      q[0] =
-          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
-      q[1] = _mm256_or_si256(_mm256_and_si256(l2, m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
-      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
-      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
-      for (int k = 0; k < 4; ++k) {
-        const __m256i a8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * k));
-        const __m256i p16 =
-            _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], a8), _mm256_maddubs_epi16(m32, a8));
-        // Scales 8 * half + 2k and + 1, each for 16 values (8 int16 lanes).
-        const int s = 8 * half + 2 * k;
-        const __m128i pick =
-            _mm_set_epi64x(0x0101010101010101LL * (s + 1), 0x0101010101010101LL * s);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc16, p16));
+    for (int r = 0; r < R; ++r) {
+      const BlockQ6_K& x = reinterpret_cast<const BlockQ6_K*>(w + r * w_stride)[b];
+      if constexpr (R > 1) prefetch_block(&x, R * w_stride);
+      const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales));
+      __m256i sumi = _mm256_setzero_si256();
+      for (int half = 0; half < 2; ++half) {
+        const uint8_t* ql = x.ql + 64 * half;
+        const int8_t* q8 = y[b].qs + 128 * half;
+        const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+        const __m256i l2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh + 32 * half));
+        __m256i q[4];
+        q[0] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                               _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
+        q[1] = _mm256_or_si256(_mm256_and_si256(l2, m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
+        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
+        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
+        for (int k = 0; k < 4; ++k) {
+          const __m256i a8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * k));
+          const __m256i p16 =
+              _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], a8), _mm256_maddubs_epi16(m32, a8));
+          // Scales 8 * half + 2k and + 1, each for 16 values (8 int16 lanes).
+          const int s = 8 * half + 2 * k;
+          const __m128i pick =
+              _mm_set_epi64x(0x0101010101010101LL * (s + 1), 0x0101010101010101LL * s);
+          const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
+          sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc16, p16));
+        }
       }
+      const float d = y[b].d * f16(x.d);
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
     }
-    const float d = y[b].d * f16(x[b].d);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
   }
-  return hsum(acc);
+  for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]);
+}
+
+// One row (the QuantKernel::dot form) and four rows (dot4) of a kernel.
+template <void (*Rows1)(const uint8_t*, int64_t, const void*, int64_t, float*)>
+float one_row(const void* w, const void* a, int64_t n_blocks) {
+  float out;
+  Rows1(static_cast<const uint8_t*>(w), 0, a, n_blocks, &out);
+  return out;
+}
+
+template <int R, typename Block, typename Values>
+void dot_32_rows(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
+  dot_32<R, Block>(w, w_stride, a, n_blocks, Values{}, out);
+}
+
+}  // namespace
+
+float dot_q8_0(const void* w, const void* a, int64_t n_blocks) {
+  return one_row<dot_32_rows<1, BlockQ8_0, Q8_0Values>>(w, a, n_blocks);
+}
+float dot_q4_0(const void* w, const void* a, int64_t n_blocks) {
+  return one_row<dot_32_rows<1, BlockQ4_0, Q4_0Values>>(w, a, n_blocks);
+}
+float dot_q5_0(const void* w, const void* a, int64_t n_blocks) {
+  return one_row<dot_32_rows<1, BlockQ5_0, Q5_0Values>>(w, a, n_blocks);
+}
+float dot_q4_k(const void* w, const void* a, int64_t n_blocks) {
+  return one_row<dot_k_nibbles<1, BlockQ4_K, false>>(w, a, n_blocks);
+}
+float dot_q5_k(const void* w, const void* a, int64_t n_blocks) {
+  return one_row<dot_k_nibbles<1, BlockQ5_K, true>>(w, a, n_blocks);
+}
+float dot_q6_k(const void* w, const void* a, int64_t n_blocks) {
+  return one_row<dot_q6_k_rows<1>>(w, a, n_blocks);
+}
+
+void dot4_q8_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
+  dot_32_rows<4, BlockQ8_0, Q8_0Values>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
+}
+void dot4_q4_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
+  dot_32_rows<4, BlockQ4_0, Q4_0Values>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
+}
+void dot4_q5_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
+  dot_32_rows<4, BlockQ5_0, Q5_0Values>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
+}
+void dot4_q4_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
+  dot_k_nibbles<4, BlockQ4_K, false>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
+}
+void dot4_q5_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
+  dot_k_nibbles<4, BlockQ5_K, true>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
+}
+void dot4_q6_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
+  dot_q6_k_rows<4>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
 }
 
 }  // namespace specstack::cpu::quant_avx2

@@ -91,29 +91,55 @@ inline __m256i dot_i8_256(__m256i x, __m256i y) {
   return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(x), signed_y);
 }
 
+// Short rows defeat the hardware prefetchers when four rows are read side by
+// side: each row is its own stream of a few dozen cache lines (2 KiB for a
+// 2048-wide Q8_0 row) that they must detect anew. So while a four-row pass
+// reads block b of rows o .. o + 3, it asks for block b of rows o + 4 ..
+// o + 7 (the next pass: `ahead` bytes further), both of the block's ends, so
+// every line of it. A prefetch never faults, past the matrix end either.
+template <typename Block>
+inline void prefetch_block(const Block* block, int64_t ahead) {
+  const char* p = reinterpret_cast<const char*>(block) + ahead;
+  _mm_prefetch(p, _MM_HINT_T0);
+  for (size_t off = 64; off < sizeof(Block); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+  _mm_prefetch(p + sizeof(Block) - 1, _MM_HINT_T0);
+}
+
 // The 32-blocks two at a time: block b in the low half (the AVX2 kernel's
 // acc[0]), b + 1 in the high half (its acc[1]); an odd last block goes to
-// the low half, as there.
-template <typename Block, typename Values>
-inline float dot_32(const void* w, const void* a, int64_t n_blocks, Values values) {
-  const auto* x = static_cast<const Block*>(w);
+// the low half, as there. R weight rows (w_stride bytes apart) against one
+// activation row, each row's steps those of R = 1 (see the AVX2 file).
+template <int R, typename Block, typename Values>
+inline void dot_32(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_blocks,
+                   Values values, float* out) {
+  const Block* x[R];
+  for (int r = 0; r < R; ++r) x[r] = reinterpret_cast<const Block*>(w + r * w_stride);
   const auto* y = static_cast<const BlockQ8_0*>(a);
-  __m512 acc = _mm512_setzero_ps();
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   int64_t b = 0;
   for (; b + 2 <= n_blocks; b += 2) {
-    const __m512i xv = join(values(x[b]), values(x[b + 1]));
     const __m512i yv = join(load256(y[b].qs), load256(y[b + 1].qs));
-    const __m512 d = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(f16(x[b].d) * f16(y[b].d)),
-                                          _mm512_set1_ps(f16(x[b + 1].d) * f16(y[b + 1].d)));
-    acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot_i8(xv, yv)), acc);
+    const float dy0 = f16(y[b].d), dy1 = f16(y[b + 1].d);
+    for (int r = 0; r < R; ++r) {
+      if constexpr (R > 1) prefetch_block(&x[r][b], R * w_stride);
+      if constexpr (R > 1) prefetch_block(&x[r][b + 1], R * w_stride);
+      const __m512i xv = join(values(x[r][b]), values(x[r][b + 1]));
+      const __m512 d = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(f16(x[r][b].d) * dy0),
+                                            _mm512_set1_ps(f16(x[r][b + 1].d) * dy1));
+      acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot_i8(xv, yv)), acc[r]);
+    }
   }
-  __m256 lo = _mm512_castps512_ps256(acc);
-  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
-  if (b < n_blocks) {
-    const __m256 d = _mm256_set1_ps(f16(x[b].d) * f16(y[b].d));
-    lo = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8_256(values(x[b]), load256(y[b].qs))), lo);
+  for (int r = 0; r < R; ++r) {
+    __m256 lo = _mm512_castps512_ps256(acc[r]);
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r]), 1));
+    if (b < n_blocks) {
+      const __m256 d = _mm256_set1_ps(f16(x[r][b].d) * f16(y[b].d));
+      lo =
+          _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8_256(values(x[r][b]), load256(y[b].qs))), lo);
+    }
+    out[r] = hsum(_mm256_add_ps(lo, hi));
   }
-  return hsum(_mm256_add_ps(lo, hi));
 }
 
 // As quant_kernels_avx2.cpp: the 8 six-bit scales of a Q4_K / Q5_K block in
@@ -144,123 +170,179 @@ inline __m256i scale_lane(__m256i scales, int j) {
                              _mm256_set1_epi16(static_cast<int16_t>((2 * j + 1) << 8 | 2 * j)));
 }
 
-}  // namespace
-
-float dot_q8_0(const void* w, const void* a, int64_t n_blocks) {
-  return dot_32<BlockQ8_0>(w, a, n_blocks, [](const BlockQ8_0& b) { return load256(b.qs); });
-}
-
-float dot_q4_0(const void* w, const void* a, int64_t n_blocks) {
-  return dot_32<BlockQ4_0>(w, a, n_blocks, [](const BlockQ4_0& b) {
+// Each 32-block's values as signed bytes.
+struct Q8_0Values {
+  __m256i operator()(const BlockQ8_0& b) const { return load256(b.qs); }
+};
+struct Q4_0Values {
+  __m256i operator()(const BlockQ4_0& b) const {
     return _mm256_sub_epi8(nibbles_32(b.qs), _mm256_set1_epi8(8));
-  });
-}
-
+  }
+};
 // (nibble | bit << 4) - 16 == nibble | (bit ? 0 : 0xF0) as int8.
-float dot_q5_0(const void* w, const void* a, int64_t n_blocks) {
-  return dot_32<BlockQ5_0>(w, a, n_blocks, [](const BlockQ5_0& b) {
+struct Q5_0Values {
+  __m256i operator()(const BlockQ5_0& b) const {
     const __m256i hi = _mm256_andnot_si256(bits_32(b.qh), _mm256_set1_epi8(char(0xF0)));
     return _mm256_or_si256(nibbles_32(b.qs), hi);
-  });
-}
+  }
+};
 
 // Q4_K and Q5_K: the 64 values of group j are [low nibbles | high nibbles]
 // of qs[32 j ...] (sub-blocks 2j, 2j + 1), matching 64 contiguous activation
 // bytes, so one 512-bit maddubs and one vpdpwssd with [scale 2j | scale 2j+1]
-// do what the AVX2 kernel does in two of each plus two adds.
-template <class Block, bool kFifthBit>
-float dot_k_nibbles(const void* w, const void* a, int64_t n_blocks) {
-  const auto* x = static_cast<const Block*>(w);
+// do what the AVX2 kernel does in two of each plus two adds. R rows block by
+// block, each row's steps those of R = 1.
+template <int R, class Block, bool kFifthBit>
+void dot_k_nibbles(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_blocks,
+                   float* out) {
   const auto* y = static_cast<const BlockQ8_K*>(a);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  __m256 acc = _mm256_setzero_ps();
-  __m128 acc_min = _mm_setzero_ps();
+  __m256 acc[R];
+  __m128 acc_min[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), acc_min[r] = _mm_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
-    __m256i sc;
-    const __m128i min_dot = k4_scales_and_min_dot(x[b].scales, y[b].bsums, &sc);
-    __m256i hbits = _mm256_setzero_si256();
-    if constexpr (kFifthBit) hbits = load256(x[b].qh);
-    __m512i sumi = _mm512_setzero_si512();
-    for (int j = 0; j < 4; ++j) {
-      const __m256i bits = load256(x[b].qs + 32 * j);
-      __m256i lo = _mm256_and_si256(bits, m4);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-      if constexpr (kFifthBit) {
-        // Bit 2j (low half) / 2j + 1 (high half) of each qh byte, as bit 4.
-        const __m256i bit_lo = _mm256_set1_epi8(static_cast<char>(1 << (2 * j)));
-        const __m256i bit_hi = _mm256_set1_epi8(static_cast<char>(1 << (2 * j + 1)));
-        const __m256i sixteen = _mm256_set1_epi8(16);
-        lo = _mm256_or_si256(lo,
-                             _mm256_maskz_mov_epi8(_mm256_test_epi8_mask(hbits, bit_lo), sixteen));
-        hi = _mm256_or_si256(hi,
-                             _mm256_maskz_mov_epi8(_mm256_test_epi8_mask(hbits, bit_hi), sixteen));
+    for (int r = 0; r < R; ++r) {
+      const Block& x = reinterpret_cast<const Block*>(w + r * w_stride)[b];
+      if constexpr (R > 1) prefetch_block(&x, R * w_stride);
+      __m256i sc;
+      const __m128i min_dot = k4_scales_and_min_dot(x.scales, y[b].bsums, &sc);
+      __m256i hbits = _mm256_setzero_si256();
+      if constexpr (kFifthBit) hbits = load256(x.qh);
+      __m512i sumi = _mm512_setzero_si512();
+      for (int j = 0; j < 4; ++j) {
+        const __m256i bits = load256(x.qs + 32 * j);
+        __m256i lo = _mm256_and_si256(bits, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+        if constexpr (kFifthBit) {
+          // Bit 2j (low half) / 2j + 1 (high half) of each qh byte, as bit 4.
+          const __m256i bit_lo = _mm256_set1_epi8(static_cast<char>(1 << (2 * j)));
+          const __m256i bit_hi = _mm256_set1_epi8(static_cast<char>(1 << (2 * j + 1)));
+          const __m256i sixteen = _mm256_set1_epi8(16);
+          lo = _mm256_or_si256(
+              lo, _mm256_maskz_mov_epi8(_mm256_test_epi8_mask(hbits, bit_lo), sixteen));
+          hi = _mm256_or_si256(
+              hi, _mm256_maskz_mov_epi8(_mm256_test_epi8_mask(hbits, bit_hi), sixteen));
+        }
+        const __m512i q = join(lo, hi);
+        const __m512i q8 = _mm512_loadu_si512(y[b].qs + 64 * j);
+        const __m512i scales = join(scale_lane(sc, 2 * j), scale_lane(sc, 2 * j + 1));
+        sumi = _mm512_dpwssd_epi32(sumi, scales, _mm512_maddubs_epi16(q, q8));
       }
-      const __m512i q = join(lo, hi);
-      const __m512i q8 = _mm512_loadu_si512(y[b].qs + 64 * j);
-      const __m512i scales = join(scale_lane(sc, 2 * j), scale_lane(sc, 2 * j + 1));
-      sumi = _mm512_dpwssd_epi32(sumi, scales, _mm512_maddubs_epi16(q, q8));
+      const float d = y[b].d * f16(x.d);
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold(sumi)), acc[r]);
+      acc_min[r] =
+          _mm_fmadd_ps(_mm_set1_ps(y[b].d * f16(x.dmin)), _mm_cvtepi32_ps(min_dot), acc_min[r]);
     }
-    const float d = y[b].d * f16(x[b].d);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold(sumi)), acc);
-    acc_min = _mm_fmadd_ps(_mm_set1_ps(y[b].d * f16(x[b].dmin)), _mm_cvtepi32_ps(min_dot), acc_min);
   }
-  return hsum(acc) - hsum128(acc_min);
-}
-
-float dot_q4_k(const void* w, const void* a, int64_t n_blocks) {
-  return dot_k_nibbles<BlockQ4_K, false>(w, a, n_blocks);
-}
-
-float dot_q5_k(const void* w, const void* a, int64_t n_blocks) {
-  return dot_k_nibbles<BlockQ5_K, true>(w, a, n_blocks);
+  for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]) - hsum128(acc_min[r]);
 }
 
 // As the AVX2 kernel: maddubs(q6, a) - maddubs(32, a) in int16, then the
-// int8 scales of each 16 values; two 32-value chunks per 512-bit step.
-float dot_q6_k(const void* w, const void* a, int64_t n_blocks) {
-  const auto* x = static_cast<const BlockQ6_K*>(w);
+// int8 scales of each 16 values; two 32-value chunks per 512-bit step. R rows
+// as above.
+template <int R>
+void dot_q6_k_rows(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_blocks,
+                   float* out) {
   const auto* y = static_cast<const BlockQ8_K*>(a);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const __m256i m2 = _mm256_set1_epi8(3);
   const __m512i m32 = _mm512_set1_epi8(32);
-  __m256 acc = _mm256_setzero_ps();
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
-    __m512i sumi = _mm512_setzero_si512();
-    for (int half = 0; half < 2; ++half) {
-      const uint8_t* ql = x[b].ql + 64 * half;
-      const int8_t* q8 = y[b].qs + 128 * half;
-      const __m256i l1 = load256(ql);
-      const __m256i l2 = load256(ql + 32);
-      const __m256i h = load256(x[b].qh + 32 * half);
-      __m256i q[4];
-      q[0] =
-          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
-      q[1] = _mm256_or_si256(_mm256_and_si256(l2, m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
-      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
-      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
-      for (int k = 0; k < 4; k += 2) {
-        const __m512i a8 = _mm512_loadu_si512(q8 + 32 * k);
-        const __m512i p16 = _mm512_sub_epi16(_mm512_maddubs_epi16(join(q[k], q[k + 1]), a8),
-                                             _mm512_maddubs_epi16(m32, a8));
-        // Scales s .. s + 3 (s = 8 half + 2k), each for 16 values (8 int16 lanes).
-        const int64_t s = 8 * half + 2 * k;
-        const __m128i pick_lo =
-            _mm_set_epi64x(0x0101010101010101LL * (s + 1), 0x0101010101010101LL * s);
-        const __m128i pick_hi =
-            _mm_set_epi64x(0x0101010101010101LL * (s + 3), 0x0101010101010101LL * (s + 2));
-        const __m512i sc16 = _mm512_cvtepi8_epi16(
-            _mm256_set_m128i(_mm_shuffle_epi8(scales, pick_hi), _mm_shuffle_epi8(scales, pick_lo)));
-        sumi = _mm512_dpwssd_epi32(sumi, sc16, p16);
+    for (int r = 0; r < R; ++r) {
+      const BlockQ6_K& x = reinterpret_cast<const BlockQ6_K*>(w + r * w_stride)[b];
+      if constexpr (R > 1) prefetch_block(&x, R * w_stride);
+      const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales));
+      __m512i sumi = _mm512_setzero_si512();
+      for (int half = 0; half < 2; ++half) {
+        const uint8_t* ql = x.ql + 64 * half;
+        const int8_t* q8 = y[b].qs + 128 * half;
+        const __m256i l1 = load256(ql);
+        const __m256i l2 = load256(ql + 32);
+        const __m256i h = load256(x.qh + 32 * half);
+        __m256i q[4];
+        q[0] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                               _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
+        q[1] = _mm256_or_si256(_mm256_and_si256(l2, m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
+        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
+        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
+        for (int k = 0; k < 4; k += 2) {
+          const __m512i a8 = _mm512_loadu_si512(q8 + 32 * k);
+          const __m512i p16 = _mm512_sub_epi16(_mm512_maddubs_epi16(join(q[k], q[k + 1]), a8),
+                                               _mm512_maddubs_epi16(m32, a8));
+          // Scales s .. s + 3 (s = 8 half + 2k), each for 16 values (8 int16 lanes).
+          const int64_t s = 8 * half + 2 * k;
+          const __m128i pick_lo =
+              _mm_set_epi64x(0x0101010101010101LL * (s + 1), 0x0101010101010101LL * s);
+          const __m128i pick_hi =
+              _mm_set_epi64x(0x0101010101010101LL * (s + 3), 0x0101010101010101LL * (s + 2));
+          const __m512i sc16 = _mm512_cvtepi8_epi16(_mm256_set_m128i(
+              _mm_shuffle_epi8(scales, pick_hi), _mm_shuffle_epi8(scales, pick_lo)));
+          sumi = _mm512_dpwssd_epi32(sumi, sc16, p16);
+        }
       }
+      const float d = y[b].d * f16(x.d);
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold(sumi)), acc[r]);
     }
-    const float d = y[b].d * f16(x[b].d);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold(sumi)), acc);
   }
-  return hsum(acc);
+  for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]);
+}
+
+// One row (the QuantKernel::dot form) of an R-row kernel.
+template <void (*Rows1)(const uint8_t*, int64_t, const void*, int64_t, float*)>
+float one_row(const void* w, const void* a, int64_t n_blocks) {
+  float out;
+  Rows1(static_cast<const uint8_t*>(w), 0, a, n_blocks, &out);
+  return out;
+}
+
+template <int R, typename Block, typename Values>
+void dot_32_rows(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
+  dot_32<R, Block>(w, w_stride, a, n_blocks, Values{}, out);
+}
+
+}  // namespace
+
+float dot_q8_0(const void* w, const void* a, int64_t n_blocks) {
+  return one_row<dot_32_rows<1, BlockQ8_0, Q8_0Values>>(w, a, n_blocks);
+}
+float dot_q4_0(const void* w, const void* a, int64_t n_blocks) {
+  return one_row<dot_32_rows<1, BlockQ4_0, Q4_0Values>>(w, a, n_blocks);
+}
+float dot_q5_0(const void* w, const void* a, int64_t n_blocks) {
+  return one_row<dot_32_rows<1, BlockQ5_0, Q5_0Values>>(w, a, n_blocks);
+}
+float dot_q4_k(const void* w, const void* a, int64_t n_blocks) {
+  return one_row<dot_k_nibbles<1, BlockQ4_K, false>>(w, a, n_blocks);
+}
+float dot_q5_k(const void* w, const void* a, int64_t n_blocks) {
+  return one_row<dot_k_nibbles<1, BlockQ5_K, true>>(w, a, n_blocks);
+}
+float dot_q6_k(const void* w, const void* a, int64_t n_blocks) {
+  return one_row<dot_q6_k_rows<1>>(w, a, n_blocks);
+}
+
+void dot4_q8_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
+  dot_32_rows<4, BlockQ8_0, Q8_0Values>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
+}
+void dot4_q4_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
+  dot_32_rows<4, BlockQ4_0, Q4_0Values>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
+}
+void dot4_q5_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
+  dot_32_rows<4, BlockQ5_0, Q5_0Values>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
+}
+void dot4_q4_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
+  dot_k_nibbles<4, BlockQ4_K, false>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
+}
+void dot4_q5_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
+  dot_k_nibbles<4, BlockQ5_K, true>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
+}
+void dot4_q6_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
+  dot_q6_k_rows<4>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
 }
 
 }  // namespace specstack::cpu::quant_avx512vnni

@@ -15,9 +15,12 @@
 namespace specstack::cpu {
 
 // x [n, in] f32, w [out, in] quantized, bias [out] f32 or null, y [n, out] f32.
-// isa: Isa::kScalar or Isa::kAvx2 (checked against CPUID).
+// isa: Isa::kScalar, kAvx2 or kAvx512Vnni (checked against CPUID).
+// rows_per_pass: weight rows per pass over an activation row, 4 (the
+// four-row kernels, QuantKernel::dot4) or 1 (the one-row kernel only, kept
+// for quant_matmul_bench's A/B); the results are the same bit for bit.
 void matmul_quant(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
-                  Isa isa);
+                  Isa isa, int rows_per_pass = 4);
 
 // out[(r - row_begin) * cols + k] = w[r, k] as f32 for r in [row_begin, row_end),
 // exactly as ggml dequantizes. w [rows, cols] quantized.
