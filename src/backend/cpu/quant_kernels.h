@@ -1,5 +1,5 @@
-// Integer dot products of one quantized weight row with one quantized
-// activation row, llama.cpp's scheme: the activations are quantized per
+// Integer dot products of one (dot) or four (dot4) quantized weight rows
+// with one quantized activation row, llama.cpp's scheme: the activations are quantized per
 // block to int8 (Q8_0: 32 values and an f16 scale, for Q8_0/Q4_0/Q5_0
 // weights; Q8_K: 256 values, an f32 scale and 16-value sums, for the
 // K-quants), each block's products are summed in integers and scaled, and
