@@ -167,21 +167,28 @@ TEST(QuantIsa, ChoiceFollowsTheVariableAndTheCpu) {
 // SPECSTACK_QUANT_ROWS: unset or empty 4, "1" and "4" as named, anything
 // else 4 with a note naming the value.
 TEST(QuantIsa, RowsPerPassFollowsTheVariable) {
+  EXPECT_EQ(default_quant_rows(Isa::kAvx512Vnni), 4);
+  EXPECT_EQ(default_quant_rows(Isa::kAvx2), 1);
+  EXPECT_EQ(default_quant_rows(Isa::kScalar), 1);
   std::string note = "stale";
-  EXPECT_EQ(choose_quant_rows(nullptr, &note), 4);
-  EXPECT_TRUE(note.empty());
-  EXPECT_EQ(choose_quant_rows("", &note), 4);
-  EXPECT_EQ(choose_quant_rows("1", &note), 1);
-  EXPECT_TRUE(note.empty());
-  EXPECT_EQ(choose_quant_rows("4", &note), 4);
-  for (const char* bad : {"2", "8", "one", "1 ", "04"}) {
-    EXPECT_EQ(choose_quant_rows(bad, &note), 4) << bad;
-    EXPECT_NE(note.find(std::string("SPECSTACK_QUANT_ROWS=") + bad + " ignored: expected 1 or 4"),
-              std::string::npos)
-        << note;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Vnni}) {
+    const int fallback = default_quant_rows(isa);
+    EXPECT_EQ(choose_quant_rows(nullptr, isa, &note), fallback);
+    EXPECT_TRUE(note.empty());
+    EXPECT_EQ(choose_quant_rows("", isa, &note), fallback);
+    EXPECT_EQ(choose_quant_rows("1", isa, &note), 1);
+    EXPECT_TRUE(note.empty());
+    EXPECT_EQ(choose_quant_rows("4", isa, &note), 4);
+    for (const char* bad : {"2", "8", "one", "1 ", "04"}) {
+      EXPECT_EQ(choose_quant_rows(bad, isa, &note), fallback) << bad;
+      EXPECT_NE(note.find(std::string("SPECSTACK_QUANT_ROWS=") + bad +
+                          " ignored: expected 1 or 4; using " + std::to_string(fallback)),
+                std::string::npos)
+          << note;
+    }
   }
   if (std::getenv(kQuantRowsEnv) == nullptr) {
-    EXPECT_EQ(quant_rows_per_pass(), 4);
+    EXPECT_EQ(quant_rows_per_pass(), default_quant_rows(quant_best_isa()));
   }
 }
 

@@ -128,19 +128,25 @@ Isa quant_best_isa() {
   return best;
 }
 
-int choose_quant_rows(const char* pinned, std::string* note) {
+int default_quant_rows(Isa isa) {
+  return isa == Isa::kAvx512Vnni ? 4 : 1;
+}
+
+int choose_quant_rows(const char* pinned, Isa isa, std::string* note) {
   note->clear();
-  if (pinned == nullptr || *pinned == '\0') return 4;
+  const int fallback = default_quant_rows(isa);
+  if (pinned == nullptr || *pinned == '\0') return fallback;
   if (std::strcmp(pinned, "1") == 0) return 1;
   if (std::strcmp(pinned, "4") == 0) return 4;
-  *note = std::string(kQuantRowsEnv) + "=" + pinned + " ignored: expected 1 or 4; using 4";
-  return 4;
+  *note = std::string(kQuantRowsEnv) + "=" + pinned + " ignored: expected 1 or 4; using " +
+          std::to_string(fallback);
+  return fallback;
 }
 
 int quant_rows_per_pass() {
   static const int rows = [] {
     std::string note;
-    const int r = choose_quant_rows(std::getenv(kQuantRowsEnv), &note);
+    const int r = choose_quant_rows(std::getenv(kQuantRowsEnv), quant_best_isa(), &note);
     if (!note.empty()) std::fprintf(stderr, "specstack: %s\n", note.c_str());
     return r;
   }();

@@ -68,15 +68,23 @@ Isa quant_best_isa();
 
 // The environment variable that pins how many weight rows the quantized
 // matmul reads per pass ("1": the one-row kernel, "4": the four-row
-// kernels, the default), for A/B runs; both give the same floats.
+// kernels), for A/B runs; both give the same floats.
 inline constexpr const char* kQuantRowsEnv = "SPECSTACK_QUANT_ROWS";
 
-// SPECSTACK_QUANT_ROWS's value `pinned` (null or empty: unset) -> 1 or 4;
-// anything else gives 4 with a one-line *note (*note empty otherwise).
-int choose_quant_rows(const char* pinned, std::string* note);
+// The rows per pass when nothing is pinned, for the kernels of `isa`: 4 with
+// the AVX-512 VNNI kernels (1.25-1.74x one row on the Xeon measured in
+// docs/benchmarks.md), 1 otherwise (the AVX2 four-row kernel ran at 0.6-0.85x
+// of one row on the AVX2-only EPYC VM: 16 ymm registers hold four rows'
+// accumulators only with spills).
+int default_quant_rows(Isa isa);
 
-// choose_quant_rows(getenv(SPECSTACK_QUANT_ROWS)), once per process; a note
-// goes to stderr.
+// SPECSTACK_QUANT_ROWS's value `pinned` (null or empty: unset) -> 1 or 4;
+// unset gives default_quant_rows(isa), anything else the same with a
+// one-line *note (*note empty otherwise).
+int choose_quant_rows(const char* pinned, Isa isa, std::string* note);
+
+// choose_quant_rows(getenv(SPECSTACK_QUANT_ROWS), quant_best_isa()), once per
+// process; a note goes to stderr.
 int quant_rows_per_pass();
 
 // The kernel for weights of `dtype` on `isa` (both checked).
