@@ -5,7 +5,8 @@
 //      the crossover forced) vs the bf16 path, per call;
 //   3. 8192 rows (prefill): bf16 cuBLAS vs the whole FP8 path, and its parts
 //      (activation quantize, cuBLASLt FP8 GEMM with and without fast
-//      accumulation, the scaling pass).
+//      accumulation, the scaling pass), and the GEMM with cuBLASLt's first
+//      heuristic answer against the autotuned choice (fp8_gemm.h).
 // Weights in enough copies to exceed the L2 (every call streams from DRAM);
 // 5 warm-up calls, median of 7 batches of 20 calls timed with CUDA events.
 #include <cuda_bf16.h>
@@ -109,6 +110,11 @@ int main() {
   DeviceBuffer<uint8_t> workspace(size_t(64) << 20);
   Fp8Gemm plain(stream, workspace.data(), workspace.nbytes(), Fp8GemmOptions{false});
   Fp8Gemm fast(stream, workspace.data(), workspace.nbytes(), Fp8GemmOptions{true});
+  Fp8GemmOptions first_answer;  // the heuristic's first algorithm, no autotune
+  first_answer.autotune_candidates = 1;
+  Fp8Gemm untuned(stream, workspace.data(), workspace.nbytes(), first_answer);
+  Fp8Gemm untuned_scaled(stream, workspace.data(), workspace.nbytes(), first_answer);
+  Fp8Gemm tuned_scaled(stream, workspace.data(), workspace.nbytes());
   DeviceBuffer<fp8> x8(size_t(kPrefill) * 18944);
   DeviceBuffer<float> x_scale{size_t(kPrefill)};
 
@@ -170,6 +176,25 @@ int main() {
                        s.in, y.data(), w.rows, true);
         },
         stream);
+    const Fp8Tuning tuning = plain.last_tuning();
+    const double us_untuned = time_us(
+        w.copies,
+        [&](int c) {
+          untuned.matmul(x8.data(), x_scale.data(), w.e4m3(c).w8, w.e4m3(c).scale, kPrefill, w.rows,
+                         s.in, y.data(), w.rows, true);
+        },
+        stream);
+    auto scaled = [&](Fp8Gemm& g) {
+      return time_us(
+          w.copies,
+          [&](int c) {
+            g.matmul(x8.data(), x_scale.data(), w.e4m3(c).w8, w.e4m3(c).scale, kPrefill, w.rows,
+                     s.in, y.data(), w.rows, false);
+          },
+          stream);
+    };
+    const double us_scaled_untuned = scaled(untuned_scaled);
+    const double us_scaled_tuned = scaled(tuned_scaled);
     const double us_fast = time_us(
         w.copies,
         [&](int c) {
@@ -193,6 +218,13 @@ int main() {
         static_cast<long long>(kPrefill), us_quant, us_plain, flops / us_plain / 1e6, us_fast,
         flops / us_fast / 1e6, us_scale, int(plain.last_used_outer_vector_scaling()),
         plain.outer_vector_status().c_str());
+    std::printf(
+        "| %s | prefill fp8 gemm autotune: unscaled first answer %.1f (%.0f TF) -> tuned %.1f "
+        "(%.0f TF), candidate %d of %d (tuning saw %.1f -> %.1f); outer-vector scaled %.1f -> "
+        "%.1f | %lld | - |\n",
+        s.name, us_untuned, flops / us_untuned / 1e6, us_plain, flops / us_plain / 1e6,
+        tuning.chosen, tuning.candidates, tuning.first_us, tuning.chosen_us, us_scaled_untuned,
+        us_scaled_tuned, static_cast<long long>(kPrefill));
   }
   SS_CUDA_CHECK(cudaStreamSynchronize(stream));
   return 0;

@@ -9,6 +9,7 @@
 #include "cuda/cuda_model_internal.h"
 #include "cuda/elementwise.h"
 #include "cuda/flash_attention.h"
+#include "cuda/norm_quantize_fp8.h"
 #include "cuda/rope_kv.h"
 #include "cuda/row_scatter.h"
 #include "cuda/sampling.h"
@@ -291,31 +292,54 @@ void CudaModel::run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_saf
   const float eps = static_cast<float>(c.rms_norm_eps);
   embedding(embed_, meta.ids, n, hidden, x_.data(), stream_);
   const bf16* pending = nullptr;  // a block output not yet added to the residual
-  auto norm = [&](const float* weight) {
+  // --quantization fp8 past the GEMV rows: a norm whose next linear is an
+  // FP8 GEMM writes its rows as e4m3 with their per-token scales (h8), not
+  // as bf16 into h_, so that GEMM needs no quantize pass of its own.
+  Fp8Rows h8;
+  auto norm = [&](const float* weight, const LinearWeight* next) {
+    const bool to_fp8 = next != nullptr && gemm_->fp8_gemm_path(*next, n, hidden) &&
+                        norm_quantize_fp8_supported(x_.data(), weight, hidden);
+    h8 = to_fp8 ? gemm_->fp8_input(n, hidden) : Fp8Rows{};
     if (pending != nullptr) {
-      add_rmsnorm(x_.data(), pending, weight, eps, n, hidden, h_.data(), stream_);
+      if (to_fp8) {
+        add_rmsnorm_quantize_fp8(x_.data(), pending, weight, eps, n, hidden, h8.q, h8.scale,
+                                 stream_);
+      } else {
+        add_rmsnorm(x_.data(), pending, weight, eps, n, hidden, h_.data(), stream_);
+      }
+    } else if (to_fp8) {
+      rmsnorm_quantize_fp8(x_.data(), weight, eps, n, hidden, h8.q, h8.scale, stream_);
     } else {
       rmsnorm(x_.data(), nullptr, weight, eps, n, hidden, h_.data(), stream_);
     }
     pending = nullptr;
+    return to_fp8;
   };
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const DeviceLayer& layer = layers_[size_t(l)];
-    norm(layer.attn_norm);
-    attention(l, meta, kv, graph_safe);
+    const bool attn_fp8 = norm(layer.attn_norm, &layer.qkv);
+    attention(l, meta, kv, graph_safe, attn_fp8 ? &h8 : nullptr);
     pending = delta_.data();
-    norm(layer.ffn_norm);
     if (c.layer_is_moe(l)) {
+      norm(layer.ffn_norm, nullptr);
       SS_CHECK(!graph_safe);
       moe_mlp(layer, n);  // adds into the residual itself
     } else {
       const int64_t inter = c.intermediate_size;
-      gemm_->mlp(h_.data(), hidden, layer.gate_up, layer.down, n, inter, hidden, gate_up_.data(),
-                 act_.data(), delta_.data(), hidden);
+      // mlp's Fp8Rows form needs both projections in FP8.
+      const bool mlp_fp8 =
+          norm(layer.ffn_norm, layer.down.w8 != nullptr ? &layer.gate_up : nullptr);
+      if (mlp_fp8) {
+        gemm_->mlp(h8, layer.gate_up, layer.down, n, inter, hidden, gate_up_.data(), act_.data(),
+                   delta_.data(), hidden);
+      } else {
+        gemm_->mlp(h_.data(), hidden, layer.gate_up, layer.down, n, inter, hidden, gate_up_.data(),
+                   act_.data(), delta_.data(), hidden);
+      }
       pending = delta_.data();
     }
   }
-  norm(final_norm_);
+  norm(final_norm_, nullptr);
   if (meta.n_logit_rows > 0) {
     gather_rows(h_.data(), hidden, meta.logit_rows, meta.n_logit_rows, hidden, head_in_.data(),
                 stream_);
@@ -324,7 +348,8 @@ void CudaModel::run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_saf
   }
 }
 
-void CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool graph_safe) {
+void CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool graph_safe,
+                          const Fp8Rows* x8) {
   const ModelConfig& c = config_;
   const DeviceLayer& layer = layers_[size_t(l)];
   const auto n = meta.n_tokens;
@@ -342,8 +367,23 @@ void CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool
   // 64 rows on the H100). q/k norms come between bias and rope, so not then.
   const bool bias_in_rope = layer.qkv_bias != nullptr && layer.q_norm == nullptr &&
                             !Gemm::fuses_bias(h_.data(), hidden, layer.qkv, n, hidden);
-  gemm_->linear(h_.data(), hidden, layer.qkv, n, qkv_width, hidden, qkv, qkv_width,
-                bias_in_rope ? nullptr : layer.qkv_bias);
+  QkvEpilogue epilogue;
+  if (x8 == nullptr) {
+    gemm_->linear(h_.data(), hidden, layer.qkv, n, qkv_width, hidden, qkv, qkv_width,
+                  bias_in_rope ? nullptr : layer.qkv_bias);
+    if (bias_in_rope) epilogue.bias = layer.qkv_bias;
+  } else if (layer.q_norm == nullptr) {
+    // FP8 GEMM unscaled; its scales and the bias ride in the rope kernel
+    // (bit-identical to scale_outer_bf16 then rope: fp8_device.cuh), which
+    // saves a pass over [n, qkv_width] (64 us a layer at 8K on qwen2.5-7b).
+    const Fp8Scales s =
+        gemm_->linear_unscaled(*x8, layer.qkv, n, qkv_width, hidden, qkv, qkv_width);
+    epilogue.row_scale = s.row;
+    epilogue.col_scale = s.col;
+    epilogue.bias = layer.qkv_bias;
+  } else {  // q/k norms come between the scales and rope
+    gemm_->linear(*x8, layer.qkv, n, qkv_width, hidden, qkv, qkv_width, layer.qkv_bias);
+  }
   if (layer.q_norm != nullptr) {
     head_rmsnorm(qkv, n, qkv_width, n_heads, head_dim, layer.q_norm, eps, stream_);
     head_rmsnorm(qkv + q_width, n, qkv_width, n_kv_heads, head_dim, layer.k_norm, eps, stream_);
@@ -351,8 +391,7 @@ void CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool
   // k's heads follow q's in each row: one launch rotates both and stores k
   // and v in their paged slots.
   rope_write_kv(qkv, n, qkv_width, n_heads, n_kv_heads, head_dim, meta.pos, inv_freq_,
-                meta.slot_mapping, kv.k(l), kv.v(l), kv.slot_positions(),
-                bias_in_rope ? layer.qkv_bias : nullptr, stream_);
+                meta.slot_mapping, kv.k(l), kv.v(l), kv.slot_positions(), epilogue, stream_);
   if (meta.capture_device != nullptr) {  // a capture graph: every row, device to device
     SS_CUDA_CHECK(cudaMemcpy2DAsync(meta.capture_device + l * q_width,
                                     size_t(c.n_layers) * q_width * sizeof(bf16), qkv,
