@@ -29,6 +29,14 @@ constexpr int32_t kFlashMinRows = 16;
 // 20.9, 1 x 8K 89.8 -> 28.2, 32 x 16K 3357 -> 504. (The version before it
 // lost to the per-token kernel below 16 rows.)
 
+// FP8 linears from this many rows (prefill chunks) take their input as e4m3
+// straight from the norm and fold the QKV scales into the rope kernel. Below
+// it (decode batches) the separate passes stay: in the H100 call that fused
+// at every row count, decode batch 8 came out 3-6% slower than main's binary
+// (qwen2.5-7b / llama-3.1-8b, docs/benchmarks.md "session 24"), and the rope
+// kernel runs one CTA per token, so few rows leave it latency-bound.
+constexpr int32_t kFp8FuseMinRows = 256;
+
 // Appends sections to the staged int32 buffer and remembers their offsets.
 struct Stager {
   std::vector<int32_t>& data;
@@ -296,15 +304,24 @@ void CudaModel::run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_saf
   // FP8 GEMM writes its rows as e4m3 with their per-token scales (h8), not
   // as bf16 into h_, so that GEMM needs no quantize pass of its own.
   Fp8Rows h8;
+  // pending's scales when the FP8 GEMM that wrote it left them to the next
+  // norm (the o and down projections at prefill rows: unscaled GEMMs are
+  // 10-15% faster than cuBLASLt's outer-vector scaled ones there).
+  Fp8Scales pending_scales;
   auto norm = [&](const float* weight, const LinearWeight* next) {
-    const bool to_fp8 = next != nullptr && gemm_->fp8_gemm_path(*next, n, hidden) &&
+    const bool to_fp8 = next != nullptr && n >= kFp8FuseMinRows &&
+                        gemm_->fp8_gemm_path(*next, n, hidden) &&
                         norm_quantize_fp8_supported(x_.data(), weight, hidden);
     h8 = to_fp8 ? gemm_->fp8_input(n, hidden) : Fp8Rows{};
     if (pending != nullptr) {
       if (to_fp8) {
-        add_rmsnorm_quantize_fp8(x_.data(), pending, weight, eps, n, hidden, h8.q, h8.scale,
-                                 stream_);
+        add_rmsnorm_quantize_fp8(x_.data(), pending, pending_scales, weight, eps, n, hidden, h8.q,
+                                 h8.scale, stream_);
       } else {
+        if (pending_scales.col != nullptr) {  // pending is delta_, not yet scaled
+          scale_outer_bf16(delta_.data(), hidden, n, hidden, pending_scales.row, pending_scales.col,
+                           nullptr, stream_);
+        }
         add_rmsnorm(x_.data(), pending, weight, eps, n, hidden, h_.data(), stream_);
       }
     } else if (to_fp8) {
@@ -313,12 +330,13 @@ void CudaModel::run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_saf
       rmsnorm(x_.data(), nullptr, weight, eps, n, hidden, h_.data(), stream_);
     }
     pending = nullptr;
+    pending_scales = {};
     return to_fp8;
   };
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const DeviceLayer& layer = layers_[size_t(l)];
     const bool attn_fp8 = norm(layer.attn_norm, &layer.qkv);
-    attention(l, meta, kv, graph_safe, attn_fp8 ? &h8 : nullptr);
+    pending_scales = attention(l, meta, kv, graph_safe, attn_fp8 ? &h8 : nullptr);
     pending = delta_.data();
     if (c.layer_is_moe(l)) {
       norm(layer.ffn_norm, nullptr);
@@ -331,7 +349,7 @@ void CudaModel::run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_saf
           norm(layer.ffn_norm, layer.down.w8 != nullptr ? &layer.gate_up : nullptr);
       if (mlp_fp8) {
         gemm_->mlp(h8, layer.gate_up, layer.down, n, inter, hidden, gate_up_.data(), act_.data(),
-                   delta_.data(), hidden);
+                   delta_.data(), hidden, &pending_scales);
       } else {
         gemm_->mlp(h_.data(), hidden, layer.gate_up, layer.down, n, inter, hidden, gate_up_.data(),
                    act_.data(), delta_.data(), hidden);
@@ -348,8 +366,8 @@ void CudaModel::run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_saf
   }
 }
 
-void CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool graph_safe,
-                          const Fp8Rows* x8) {
+Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool graph_safe,
+                               const Fp8Rows* x8) {
   const ModelConfig& c = config_;
   const DeviceLayer& layer = layers_[size_t(l)];
   const auto n = meta.n_tokens;
@@ -479,7 +497,13 @@ void CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool
                    static_cast<int32_t>(q_width), attn, q_width, stream_);
     }
   }
+  if (x8 != nullptr && layer.o_bias == nullptr && gemm_->fp8_gemm_path(layer.o, n, q_width)) {
+    // Prefill rows (x8 set): o's scales left to the next norm (run_layers).
+    return gemm_->linear_unscaled(gemm_->quantize(attn, q_width, n, q_width), layer.o, n, hidden,
+                                  q_width, delta_.data(), hidden);
+  }
   gemm_->linear(attn, q_width, layer.o, n, hidden, q_width, delta_.data(), hidden, layer.o_bias);
+  return {};
 }
 
 void CudaModel::moe_mlp(const DeviceLayer& layer, int64_t n_tokens) {

@@ -37,8 +37,11 @@ struct Fp8GemmOptions {
   // rows (outside graph capture) and the fastest kept; the choice is reused
   // (after cublasLtMatmulAlgoCheck) for every other row count in the same
   // power-of-two bucket, so a server's varying prefill chunks time each
-  // (matrix, bucket) once. 1: the heuristic's first answer, untimed.
-  int autotune_candidates = 8;
+  // (matrix, bucket) once. 1 (the default): the heuristic's first answer,
+  // untimed. Off because on the H100 at qwen2.5-7b's shapes and 8192 rows no
+  // other answer was 3% faster in steady state (fp8_bench, docs/benchmarks.md
+  // "session 24"), while tuning costs ~0.1-0.2 s of GPU time per bucket.
+  int autotune_candidates = 1;
   int64_t autotune_min_rows = 512;
 };
 

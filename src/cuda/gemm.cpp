@@ -57,7 +57,8 @@ void Gemm::mlp(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w_gate_u
 
 void Gemm::mlp(const Fp8Rows& x8, const LinearWeight& w_gate_up, const LinearWeight& w_down,
                int64_t n, int64_t width, int64_t hidden, __nv_bfloat16* gate_up, __nv_bfloat16* act,
-               __nv_bfloat16* y, int64_t ldy) {
+               __nv_bfloat16* y, int64_t ldy, Fp8Scales* down_scales) {
+  if (down_scales != nullptr) *down_scales = {};
   if (n == 0) return;
   SS_CHECK(w_gate_up.w8 != nullptr && w_down.w8 != nullptr);
   if (width % 16 != 0) {  // the down GEMM cannot take the SiLU rows as e4m3
@@ -72,6 +73,12 @@ void Gemm::mlp(const Fp8Rows& x8, const LinearWeight& w_gate_up, const LinearWei
   silu_mul_quantize_fp8(gate_up, n, width, scaled ? nullptr : x8.scale,
                         scaled ? nullptr : w_gate_up.scale, fp8_x_.data(), fp8_act_scale_.data(),
                         stream_);
+  if (down_scales != nullptr) {  // the caller's next pass applies them
+    fp8_->matmul(fp8_x_.data(), fp8_act_scale_.data(), w_down.w8, w_down.scale, n, hidden, width, y,
+                 ldy, /*defer_scales=*/true);
+    *down_scales = {fp8_act_scale_.data(), w_down.scale};
+    return;
+  }
   if (!fp8_->matmul(fp8_x_.data(), fp8_act_scale_.data(), w_down.w8, w_down.scale, n, hidden, width,
                     y, ldy, /*defer_scales=*/n < kFp8ScalesInGemmMinRows)) {
     scale_outer_bf16(y, ldy, n, hidden, fp8_act_scale_.data(), w_down.scale, nullptr, stream_);

@@ -31,13 +31,6 @@ struct Fp8Rows {
   float* scale = nullptr;  // [n] f32
 };
 
-// The scales an unscaled FP8 GEMM output y [n, out] still needs:
-// fp8_dequant(y[r, c], row[r], col[c]) (fp8_device.cuh).
-struct Fp8Scales {
-  const float* row = nullptr;  // [n]
-  const float* col = nullptr;  // [out]
-};
-
 class Gemm {
  public:
   explicit Gemm(cudaStream_t stream);
@@ -75,11 +68,17 @@ class Gemm {
   // linear() / mlp() with the input already quantized (fp8_gemm_path true).
   void linear(const Fp8Rows& x8, const LinearWeight& w, int64_t n, int64_t out, int64_t in,
               __nv_bfloat16* y, int64_t ldy, const float* bias = nullptr);
+  // down_scales not null: when the down projection runs the FP8 GEMM, it runs
+  // unscaled and its scales land here for the caller's next pass
+  // (add_rmsnorm_quantize_fp8); else it is set to {} and y is scaled.
   void mlp(const Fp8Rows& x8, const LinearWeight& w_gate_up, const LinearWeight& w_down, int64_t n,
            int64_t width, int64_t hidden, __nv_bfloat16* gate_up, __nv_bfloat16* act,
-           __nv_bfloat16* y, int64_t ldy);
+           __nv_bfloat16* y, int64_t ldy, Fp8Scales* down_scales = nullptr);
+  // x [n, ldx] bf16 quantized into fp8_input(n, in) (quantize_rows_fp8).
+  Fp8Rows quantize(const __nv_bfloat16* x, int64_t ldx, int64_t n, int64_t in);
   // The unscaled GEMM alone, y = x8.q · w8ᵀ in bf16: the caller applies the
-  // returned scales in its next pass (rope_write_kv's QkvEpilogue).
+  // returned scales in its next pass (rope_write_kv's QkvEpilogue,
+  // add_rmsnorm_quantize_fp8's delta scales).
   Fp8Scales linear_unscaled(const Fp8Rows& x8, const LinearWeight& w, int64_t n, int64_t out,
                             int64_t in, __nv_bfloat16* y, int64_t ldy);
   // The same with an f32 output (logits, router scores).
@@ -105,8 +104,6 @@ class Gemm {
  private:
   void gemm(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n, int64_t out,
             int64_t in, void* y, cudaDataType_t y_type, int64_t ldy);
-  // x into fp8_x_ / fp8_x_scale_ (quantize_rows_fp8).
-  Fp8Rows quantize(const __nv_bfloat16* x, int64_t ldx, int64_t n, int64_t in);
   void fp8_gate_up_silu(const Fp8Rows& x8, const LinearWeight& w_gate_up, int64_t n, int64_t width,
                         int64_t in, __nv_bfloat16* gate_up, __nv_bfloat16* act);
 

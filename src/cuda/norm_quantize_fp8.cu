@@ -66,9 +66,13 @@ __device__ float block_max(float v, float* partials) {
 // into shared memory with its amax. Pass 3: e4m3 out. Each thread touches
 // the same columns in every pass, so only the reductions need barriers.
 template <bool kAdd>
-__global__ void norm_quantize_kernel(float* x, const bf16* delta, const float* w, float eps,
-                                     int32_t dim, fp8* q, float* q_scale) {
+__global__ void norm_quantize_kernel(float* x, const bf16* delta, const float* delta_row,
+                                     const float* delta_col, const float* w, float eps, int32_t dim,
+                                     fp8* q, float* q_scale) {
   pdl_begin();
+  // Read before the barriers, so q_scale may alias delta_row (thread 0
+  // writes q_scale[r] only after two of them).
+  const float delta_rs = delta_col != nullptr ? delta_row[blockIdx.x] : 1.0f;
   __shared__ float partials[kWarp];
   extern __shared__ uint2 staged[];  // [dim / 4]: 4 bf16 each
   const int64_t r = blockIdx.x;
@@ -81,7 +85,12 @@ __global__ void norm_quantize_kernel(float* x, const bf16* delta, const float* w
       const uint2 raw = *reinterpret_cast<const uint2*>(delta + r * dim + c);
       const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
       const float2 d0 = __bfloat1622float2(pairs[0]), d1 = __bfloat1622float2(pairs[1]);
-      const float d[kW] = {d0.x, d0.y, d1.x, d1.y};
+      float d[kW] = {d0.x, d0.y, d1.x, d1.y};
+      if (delta_col != nullptr) {  // as scale_outer_bf16 leaves the delta
+#pragma unroll
+        for (int k = 0; k < kW; ++k)
+          d[k] = __bfloat162float(__float2bfloat16(fp8_dequant(d[k], delta_rs, delta_col[c + k])));
+      }
 #pragma unroll
       for (int k = 0; k < kW; ++k) {
         v[k] += d[k];
@@ -141,19 +150,26 @@ void rmsnorm_quantize_fp8(const float* x, const float* w, float eps, int32_t row
   check_operands("rmsnorm_quantize_fp8", x, w, dim);
   const size_t smem = static_cast<size_t>(dim) * sizeof(bf16);
   launch_pdl(norm_quantize_kernel<false>, rows, norm_threads(dim), smem, stream, true,
-             const_cast<float*>(x), static_cast<const bf16*>(nullptr), w, eps, dim, q, q_scale);
+             const_cast<float*>(x), static_cast<const bf16*>(nullptr),
+             static_cast<const float*>(nullptr), static_cast<const float*>(nullptr), w, eps, dim, q,
+             q_scale);
 }
 
-void add_rmsnorm_quantize_fp8(float* x, const bf16* delta, const float* w, float eps, int32_t rows,
-                              int32_t dim, fp8* q, float* q_scale, cudaStream_t stream) {
+void add_rmsnorm_quantize_fp8(float* x, const bf16* delta, const Fp8Scales& delta_scales,
+                              const float* w, float eps, int32_t rows, int32_t dim, fp8* q,
+                              float* q_scale, cudaStream_t stream) {
   if (rows <= 0) return;
   check_operands("add_rmsnorm_quantize_fp8", x, w, dim);
   if (reinterpret_cast<uintptr_t>(delta) % 8 != 0) {
     fail_cuda("add_rmsnorm_quantize_fp8", "delta must be 8-byte aligned", __FILE__, __LINE__);
   }
   const size_t smem = static_cast<size_t>(dim) * sizeof(bf16);
-  launch_pdl(norm_quantize_kernel<true>, rows, norm_threads(dim), smem, stream, true, x, delta, w,
-             eps, dim, q, q_scale);
+  if ((delta_scales.row == nullptr) != (delta_scales.col == nullptr)) {
+    fail_cuda("add_rmsnorm_quantize_fp8", "delta scales need both row and column scales", __FILE__,
+              __LINE__);
+  }
+  launch_pdl(norm_quantize_kernel<true>, rows, norm_threads(dim), smem, stream, true, x, delta,
+             delta_scales.row, delta_scales.col, w, eps, dim, q, q_scale);
 }
 
 }  // namespace specstack::cuda

@@ -29,8 +29,13 @@ void rmsnorm_quantize_fp8(const float* x, const float* w, float eps, int32_t row
 
 // The residual add first, as add_rmsnorm: x[r, :] += f32(delta[r, :]) (in
 // place), then q / q_scale as above.   delta [rows, dim] bf16.
-void add_rmsnorm_quantize_fp8(float* x, const __nv_bfloat16* delta, const float* w, float eps,
-                              int32_t rows, int32_t dim, fp8* q, float* q_scale,
-                              cudaStream_t stream);
+// delta_scales set: delta is an unscaled FP8 GEMM output (the o / down
+// projection at prefill rows), each element taken as
+// bf16(fp8_dequant(delta, row[r], col[c])) first, bit-identical to
+// scale_outer_bf16 then this, without that pass over [rows, dim].
+// delta_scales.row may be q_scale itself: each row's is read before written.
+void add_rmsnorm_quantize_fp8(float* x, const __nv_bfloat16* delta, const Fp8Scales& delta_scales,
+                              const float* w, float eps, int32_t rows, int32_t dim, fp8* q,
+                              float* q_scale, cudaStream_t stream);
 
 }  // namespace specstack::cuda

@@ -55,8 +55,13 @@ TEST(Fp8Fusion, NormQuantizeEqualsNormThenQuantize) {
       const auto delta = random_values(rng, size_t(rows) * dim, -2.0f, 2.0f);
       auto d_w = upload(w);
       auto d_delta = upload(to_bf16(delta));
-      for (const bool add : {false, true}) {
-        SCOPED_TRACE(add ? "add_rmsnorm" : "rmsnorm");
+      // The delta as an unscaled FP8 GEMM left it, with its scales.
+      const auto delta_rs = random_values(rng, size_t(rows), 1e-3f, 1e-1f);
+      const auto delta_cs = random_values(rng, size_t(dim), 1e-2f, 1.0f);
+      auto d_delta_rs = upload(delta_rs), d_delta_cs = upload(delta_cs);
+      for (const int mode : {0, 1, 2}) {  // rmsnorm, add_rmsnorm, add_rmsnorm with delta scales
+        const bool add = mode > 0, scaled = mode == 2;
+        SCOPED_TRACE(mode == 0 ? "rmsnorm" : mode == 1 ? "add_rmsnorm" : "scaled delta");
         auto x_pair = upload(x), x_fused = upload(x);
         DeviceBuffer<__nv_bfloat16> h(size_t(rows) * dim);
         DeviceBuffer<fp8> q_pair(size_t(rows) * dim), q_fused(size_t(rows) * dim);
@@ -65,9 +70,18 @@ TEST(Fp8Fusion, NormQuantizeEqualsNormThenQuantize) {
         s_fused.fill_bytes(0xFF);
         ASSERT_TRUE(norm_quantize_fp8_supported(x_fused.data(), d_w.data(), dim));
         if (add) {
-          add_rmsnorm(x_pair.data(), d_delta.data(), d_w.data(), eps, rows, dim, h.data(), nullptr);
-          add_rmsnorm_quantize_fp8(x_fused.data(), d_delta.data(), d_w.data(), eps, rows, dim,
-                                   q_fused.data(), s_fused.data(), nullptr);
+          auto delta_pair = upload(to_bf16(delta));
+          Fp8Scales delta_scales;
+          if (scaled) {  // the pair scales first; the fused kernel reads q_scale's aliased row
+            scale_outer_bf16(delta_pair.data(), dim, rows, dim, d_delta_rs.data(),
+                             d_delta_cs.data(), nullptr, nullptr);
+            s_fused.upload(delta_rs);
+            delta_scales = {s_fused.data(), d_delta_cs.data()};
+          }
+          add_rmsnorm(x_pair.data(), delta_pair.data(), d_w.data(), eps, rows, dim, h.data(),
+                      nullptr);
+          add_rmsnorm_quantize_fp8(x_fused.data(), d_delta.data(), delta_scales, d_w.data(), eps,
+                                   rows, dim, q_fused.data(), s_fused.data(), nullptr);
         } else {
           rmsnorm(x_pair.data(), nullptr, d_w.data(), eps, rows, dim, h.data(), nullptr);
           rmsnorm_quantize_fp8(x_fused.data(), d_w.data(), eps, rows, dim, q_fused.data(),
@@ -87,8 +101,9 @@ TEST(Fp8Fusion, NormQuantizeEqualsNormThenQuantize) {
           double ss = 0;
           std::vector<double> v(static_cast<size_t>(dim));
           for (int32_t c = 0; c < dim; ++c) {
-            v[size_t(c)] =
-                double(x[size_t(r) * dim + c]) + (add ? double(delta[size_t(r) * dim + c]) : 0.0);
+            double d = add ? double(delta[size_t(r) * dim + c]) : 0.0;
+            if (scaled) d *= double(delta_rs[size_t(r)]) * delta_cs[size_t(c)];
+            v[size_t(c)] = double(x[size_t(r) * dim + c]) + d;
             ss += v[size_t(c)] * v[size_t(c)];
           }
           const double inv = 1.0 / std::sqrt(ss / dim + eps);
@@ -238,7 +253,21 @@ TEST(Fp8Fusion, GemmFromQuantizedRowsEqualsGemmFromBf16Rows) {
       gemm.mlp(quantized(), w_gu, w_d, n, width, hidden, gate_up.data(), act.data(), y_mlp.data(),
                hidden);
       got[2] = y_mlp.download();
+      // The down projection's scales left to the caller, applied here by a pass.
+      y_mlp.fill_bytes(0xFF);
+      Fp8Scales down_scales;
+      gemm.mlp(quantized(), w_gu, w_d, n, width, hidden, gate_up.data(), act.data(), y_mlp.data(),
+               hidden, &down_scales);
+      ASSERT_NE(down_scales.col, nullptr);
+      scale_outer_bf16(y_mlp.data(), hidden, n, hidden, down_scales.row, down_scales.col, nullptr,
+                       stream);
+      const std::vector<__nv_bfloat16> mlp_unscaled = y_mlp.download();
       SS_CUDA_CHECK(cudaStreamSynchronize(stream));
+      if (n < 256) {  // the plain mlp scales by the same pass: bit for bit
+        EXPECT_EQ(std::memcmp(mlp_unscaled.data(), ref[2].data(), ref[2].size() * 2), 0);
+      } else {  // it scales inside cuBLASLt (f32, one bf16 rounding): within two roundings
+        EXPECT_LE(relative_error(to_f32(mlp_unscaled), to_f32(ref[2])), 2.0 / 512);
+      }
       for (int i = 0; i < 3; ++i) {
         SCOPED_TRACE(i == 0 ? "linear + bias" : i == 1 ? "linear_unscaled" : "mlp");
         ASSERT_EQ(got[i].size(), ref[i].size());
