@@ -81,7 +81,7 @@ class Gemm {
   // add_rmsnorm_quantize_fp8's delta scales).
   Fp8Scales linear_unscaled(const Fp8Rows& x8, const LinearWeight& w, int64_t n, int64_t out,
                             int64_t in, __nv_bfloat16* y, int64_t ldy);
-  // The same with an f32 output (logits, router scores).
+  // linear() with an f32 output (logits, router scores), bf16 weights.
   void linear_f32(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n,
                   int64_t out, int64_t in, float* y, int64_t ldy);
 
