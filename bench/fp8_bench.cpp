@@ -5,7 +5,10 @@
 //      the crossover forced) vs the bf16 path, per call;
 //   3. 8192 rows (prefill): bf16 cuBLAS vs the whole FP8 path, and its parts
 //      (activation quantize, cuBLASLt FP8 GEMM with and without fast
-//      accumulation, the scaling pass).
+//      accumulation, the scaling pass), and the GEMM with cuBLASLt's first
+//      heuristic answer against the autotuned choice (fp8_gemm.h);
+//   4. the prefill fusions (norm -> e4m3, the QKV scales in the rope kernel)
+//      against the passes they replace, at 8 and 8192 rows.
 // Weights in enough copies to exceed the L2 (every call streams from DRAM);
 // 5 warm-up calls, median of 7 batches of 20 calls timed with CUDA events.
 #include <cuda_bf16.h>
@@ -17,10 +20,13 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/device_buffer.h"
+#include "cuda/elementwise.h"
 #include "cuda/fp8_gemm.h"
 #include "cuda/fp8_gemv.h"
 #include "cuda/fp8_quantize.h"
 #include "cuda/gemm.h"
+#include "cuda/norm_quantize_fp8.h"
+#include "cuda/rope_kv.h"
 
 using namespace specstack::cuda;
 
@@ -90,6 +96,80 @@ Weights make_weights(const Shape& s, std::mt19937& rng, cudaStream_t stream) {
   return w;
 }
 
+// 4. The prefill fusions at qwen2.5-7b's shapes (hidden 3584, 28 + 2 x 4
+// heads of 128), fused vs the passes they replace, at decode and prefill rows.
+void bench_fusions(cudaStream_t stream, std::mt19937& rng) {
+  constexpr int32_t kHidden = 3584, kHeads = 28, kKvHeads = 4, kHeadDim = 128;
+  constexpr int64_t kWidth = int64_t{kHeads + 2 * kKvHeads} * kHeadDim;
+  for (int32_t n : {8, 8192}) {
+    const auto rows = static_cast<size_t>(n);
+    DeviceBuffer<float> x{rows * kHidden}, w{size_t{kHidden}}, rs{rows}, cs{size_t{kWidth}},
+        bias{size_t{kWidth}}, inv_freq{size_t{kHeadDim / 2}}, scale{rows};
+    for (auto* b : {&x, &w, &rs, &cs, &bias, &inv_freq}) {
+      std::vector<float> host(b->size());
+      std::uniform_real_distribution<float> dist(0.01f, 1.0f);
+      for (auto& v : host) v = dist(rng);
+      b->upload(host);
+    }
+    DeviceBuffer<__nv_bfloat16> delta{rows * kHidden}, h{rows * kHidden}, qkv{rows * kWidth},
+        k_cache{rows * kKvHeads * kHeadDim}, v_cache{rows * kKvHeads * kHeadDim};
+    fill_random(delta, rng);
+    fill_random(qkv, rng);
+    DeviceBuffer<fp8> q{rows * kHidden};
+    std::vector<int32_t> pos(rows);
+    for (int32_t t = 0; t < n; ++t) pos[size_t(t)] = t;
+    DeviceBuffer<int32_t> d_pos{rows}, slots{rows}, slot_pos{rows};
+    d_pos.upload(pos);
+    slots.upload(pos);
+    auto us = [&](auto call) {
+      return time_us(
+          1, [&](int) { call(); }, stream);
+    };
+    const double norm_pair = us([&] {
+      rmsnorm(x.data(), nullptr, w.data(), 1e-6f, n, kHidden, h.data(), stream);
+      quantize_rows_fp8(h.data(), kHidden, n, kHidden, q.data(), scale.data(), stream);
+    });
+    const double norm_fused = us([&] {
+      rmsnorm_quantize_fp8(x.data(), w.data(), 1e-6f, n, kHidden, q.data(), scale.data(), stream);
+    });
+    // add_rmsnorm accumulates into x every call; the values stay finite over the runs timed.
+    const double add_pair = us([&] {
+      add_rmsnorm(x.data(), delta.data(), w.data(), 1e-6f, n, kHidden, h.data(), stream);
+      quantize_rows_fp8(h.data(), kHidden, n, kHidden, q.data(), scale.data(), stream);
+    });
+    const double add_fused = us([&] {
+      add_rmsnorm_quantize_fp8(x.data(), delta.data(), Fp8Scales{}, w.data(), 1e-6f, n, kHidden,
+                               q.data(), scale.data(), stream);
+    });
+    // The o / down output's scales: a scale_outer_bf16 pass first, or in the norm.
+    const double add_scaled_pair = us([&] {
+      scale_outer_bf16(delta.data(), kHidden, n, kHidden, rs.data(), w.data(), nullptr, stream);
+      add_rmsnorm(x.data(), delta.data(), w.data(), 1e-6f, n, kHidden, h.data(), stream);
+      quantize_rows_fp8(h.data(), kHidden, n, kHidden, q.data(), scale.data(), stream);
+    });
+    const double add_scaled_fused = us([&] {
+      add_rmsnorm_quantize_fp8(x.data(), delta.data(), Fp8Scales{rs.data(), w.data()}, w.data(),
+                               1e-6f, n, kHidden, q.data(), scale.data(), stream);
+    });
+    auto rope = [&](const QkvEpilogue& e) {
+      rope_write_kv(qkv.data(), n, kWidth, kHeads, kKvHeads, kHeadDim, d_pos.data(),
+                    inv_freq.data(), slots.data(), k_cache.data(), v_cache.data(), slot_pos.data(),
+                    e, stream);
+    };
+    const double rope_pair = us([&] {
+      scale_outer_bf16(qkv.data(), kWidth, n, kWidth, rs.data(), cs.data(), bias.data(), stream);
+      rope(QkvEpilogue{});
+    });
+    const double rope_fused = us([&] { rope(QkvEpilogue{rs.data(), cs.data(), bias.data()}); });
+    std::printf(
+        "| fusions | rmsnorm + quantize %.1f -> rmsnorm_quantize_fp8 %.1f; add_rmsnorm + quantize "
+        "%.1f -> add_rmsnorm_quantize_fp8 %.1f; with the delta's scales %.1f -> %.1f; "
+        "scale_outer_bf16 + rope_write_kv %.1f -> rope_write_kv with scales %.1f | %d | us |\n",
+        norm_pair, norm_fused, add_pair, add_fused, add_scaled_pair, add_scaled_fused, rope_pair,
+        rope_fused, n);
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -109,6 +189,11 @@ int main() {
   DeviceBuffer<uint8_t> workspace(size_t(64) << 20);
   Fp8Gemm plain(stream, workspace.data(), workspace.nbytes(), Fp8GemmOptions{false});
   Fp8Gemm fast(stream, workspace.data(), workspace.nbytes(), Fp8GemmOptions{true});
+  Fp8GemmOptions tune;  // the autotune over 8 heuristic answers (off by default)
+  tune.autotune_candidates = 8;
+  Fp8Gemm tuned(stream, workspace.data(), workspace.nbytes(), tune);
+  Fp8Gemm tuned_scaled(stream, workspace.data(), workspace.nbytes(), tune);
+  Fp8Gemm untuned_scaled(stream, workspace.data(), workspace.nbytes());
   DeviceBuffer<fp8> x8(size_t(kPrefill) * 18944);
   DeviceBuffer<float> x_scale{size_t(kPrefill)};
 
@@ -170,6 +255,25 @@ int main() {
                        s.in, y.data(), w.rows, true);
         },
         stream);
+    const double us_tuned = time_us(
+        w.copies,
+        [&](int c) {
+          tuned.matmul(x8.data(), x_scale.data(), w.e4m3(c).w8, w.e4m3(c).scale, kPrefill, w.rows,
+                       s.in, y.data(), w.rows, true);
+        },
+        stream);
+    auto scaled = [&](Fp8Gemm& g) {
+      return time_us(
+          w.copies,
+          [&](int c) {
+            g.matmul(x8.data(), x_scale.data(), w.e4m3(c).w8, w.e4m3(c).scale, kPrefill, w.rows,
+                     s.in, y.data(), w.rows, false);
+          },
+          stream);
+    };
+    const Fp8Tuning tuning = tuned.last_tuning();
+    const double us_scaled_untuned = scaled(untuned_scaled);
+    const double us_scaled_tuned = scaled(tuned_scaled);
     const double us_fast = time_us(
         w.copies,
         [&](int c) {
@@ -193,7 +297,15 @@ int main() {
         static_cast<long long>(kPrefill), us_quant, us_plain, flops / us_plain / 1e6, us_fast,
         flops / us_fast / 1e6, us_scale, int(plain.last_used_outer_vector_scaling()),
         plain.outer_vector_status().c_str());
+    std::printf(
+        "| %s | prefill fp8 gemm autotune: unscaled first answer %.1f (%.0f TF) -> tuned %.1f "
+        "(%.0f TF), candidate %d of %d (tuning saw %.1f -> %.1f); outer-vector scaled %.1f -> "
+        "%.1f | %lld | - |\n",
+        s.name, us_plain, flops / us_plain / 1e6, us_tuned, flops / us_tuned / 1e6, tuning.chosen,
+        tuning.candidates, tuning.first_us, tuning.chosen_us, us_scaled_untuned, us_scaled_tuned,
+        static_cast<long long>(kPrefill));
   }
+  bench_fusions(stream, rng);
   SS_CUDA_CHECK(cudaStreamSynchronize(stream));
   return 0;
 }

@@ -9,6 +9,7 @@
 #include "cuda/cuda_model_internal.h"
 #include "cuda/elementwise.h"
 #include "cuda/flash_attention.h"
+#include "cuda/norm_quantize_fp8.h"
 #include "cuda/rope_kv.h"
 #include "cuda/row_scatter.h"
 #include "cuda/sampling.h"
@@ -27,6 +28,14 @@ constexpr int32_t kFlashMinRows = 16;
 // 1 x 8K 34.3 -> 17.6, 32 x 16K 842 -> 411; 5-row verify runs 1 x 1K 21.0 ->
 // 20.9, 1 x 8K 89.8 -> 28.2, 32 x 16K 3357 -> 504. (The version before it
 // lost to the per-token kernel below 16 rows.)
+
+// FP8 linears from this many rows (prefill chunks) take their input as e4m3
+// straight from the norm and fold the QKV scales into the rope kernel. Below
+// it (decode batches) the separate passes stay: in the H100 call that fused
+// at every row count, decode batch 8 came out 3-6% slower than main's binary
+// (qwen2.5-7b / llama-3.1-8b, docs/benchmarks.md "session 24"), and the rope
+// kernel runs one CTA per token, so few rows leave it latency-bound.
+constexpr int32_t kFp8FuseMinRows = 256;
 
 // Appends sections to the staged int32 buffer and remembers their offsets.
 struct Stager {
@@ -291,31 +300,64 @@ void CudaModel::run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_saf
   const float eps = static_cast<float>(c.rms_norm_eps);
   embedding(embed_, meta.ids, n, hidden, x_.data(), stream_);
   const bf16* pending = nullptr;  // a block output not yet added to the residual
-  auto norm = [&](const float* weight) {
+  // --quantization fp8 past the GEMV rows: a norm whose next linear is an
+  // FP8 GEMM writes its rows as e4m3 with their per-token scales (h8), not
+  // as bf16 into h_, so that GEMM needs no quantize pass of its own.
+  Fp8Rows h8;
+  // pending's scales when the FP8 GEMM that wrote it left them to the next
+  // norm (the o and down projections at prefill rows: unscaled GEMMs are
+  // 10-15% faster than cuBLASLt's outer-vector scaled ones there).
+  Fp8Scales pending_scales;
+  auto norm = [&](const float* weight, const LinearWeight* next) {
+    const bool to_fp8 = next != nullptr && n >= kFp8FuseMinRows &&
+                        gemm_->fp8_gemm_path(*next, n, hidden) &&
+                        norm_quantize_fp8_supported(x_.data(), weight, hidden);
+    h8 = to_fp8 ? gemm_->fp8_input(n, hidden) : Fp8Rows{};
     if (pending != nullptr) {
-      add_rmsnorm(x_.data(), pending, weight, eps, n, hidden, h_.data(), stream_);
+      if (to_fp8) {
+        add_rmsnorm_quantize_fp8(x_.data(), pending, pending_scales, weight, eps, n, hidden, h8.q,
+                                 h8.scale, stream_);
+      } else {
+        if (pending_scales.col != nullptr) {  // pending is delta_, not yet scaled
+          scale_outer_bf16(delta_.data(), hidden, n, hidden, pending_scales.row, pending_scales.col,
+                           nullptr, stream_);
+        }
+        add_rmsnorm(x_.data(), pending, weight, eps, n, hidden, h_.data(), stream_);
+      }
+    } else if (to_fp8) {
+      rmsnorm_quantize_fp8(x_.data(), weight, eps, n, hidden, h8.q, h8.scale, stream_);
     } else {
       rmsnorm(x_.data(), nullptr, weight, eps, n, hidden, h_.data(), stream_);
     }
     pending = nullptr;
+    pending_scales = {};
+    return to_fp8;
   };
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const DeviceLayer& layer = layers_[size_t(l)];
-    norm(layer.attn_norm);
-    attention(l, meta, kv, graph_safe);
+    const bool attn_fp8 = norm(layer.attn_norm, &layer.qkv);
+    pending_scales = attention(l, meta, kv, graph_safe, attn_fp8 ? &h8 : nullptr);
     pending = delta_.data();
-    norm(layer.ffn_norm);
     if (c.layer_is_moe(l)) {
+      norm(layer.ffn_norm, nullptr);
       SS_CHECK(!graph_safe);
       moe_mlp(layer, n);  // adds into the residual itself
     } else {
       const int64_t inter = c.intermediate_size;
-      gemm_->mlp(h_.data(), hidden, layer.gate_up, layer.down, n, inter, hidden, gate_up_.data(),
-                 act_.data(), delta_.data(), hidden);
+      // mlp's Fp8Rows form needs both projections in FP8.
+      const bool mlp_fp8 =
+          norm(layer.ffn_norm, layer.down.w8 != nullptr ? &layer.gate_up : nullptr);
+      if (mlp_fp8) {
+        gemm_->mlp(h8, layer.gate_up, layer.down, n, inter, hidden, gate_up_.data(), act_.data(),
+                   delta_.data(), hidden, &pending_scales);
+      } else {
+        gemm_->mlp(h_.data(), hidden, layer.gate_up, layer.down, n, inter, hidden, gate_up_.data(),
+                   act_.data(), delta_.data(), hidden);
+      }
       pending = delta_.data();
     }
   }
-  norm(final_norm_);
+  norm(final_norm_, nullptr);
   if (meta.n_logit_rows > 0) {
     gather_rows(h_.data(), hidden, meta.logit_rows, meta.n_logit_rows, hidden, head_in_.data(),
                 stream_);
@@ -324,7 +366,8 @@ void CudaModel::run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_saf
   }
 }
 
-void CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool graph_safe) {
+Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool graph_safe,
+                               const Fp8Rows* x8) {
   const ModelConfig& c = config_;
   const DeviceLayer& layer = layers_[size_t(l)];
   const auto n = meta.n_tokens;
@@ -342,8 +385,23 @@ void CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool
   // 64 rows on the H100). q/k norms come between bias and rope, so not then.
   const bool bias_in_rope = layer.qkv_bias != nullptr && layer.q_norm == nullptr &&
                             !Gemm::fuses_bias(h_.data(), hidden, layer.qkv, n, hidden);
-  gemm_->linear(h_.data(), hidden, layer.qkv, n, qkv_width, hidden, qkv, qkv_width,
-                bias_in_rope ? nullptr : layer.qkv_bias);
+  QkvEpilogue epilogue;
+  if (x8 == nullptr) {
+    gemm_->linear(h_.data(), hidden, layer.qkv, n, qkv_width, hidden, qkv, qkv_width,
+                  bias_in_rope ? nullptr : layer.qkv_bias);
+    if (bias_in_rope) epilogue.bias = layer.qkv_bias;
+  } else if (layer.q_norm == nullptr) {
+    // FP8 GEMM unscaled; its scales and the bias ride in the rope kernel
+    // (bit-identical to scale_outer_bf16 then rope: fp8_device.cuh), which
+    // saves a pass over [n, qkv_width] (64 us a layer at 8K on qwen2.5-7b).
+    const Fp8Scales s =
+        gemm_->linear_unscaled(*x8, layer.qkv, n, qkv_width, hidden, qkv, qkv_width);
+    epilogue.row_scale = s.row;
+    epilogue.col_scale = s.col;
+    epilogue.bias = layer.qkv_bias;
+  } else {  // q/k norms come between the scales and rope
+    gemm_->linear(*x8, layer.qkv, n, qkv_width, hidden, qkv, qkv_width, layer.qkv_bias);
+  }
   if (layer.q_norm != nullptr) {
     head_rmsnorm(qkv, n, qkv_width, n_heads, head_dim, layer.q_norm, eps, stream_);
     head_rmsnorm(qkv + q_width, n, qkv_width, n_kv_heads, head_dim, layer.k_norm, eps, stream_);
@@ -351,8 +409,7 @@ void CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool
   // k's heads follow q's in each row: one launch rotates both and stores k
   // and v in their paged slots.
   rope_write_kv(qkv, n, qkv_width, n_heads, n_kv_heads, head_dim, meta.pos, inv_freq_,
-                meta.slot_mapping, kv.k(l), kv.v(l), kv.slot_positions(),
-                bias_in_rope ? layer.qkv_bias : nullptr, stream_);
+                meta.slot_mapping, kv.k(l), kv.v(l), kv.slot_positions(), epilogue, stream_);
   if (meta.capture_device != nullptr) {  // a capture graph: every row, device to device
     SS_CUDA_CHECK(cudaMemcpy2DAsync(meta.capture_device + l * q_width,
                                     size_t(c.n_layers) * q_width * sizeof(bf16), qkv,
@@ -440,7 +497,13 @@ void CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool
                    static_cast<int32_t>(q_width), attn, q_width, stream_);
     }
   }
+  if (x8 != nullptr && layer.o_bias == nullptr && gemm_->fp8_gemm_path(layer.o, n, q_width)) {
+    // Prefill rows (x8 set): o's scales left to the next norm (run_layers).
+    return gemm_->linear_unscaled(gemm_->quantize(attn, q_width, n, q_width), layer.o, n, hidden,
+                                  q_width, delta_.data(), hidden);
+  }
   gemm_->linear(attn, q_width, layer.o, n, hidden, q_width, delta_.data(), hidden, layer.o_bias);
+  return {};
 }
 
 void CudaModel::moe_mlp(const DeviceLayer& layer, int64_t n_tokens) {

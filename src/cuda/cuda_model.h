@@ -120,7 +120,10 @@ class CudaModel final : public ForwardModel {
 
   // The forward body on device data already staged by prepare_meta.
   void run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_safe);
-  void attention(int64_t layer, const StepMeta& meta, CudaKvCache& kv, bool graph_safe);
+  // x8: the attention norm's output as e4m3 rows (FP8 prefill), else h_ holds it in bf16.
+  // Returns the o projection's scales when it left them to the next norm, else {}.
+  Fp8Scales attention(int64_t layer, const StepMeta& meta, CudaKvCache& kv, bool graph_safe,
+                      const Fp8Rows* x8);
   void moe_mlp(const DeviceLayer& layer, int64_t n_tokens);
   bool try_graph_forward(const ForwardBatch& batch, CudaKvCache& kv, Tensor& logits);
   std::unique_ptr<Graph> capture_graph(CudaKvCache& kv, int32_t batch_size, bool with_capture);

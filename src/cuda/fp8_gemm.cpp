@@ -1,5 +1,6 @@
 #include "cuda/fp8_gemm.h"
 
+#include <algorithm>
 #include <string>
 
 #include "base/check.h"
@@ -64,10 +65,14 @@ bool Fp8Gemm::make_plan(Plan& p, int64_t n, int64_t out, int64_t in, int64_t ldy
   SS_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   SS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_, sizeof(workspace_bytes_)));
-  cublasLtMatmulHeuristicResult_t result{};
+  // One answer, or several for the autotune to time.
+  const bool tune = options_.autotune_candidates > 1 && n >= options_.autotune_min_rows;
+  std::vector<cublasLtMatmulHeuristicResult_t> results(
+      static_cast<size_t>(tune ? options_.autotune_candidates : 1));
   int found = 0;
   const cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
+      cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.d, p.d, pref,
+                                     static_cast<int>(results.size()), results.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
     if (outer) {
@@ -77,8 +82,12 @@ bool Fp8Gemm::make_plan(Plan& p, int64_t n, int64_t out, int64_t in, int64_t ldy
     return false;
   }
   if (outer) outer_status_ = "supported";
-  p.algo = result.algo;
+  p.algo = results[0].algo;
   p.outer = outer;
+  for (int i = 0; tune && i < found; ++i) {
+    if (results[size_t(i)].state == CUBLAS_STATUS_SUCCESS)
+      p.candidates.push_back(results[size_t(i)].algo);
+  }
   return true;
 }
 
@@ -110,6 +119,10 @@ bool Fp8Gemm::matmul(const fp8* x8, const float* x_scale, const fp8* w8, const f
     SS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
                                                    &x_scale, sizeof(x_scale)));
   }
+  if (!p.candidates.empty()) {
+    const int bucket = n <= 1 ? 0 : 64 - __builtin_clzll(static_cast<unsigned long long>(n - 1));
+    autotune(p, TuneKey{out, in, ldy, p.outer, bucket}, x8, w8, y);
+  }
   const float alpha = 1.0f, beta = 0.0f;
   SS_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, w8, p.a, x8, p.b, &beta, y, p.d, y, p.d,
                                  &p.algo, workspace_, workspace_bytes_, stream_));
@@ -118,6 +131,89 @@ bool Fp8Gemm::matmul(const fp8* x8, const float* x_scale, const fp8* w8, const f
   if (defer_scales) return false;
   scale_outer_bf16(y, ldy, n, out, x_scale, w_scale, nullptr, stream_);
   return true;
+}
+
+// Times each candidate on the call's own operands (y is overwritten by the
+// real call right after) and keeps the fastest; skipped, leaving the
+// heuristic's first answer, inside a graph capture (no timing or syncing
+// there). A bucket already tuned for another row count lends its choice when
+// cuBLASLt accepts it for this shape.
+void Fp8Gemm::autotune(Plan& p, const TuneKey& key, const fp8* x8, const fp8* w8,
+                       __nv_bfloat16* y) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  SS_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
+  if (capture != cudaStreamCaptureStatusNone) return;
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  candidates.swap(p.candidates);  // tuned once, whatever happens below
+  const auto known = tuned_.find(key);
+  if (known != tuned_.end()) {
+    cublasLtMatmulHeuristicResult_t check{};
+    if (cublasLtMatmulAlgoCheck(handle_, p.desc, p.a, p.b, p.d, p.d, &known->second, &check) ==
+        CUBLAS_STATUS_SUCCESS) {
+      p.algo = known->second;
+      return;
+    }
+  }
+  // Rounds that run every candidate once each, so a drift of the clocks
+  // (the H100 slows as it warms under FP8 load) spreads over all of them
+  // rather than favouring whichever ran first; each candidate's median round
+  // counts. Another answer replaces the heuristic's first only when it is
+  // kMinGain faster: the first H100 tries with a single timed block per
+  // candidate picked "winners" that were slower in steady state.
+  constexpr int kRounds = 5;
+  constexpr float kMinGain = 0.03f;
+  const size_t count = candidates.size();
+  std::vector<cudaEvent_t> events(2 * count * kRounds);
+  for (auto& e : events) SS_CUDA_CHECK(cudaEventCreate(&e));
+  const float alpha = 1.0f, beta = 0.0f;
+  std::vector<bool> ok(count, true);
+  auto run = [&](size_t i) {
+    return cublasLtMatmul(handle_, p.desc, &alpha, w8, p.a, x8, p.b, &beta, y, p.d, y, p.d,
+                          &candidates[i], workspace_, workspace_bytes_,
+                          stream_) == CUBLAS_STATUS_SUCCESS;
+  };
+  for (size_t i = 0; i < count; ++i) ok[i] = run(i);  // warm-up; an answer that fails is out
+  for (int r = 0; r < kRounds; ++r) {
+    for (size_t i = 0; i < count; ++i) {
+      if (!ok[i]) continue;
+      SS_CUDA_CHECK(cudaEventRecord(events[2 * (r * count + i)], stream_));
+      ok[i] = run(i);
+      SS_CUDA_CHECK(cudaEventRecord(events[2 * (r * count + i) + 1], stream_));
+    }
+  }
+  SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  Fp8Tuning t;
+  std::vector<float> median(count, 0.0f);
+  for (size_t i = 0; i < count; ++i) {
+    if (!ok[i]) continue;
+    std::vector<float> us(kRounds);
+    for (int r = 0; r < kRounds; ++r) {
+      float ms = 0.0f;
+      SS_CUDA_CHECK(
+          cudaEventElapsedTime(&ms, events[2 * (r * count + i)], events[2 * (r * count + i) + 1]));
+      us[size_t(r)] = 1000.0f * ms;
+    }
+    std::sort(us.begin(), us.end());
+    median[i] = us[kRounds / 2];
+    ++t.candidates;
+  }
+  for (auto& e : events) SS_CUDA_CHECK(cudaEventDestroy(e));
+  if (ok[0]) {
+    t.chosen = 0;
+    t.first_us = t.chosen_us = median[0];
+  }
+  for (size_t i = 1; i < count; ++i) {
+    if (!ok[i]) continue;
+    if (t.chosen < 0 || median[i] < t.chosen_us * (t.chosen == 0 ? 1.0f - kMinGain : 1.0f)) {
+      t.chosen = static_cast<int>(i);
+      t.chosen_us = median[i];
+    }
+  }
+  if (t.chosen >= 0) {
+    p.algo = candidates[size_t(t.chosen)];
+    tuned_[key] = p.algo;
+  }
+  tuning_ = t;
 }
 
 }  // namespace specstack::cuda

@@ -21,6 +21,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "cuda/fp8_quantize.h"
 
@@ -31,6 +32,25 @@ struct Fp8GemmOptions {
   // accumulators keep fewer bits than f32; without it the kernels promote the
   // partial sums to f32 registers every few k-steps (slower, more exact).
   bool fast_accum = false;
+  // Algorithm choice: up to this many of cuBLASLt's heuristic answers are
+  // timed once on the first call of a shape with at least autotune_min_rows
+  // rows (outside graph capture) and the fastest kept; the choice is reused
+  // (after cublasLtMatmulAlgoCheck) for every other row count in the same
+  // power-of-two bucket, so a server's varying prefill chunks time each
+  // (matrix, bucket) once. 1 (the default): the heuristic's first answer,
+  // untimed. Off because on the H100 at qwen2.5-7b's shapes and 8192 rows no
+  // other answer was 3% faster in steady state (fp8_bench, docs/benchmarks.md
+  // "session 24"), while tuning costs ~0.1-0.2 s of GPU time per bucket.
+  int autotune_candidates = 1;
+  int64_t autotune_min_rows = 512;
+};
+
+// What the last autotune did (fp8_bench prints it).
+struct Fp8Tuning {
+  int candidates = 0;      // heuristic answers timed
+  int chosen = -1;         // index of the fastest (0: the heuristic's first)
+  float first_us = 0.0f;   // the first answer's time per call
+  float chosen_us = 0.0f;  // the chosen one's
 };
 
 class Fp8Gemm {
@@ -53,6 +73,7 @@ class Fp8Gemm {
 
   // Whether the last matmul applied the scales inside cuBLASLt (for tests and the docs).
   bool last_used_outer_vector_scaling() const { return last_outer_; }
+  const Fp8Tuning& last_tuning() const { return tuning_; }
   // What cuBLASLt answered when a plan asked for outer-vector scaling.
   const std::string& outer_vector_status() const { return outer_status_; }
 
@@ -62,7 +83,12 @@ class Fp8Gemm {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo{};
     bool outer = false;  // scales inside cuBLASLt
+    // The heuristic's other answers, until the first call times them (autotune).
+    std::vector<cublasLtMatmulAlgo_t> candidates;
   };
+  // (out, in, ldy, outer, ceil(log2 n)): a tuned algorithm for that bucket.
+  using TuneKey = std::tuple<int64_t, int64_t, int64_t, bool, int>;
+  void autotune(Plan& p, const TuneKey& key, const fp8* x8, const fp8* w8, __nv_bfloat16* y);
   Plan& plan(int64_t n, int64_t out, int64_t in, int64_t ldy, bool want_outer);
   bool make_plan(Plan& p, int64_t n, int64_t out, int64_t in, int64_t ldy, bool outer);
   static void destroy(Plan& p);
@@ -74,6 +100,8 @@ class Fp8Gemm {
   size_t workspace_bytes_ = 0;
   // (n, out, in, ldy, outer wanted)
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool>, Plan> plans_;
+  std::map<TuneKey, cublasLtMatmulAlgo_t> tuned_;
+  Fp8Tuning tuning_;
   bool last_outer_ = false;
   std::string outer_status_ = "not asked yet";
 };

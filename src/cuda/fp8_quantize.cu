@@ -1,4 +1,5 @@
 #include "cuda/cuda_check.h"
+#include "cuda/fp8_device.cuh"
 #include "cuda/fp8_quantize.h"
 #include "cuda/pdl.h"
 
@@ -8,22 +9,9 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Folds the |x| of 8 bf16 (one 16-byte vector) into a running amax.
-__device__ inline float amax8(const uint4& packed, float amax) {
-  const auto* x2 = reinterpret_cast<const __nv_bfloat162*>(&packed);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(x2[i]);
-    amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
-  }
-  return amax;
-}
-
 // The row's amax across a block of kBlockThreads (warp shuffles, then one
 // shared-memory pass), the same value in every thread; then the row's scale
-// written by thread 0 and the factor x -> e4m3 returned. IEEE division (this
-// build has no fast math), so the CPU twin computes the same factor bit for
-// bit.
+// written by thread 0 and the factor x -> e4m3 returned (fp8_device.cuh).
 template <int kBlockThreads>
 __device__ inline float row_scale_from_amax(float amax, float* __restrict__ scale_out) {
   __shared__ float warp_max[kBlockThreads / 32];
@@ -36,22 +24,8 @@ __device__ inline float row_scale_from_amax(float amax, float* __restrict__ scal
   amax = 0.0f;
 #pragma unroll
   for (int w = 0; w < kBlockThreads / 32; ++w) amax = fmaxf(amax, warp_max[w]);
-  if (threadIdx.x == 0) *scale_out = amax > 0.0f ? amax / kFp8E4m3Max : 1.0f;
-  return amax > 0.0f ? kFp8E4m3Max / amax : 1.0f;
-}
-
-// 8 bf16 times inv to 8 e4m3 bytes: round to nearest even, saturating to
-// ±448 (x * inv can exceed 448 by rounding only in its last bit).
-__device__ inline uint2 to_e4m3x8(const uint4& packed, float inv) {
-  const auto* x2 = reinterpret_cast<const __nv_bfloat162*>(&packed);
-  uint2 out;
-  auto* o2 = reinterpret_cast<__nv_fp8x2_storage_t*>(&out);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(x2[i]);
-    o2[i] = __nv_cvt_float2_to_fp8x2(make_float2(f.x * inv, f.y * inv), __NV_SATFINITE, __NV_E4M3);
-  }
-  return out;
+  if (threadIdx.x == 0) *scale_out = fp8_row_scale(amax);
+  return fp8_row_factor(amax);
 }
 
 // One block per row, 8 elements (16 bytes of bf16) per thread and step.
@@ -66,9 +40,9 @@ __global__ void __launch_bounds__(kThreads)
   auto* qr = reinterpret_cast<uint2*>(q + row * cols);
   const int64_t vectors = cols / 8;
   float amax = 0.0f;
-  for (int64_t v = threadIdx.x; v < vectors; v += kThreads) amax = amax8(xr[v], amax);
+  for (int64_t v = threadIdx.x; v < vectors; v += kThreads) amax = fp8_amax8(xr[v], amax);
   const float inv = row_scale_from_amax<kThreads>(amax, &scale[row]);
-  for (int64_t v = threadIdx.x; v < vectors; v += kThreads) qr[v] = to_e4m3x8(xr[v], inv);
+  for (int64_t v = threadIdx.x; v < vectors; v += kThreads) qr[v] = fp8_to_e4m3x8(xr[v], inv);
 }
 
 // One thread per output element (columns or ldy not a multiple of 8).
@@ -81,9 +55,9 @@ __global__ void scale_outer_kernel(__nv_bfloat16* __restrict__ y, int64_t ldy, i
   const int64_t c = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x);
   if (c >= cols) return;
   const float rs = row_scale[row];
-  float v = __bfloat162float(y[row * ldy + c]) * rs * col_scale[c];
-  if (bias != nullptr) v += bias[c];
-  y[row * ldy + c] = __float2bfloat16(v);
+  const float v = __bfloat162float(y[row * ldy + c]);
+  y[row * ldy + c] = __float2bfloat16(bias != nullptr ? fp8_dequant(v, rs, col_scale[c], bias[c])
+                                                      : fp8_dequant(v, rs, col_scale[c]));
 }
 
 // 8 elements (one 16-byte load and store) per thread.
@@ -102,11 +76,13 @@ __global__ void scale_outer8_kernel(__nv_bfloat16* __restrict__ y, int64_t ldy, 
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     float2 f = __bfloat1622float2(v2[i]);
-    f.x *= rs * col_scale[c + 2 * i];
-    f.y *= rs * col_scale[c + 2 * i + 1];
+    const int64_t c0 = c + 2 * i;
     if (bias != nullptr) {
-      f.x += bias[c + 2 * i];
-      f.y += bias[c + 2 * i + 1];
+      f.x = fp8_dequant(f.x, rs, col_scale[c0], bias[c0]);
+      f.y = fp8_dequant(f.y, rs, col_scale[c0 + 1], bias[c0 + 1]);
+    } else {
+      f.x = fp8_dequant(f.x, rs, col_scale[c0]);
+      f.y = fp8_dequant(f.y, rs, col_scale[c0 + 1]);
     }
     v2[i] = __floats2bfloat162_rn(f.x, f.y);
   }
@@ -176,12 +152,12 @@ __global__ void __launch_bounds__(kSiluQuantThreads)
     uint4 out;
     silu8(g, u, rs, col_scale, width, v * 8, out);
     staged[v] = out;
-    amax = amax8(out, amax);
+    amax = fp8_amax8(out, amax);
   }
   const float inv = row_scale_from_amax<kSiluQuantThreads>(amax, &q_scale[row]);
   auto* qr = reinterpret_cast<uint2*>(q + row * width);
   for (int64_t v = threadIdx.x; v < vectors; v += kSiluQuantThreads)
-    qr[v] = to_e4m3x8(staged[v], inv);
+    qr[v] = fp8_to_e4m3x8(staged[v], inv);
 }
 
 }  // namespace

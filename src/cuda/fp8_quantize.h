@@ -19,6 +19,13 @@ using fp8 = __nv_fp8_e4m3;
 
 constexpr float kFp8E4m3Max = 448.0f;
 
+// The scales an unscaled FP8 GEMM output y [n, out] still needs, for a
+// later pass to apply: fp8_dequant(y[r, c], row[r], col[c]) (fp8_device.cuh).
+struct Fp8Scales {
+  const float* row = nullptr;  // [n] per-token activation scales
+  const float* col = nullptr;  // [out] per-channel weight scales
+};
+
 // x [rows, ldx] bf16 (first `cols` of each row) -> q [rows, cols] e4m3 (dense), scale [rows] f32.
 // pdl: launched as a programmatic dependent (cuda/pdl.h); false after a copy.
 void quantize_rows_fp8(const __nv_bfloat16* x, int64_t ldx, int64_t rows, int64_t cols, fp8* q,

@@ -52,27 +52,61 @@ void Gemm::mlp(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w_gate_u
     gate_up_silu(x, ldx, w_gate_up, n, width, hidden, gate_up, act);
     return linear(act, width, w_down, n, hidden, width, y, ldy);
   }
-  const bool scaled = fp8_gemm(x, ldx, w_gate_up, n, 2 * width, hidden, gate_up, 2 * width,
-                               /*scales_in_gemm=*/false);  // folded into the SiLU below
-  // fp8_x_ held x's e4m3 rows for the GEMM above (stream-ordered before this).
+  mlp(quantize(x, ldx, n, hidden), w_gate_up, w_down, n, width, hidden, gate_up, act, y, ldy);
+}
+
+void Gemm::mlp(const Fp8Rows& x8, const LinearWeight& w_gate_up, const LinearWeight& w_down,
+               int64_t n, int64_t width, int64_t hidden, __nv_bfloat16* gate_up, __nv_bfloat16* act,
+               __nv_bfloat16* y, int64_t ldy, Fp8Scales* down_scales) {
+  if (down_scales != nullptr) *down_scales = {};
+  if (n == 0) return;
+  SS_CHECK(w_gate_up.w8 != nullptr && w_down.w8 != nullptr);
+  if (width % 16 != 0) {  // the down GEMM cannot take the SiLU rows as e4m3
+    fp8_gate_up_silu(x8, w_gate_up, n, width, hidden, gate_up, act);
+    return linear(act, width, w_down, n, hidden, width, y, ldy);
+  }
+  const bool scaled = fp8_->matmul(x8.q, x8.scale, w_gate_up.w8, w_gate_up.scale, n, 2 * width,
+                                   hidden, gate_up, 2 * width,
+                                   /*defer_scales=*/true);  // folded into the SiLU below
+  // fp8_x_ may have held x8 for the GEMM above (stream-ordered before this).
   SS_CHECK_LE(static_cast<size_t>(n * width), fp8_x_.size());
-  silu_mul_quantize_fp8(gate_up, n, width, scaled ? nullptr : fp8_x_scale_.data(),
+  silu_mul_quantize_fp8(gate_up, n, width, scaled ? nullptr : x8.scale,
                         scaled ? nullptr : w_gate_up.scale, fp8_x_.data(), fp8_act_scale_.data(),
                         stream_);
+  if (down_scales != nullptr) {  // the caller's next pass applies them
+    fp8_->matmul(fp8_x_.data(), fp8_act_scale_.data(), w_down.w8, w_down.scale, n, hidden, width, y,
+                 ldy, /*defer_scales=*/true);
+    *down_scales = {fp8_act_scale_.data(), w_down.scale};
+    return;
+  }
   if (!fp8_->matmul(fp8_x_.data(), fp8_act_scale_.data(), w_down.w8, w_down.scale, n, hidden, width,
                     y, ldy, /*defer_scales=*/n < kFp8ScalesInGemmMinRows)) {
     scale_outer_bf16(y, ldy, n, hidden, fp8_act_scale_.data(), w_down.scale, nullptr, stream_);
   }
 }
 
-bool Gemm::fp8_gemm(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w, int64_t n,
-                    int64_t out, int64_t in, __nv_bfloat16* y, int64_t ldy, bool scales_in_gemm) {
+Fp8Rows Gemm::quantize(const __nv_bfloat16* x, int64_t ldx, int64_t n, int64_t in) {
+  const Fp8Rows rows = fp8_input(n, in);
+  quantize_rows_fp8(x, ldx, n, in, rows.q, rows.scale, stream_);
+  return rows;
+}
+
+bool Gemm::fp8_gemm_path(const LinearWeight& w, int64_t n, int64_t in) const {
+  return w.w8 != nullptr && n > fp8_gemv_max_rows_ && in % 16 == 0 && fp8_ != nullptr;
+}
+
+Fp8Rows Gemm::fp8_input(int64_t n, int64_t in) {
   SS_CHECK(fp8_ != nullptr);
   SS_CHECK_LE(static_cast<size_t>(n * in), fp8_x_.size());
   SS_CHECK_LE(static_cast<size_t>(n), fp8_x_scale_.size());
-  quantize_rows_fp8(x, ldx, n, in, fp8_x_.data(), fp8_x_scale_.data(), stream_);
-  return fp8_->matmul(fp8_x_.data(), fp8_x_scale_.data(), w.w8, w.scale, n, out, in, y, ldy,
-                      /*defer_scales=*/!scales_in_gemm);
+  return {fp8_x_.data(), fp8_x_scale_.data()};
+}
+
+Fp8Scales Gemm::linear_unscaled(const Fp8Rows& x8, const LinearWeight& w, int64_t n, int64_t out,
+                                int64_t in, __nv_bfloat16* y, int64_t ldy) {
+  SS_CHECK(w.w8 != nullptr);
+  fp8_->matmul(x8.q, x8.scale, w.w8, w.scale, n, out, in, y, ldy, /*defer_scales=*/true);
+  return {x8.scale, w.scale};
 }
 
 void Gemm::set_fp8_gemv_max_rows(int64_t rows) {
@@ -87,17 +121,7 @@ void Gemm::linear(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& weigh
     if (n <= fp8_gemv_max_rows_ && fp8_gemv_supported(x, ldx, weight.w8, n, in)) {
       return fp8_gemv(x, ldx, weight.w8, weight.scale, n, out, in, y, nullptr, ldy, bias, stream_);
     }
-    // With a bias the pass after an unscaled GEMM adds it too, so scales in
-    // the GEMM would save nothing.
-    if (fp8_gemm(x, ldx, weight, n, out, in, y, ldy,
-                 n >= kFp8ScalesInGemmMinRows && bias == nullptr)) {
-      if (bias != nullptr) {
-        add_bias(y, static_cast<int32_t>(n), static_cast<int32_t>(out), ldy, bias, stream_);
-      }
-    } else {  // scales and bias in one pass
-      scale_outer_bf16(y, ldy, n, out, fp8_x_scale_.data(), weight.scale, bias, stream_);
-    }
-    return;
+    return linear(quantize(x, ldx, n, in), weight, n, out, in, y, ldy, bias);
   }
   const __nv_bfloat16* w = weight.w16;
   if (gemv_supported(x, ldx, w, n, in)) {
@@ -106,6 +130,23 @@ void Gemm::linear(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& weigh
   gemm(x, ldx, w, n, out, in, y, CUDA_R_16BF, ldy);
   if (bias != nullptr) {
     add_bias(y, static_cast<int32_t>(n), static_cast<int32_t>(out), ldy, bias, stream_);
+  }
+}
+
+void Gemm::linear(const Fp8Rows& x8, const LinearWeight& weight, int64_t n, int64_t out, int64_t in,
+                  __nv_bfloat16* y, int64_t ldy, const float* bias) {
+  if (n == 0) return;
+  SS_CHECK(weight.w8 != nullptr);
+  // With a bias the pass after an unscaled GEMM adds it too, so scales in
+  // the GEMM would save nothing.
+  const bool scales_in_gemm = n >= kFp8ScalesInGemmMinRows && bias == nullptr;
+  if (fp8_->matmul(x8.q, x8.scale, weight.w8, weight.scale, n, out, in, y, ldy,
+                   /*defer_scales=*/!scales_in_gemm)) {
+    if (bias != nullptr) {
+      add_bias(y, static_cast<int32_t>(n), static_cast<int32_t>(out), ldy, bias, stream_);
+    }
+  } else {  // scales and bias in one pass
+    scale_outer_bf16(y, ldy, n, out, x8.scale, weight.scale, bias, stream_);
   }
 }
 
@@ -123,22 +164,25 @@ void Gemm::gate_up_silu(const __nv_bfloat16* x, int64_t ldx, const LinearWeight&
     if (n <= fp8_gemv_max_rows_ && fp8_gemv_supported(x, ldx, weight.w8, n, in)) {
       return fp8_gemv_silu_mul(x, ldx, weight.w8, weight.scale, n, width, in, act, stream_);
     }
-    if (!fp8_gemm(x, ldx, weight, n, 2 * width, in, gate_up, 2 * width,
-                  /*scales_in_gemm=*/false)) {
-      if (width % 8 == 0) {  // the scales folded into the SiLU pass
-        return scaled_silu_mul(gate_up, n, width, fp8_x_scale_.data(), weight.scale, act, stream_);
-      }
-      scale_outer_bf16(gate_up, 2 * width, n, 2 * width, fp8_x_scale_.data(), weight.scale, nullptr,
-                       stream_);
-    }
-    silu_mul(gate_up, static_cast<int32_t>(n), static_cast<int32_t>(width), act, stream_);
-    return;
+    return fp8_gate_up_silu(quantize(x, ldx, n, in), weight, n, width, in, gate_up, act);
   }
   const __nv_bfloat16* w_gate_up = weight.w16;
   if (gemv_supported(x, ldx, w_gate_up, n, in)) {
     return gemv_silu_mul(x, ldx, w_gate_up, n, width, in, act, stream_);
   }
   gemm(x, ldx, w_gate_up, n, 2 * width, in, gate_up, CUDA_R_16BF, 2 * width);
+  silu_mul(gate_up, static_cast<int32_t>(n), static_cast<int32_t>(width), act, stream_);
+}
+
+void Gemm::fp8_gate_up_silu(const Fp8Rows& x8, const LinearWeight& weight, int64_t n, int64_t width,
+                            int64_t in, __nv_bfloat16* gate_up, __nv_bfloat16* act) {
+  if (!fp8_->matmul(x8.q, x8.scale, weight.w8, weight.scale, n, 2 * width, in, gate_up, 2 * width,
+                    /*defer_scales=*/true)) {
+    if (width % 8 == 0) {  // the scales folded into the SiLU pass
+      return scaled_silu_mul(gate_up, n, width, x8.scale, weight.scale, act, stream_);
+    }
+    scale_outer_bf16(gate_up, 2 * width, n, 2 * width, x8.scale, weight.scale, nullptr, stream_);
+  }
   silu_mul(gate_up, static_cast<int32_t>(n), static_cast<int32_t>(width), act, stream_);
 }
 

@@ -24,6 +24,13 @@ struct LinearWeight {
   const float* scale = nullptr;        // [out] (w8 only)
 };
 
+// An FP8 GEMM's input rows already in e4m3 with their per-token scales
+// (rmsnorm_quantize_fp8 writes them straight from the norm).
+struct Fp8Rows {
+  fp8* q = nullptr;        // [n, in] e4m3, dense
+  float* scale = nullptr;  // [n] f32
+};
+
 class Gemm {
  public:
   explicit Gemm(cudaStream_t stream);
@@ -50,7 +57,31 @@ class Gemm {
   void mlp(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w_gate_up,
            const LinearWeight& w_down, int64_t n, int64_t width, int64_t hidden,
            __nv_bfloat16* gate_up, __nv_bfloat16* act, __nv_bfloat16* y, int64_t ldy);
-  // The same with an f32 output (logits, router scores).
+  // Whether linear() / mlp() run these operands through the FP8 GEMM (FP8
+  // weights, more rows than the GEMV takes, `in` a multiple of 16): then the
+  // caller may write their input as e4m3 itself, into fp8_input(), and call
+  // the Fp8Rows overloads below (one activation-quantize pass fewer).
+  bool fp8_gemm_path(const LinearWeight& w, int64_t n, int64_t in) const;
+  // The scratch for [n, in] pre-quantized input rows (reserve_fp8_activations
+  // sized it). Stream-ordered: valid until the next FP8 linear / mlp.
+  Fp8Rows fp8_input(int64_t n, int64_t in);
+  // linear() / mlp() with the input already quantized (fp8_gemm_path true).
+  void linear(const Fp8Rows& x8, const LinearWeight& w, int64_t n, int64_t out, int64_t in,
+              __nv_bfloat16* y, int64_t ldy, const float* bias = nullptr);
+  // down_scales not null: when the down projection runs the FP8 GEMM, it runs
+  // unscaled and its scales land here for the caller's next pass
+  // (add_rmsnorm_quantize_fp8); else it is set to {} and y is scaled.
+  void mlp(const Fp8Rows& x8, const LinearWeight& w_gate_up, const LinearWeight& w_down, int64_t n,
+           int64_t width, int64_t hidden, __nv_bfloat16* gate_up, __nv_bfloat16* act,
+           __nv_bfloat16* y, int64_t ldy, Fp8Scales* down_scales = nullptr);
+  // x [n, ldx] bf16 quantized into fp8_input(n, in) (quantize_rows_fp8).
+  Fp8Rows quantize(const __nv_bfloat16* x, int64_t ldx, int64_t n, int64_t in);
+  // The unscaled GEMM alone, y = x8.q · w8ᵀ in bf16: the caller applies the
+  // returned scales in its next pass (rope_write_kv's QkvEpilogue,
+  // add_rmsnorm_quantize_fp8's delta scales).
+  Fp8Scales linear_unscaled(const Fp8Rows& x8, const LinearWeight& w, int64_t n, int64_t out,
+                            int64_t in, __nv_bfloat16* y, int64_t ldy);
+  // linear() with an f32 output (logits, router scores), bf16 weights.
   void linear_f32(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n,
                   int64_t out, int64_t in, float* y, int64_t ldy);
 
@@ -73,12 +104,8 @@ class Gemm {
  private:
   void gemm(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n, int64_t out,
             int64_t in, void* y, cudaDataType_t y_type, int64_t ldy);
-  // y [n, ldy] bf16 = x · w8ᵀ through quantize_rows_fp8 + Fp8Gemm; returns
-  // whether y is scaled, else the caller applies fp8_x_scale_ ⊗ w.scale
-  // (fused into its next pass).
-  // scales_in_gemm: let cuBLASLt apply the scales (else they are left to the caller).
-  bool fp8_gemm(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w, int64_t n, int64_t out,
-                int64_t in, __nv_bfloat16* y, int64_t ldy, bool scales_in_gemm);
+  void fp8_gate_up_silu(const Fp8Rows& x8, const LinearWeight& w_gate_up, int64_t n, int64_t width,
+                        int64_t in, __nv_bfloat16* gate_up, __nv_bfloat16* act);
 
   cudaStream_t stream_ = nullptr;
   cublasHandle_t handle_ = nullptr;

@@ -1,5 +1,6 @@
 #include "base/check.h"
 #include "cuda/cuda_check.h"
+#include "cuda/fp8_device.cuh"
 #include "cuda/pdl.h"
 #include "cuda/rope_kv.h"
 
@@ -12,18 +13,24 @@ constexpr int kThreads = 128;
 
 // One CTA per token: cos/sin of its position once in shared memory, then
 // every (head, j) pair of q and k rotated by one thread (k's also stored in
-// the cache by the same thread), then v copied; with a bias, each element
-// gets it first, rounded to bf16 as add_bias_kernel rounds it.
-__device__ __forceinline__ float biased(const bf16* x, const float* bias, int64_t i) {
+// the cache by the same thread), then v copied; with scales and/or a bias,
+// each element gets them first, rounded to bf16 as scale_outer_bf16 /
+// add_bias_kernel round it.
+__device__ __forceinline__ float loaded(const bf16* x, float rs, const QkvEpilogue& e, int64_t i) {
   const float v = __bfloat162float(x[i]);
-  return bias == nullptr ? v : __bfloat162float(__float2bfloat16(v + bias[i]));
+  if (e.col_scale != nullptr) {
+    const float s = e.bias != nullptr ? fp8_dequant(v, rs, e.col_scale[i], e.bias[i])
+                                      : fp8_dequant(v, rs, e.col_scale[i]);
+    return __bfloat162float(__float2bfloat16(s));
+  }
+  return e.bias == nullptr ? v : __bfloat162float(__float2bfloat16(v + e.bias[i]));
 }
 
 __global__ void __launch_bounds__(kThreads)
     rope_write_kv_kernel(bf16* qkv, int64_t ld, int32_t n_heads, int32_t n_kv_heads,
                          int32_t head_dim, const int32_t* positions, const float* inv_freq,
                          const int32_t* slot_mapping, bf16* k_cache, bf16* v_cache,
-                         int32_t* slot_positions, const float* bias) {
+                         int32_t* slot_positions, QkvEpilogue epi) {
   pdl_begin();
   extern __shared__ float cos_sin[];  // [2 * half]: cos | sin
   const int half = head_dim / 2;
@@ -39,6 +46,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t slot = slot_mapping[t];
   const int64_t kv_width = static_cast<int64_t>(n_kv_heads) * head_dim;
   bf16* row = qkv + t * ld;  // q heads, then k heads, then v
+  const float rs = epi.row_scale != nullptr ? epi.row_scale[t] : 1.0f;
   const int32_t rotated_heads = n_heads + n_kv_heads;
   for (int p = threadIdx.x; p < rotated_heads * half; p += blockDim.x) {
     const int h = p / half;
@@ -46,7 +54,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t i_lo = static_cast<int64_t>(h) * head_dim + j;
     bf16* lo = row + i_lo;
     bf16* hi = lo + half;
-    const float a = biased(row, bias, i_lo), b = biased(row, bias, i_lo + half);
+    const float a = loaded(row, rs, epi, i_lo), b = loaded(row, rs, epi, i_lo + half);
     const float c = cos_sin[j], s = cos_sin[half + j];
     // HF rotate_half: out = x * cos + cat(-x_hi, x_lo) * sin
     const bf16 out_lo = __float2bfloat16(a * c - b * s);
@@ -60,9 +68,9 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   const int64_t v0 = static_cast<int64_t>(rotated_heads) * head_dim;
-  if (bias != nullptr) {  // the row's v as add_bias leaves it, whether stored or not
+  if (epi.bias != nullptr || epi.col_scale != nullptr) {  // the row's v as the passes leave it
     for (int64_t i = threadIdx.x; i < kv_width; i += blockDim.x)
-      row[v0 + i] = __float2bfloat16(biased(row, bias, v0 + i));
+      row[v0 + i] = __float2bfloat16(loaded(row, rs, epi, v0 + i));
   }
   if (slot >= 0) {
     for (int64_t i = threadIdx.x; i < kv_width; i += blockDim.x)
@@ -77,13 +85,24 @@ void rope_write_kv(bf16* qkv, int32_t n_tokens, int64_t ld, int32_t n_heads, int
                    int32_t head_dim, const int32_t* positions, const float* inv_freq,
                    const int32_t* slot_mapping, bf16* k_cache, bf16* v_cache,
                    int32_t* slot_positions, const float* qkv_bias, cudaStream_t stream) {
+  QkvEpilogue epilogue;
+  epilogue.bias = qkv_bias;
+  rope_write_kv(qkv, n_tokens, ld, n_heads, n_kv_heads, head_dim, positions, inv_freq, slot_mapping,
+                k_cache, v_cache, slot_positions, epilogue, stream);
+}
+
+void rope_write_kv(bf16* qkv, int32_t n_tokens, int64_t ld, int32_t n_heads, int32_t n_kv_heads,
+                   int32_t head_dim, const int32_t* positions, const float* inv_freq,
+                   const int32_t* slot_mapping, bf16* k_cache, bf16* v_cache,
+                   int32_t* slot_positions, const QkvEpilogue& epilogue, cudaStream_t stream) {
   if (n_tokens <= 0) return;
+  SS_CHECK((epilogue.row_scale == nullptr) == (epilogue.col_scale == nullptr));
   SS_CHECK(head_dim > 0 && head_dim % 2 == 0);
   SS_CHECK_GE(ld, static_cast<int64_t>(n_heads + 2 * n_kv_heads) * head_dim);
   const size_t smem = static_cast<size_t>(head_dim) * sizeof(float);
   launch_pdl(rope_write_kv_kernel, n_tokens, kThreads, smem, stream, true, qkv, ld, n_heads,
              n_kv_heads, head_dim, positions, inv_freq, slot_mapping, k_cache, v_cache,
-             slot_positions, qkv_bias);
+             slot_positions, epilogue);
 }
 
 }  // namespace specstack::cuda

@@ -29,4 +29,23 @@ void rope_write_kv(__nv_bfloat16* qkv, int32_t n_tokens, int64_t ld, int32_t n_h
                    __nv_bfloat16* v_cache, int32_t* slot_positions, const float* qkv_bias,
                    cudaStream_t stream);
 
+// What rope_write_kv applies to each qkv element before rotating it: an
+// unscaled FP8 GEMM's dequantization (--quantization fp8 prefill, where the
+// QKV projection runs unscaled and its scales ride here instead of in a
+// separate scale_outer_bf16 pass over [n, qkv_width]) and/or the bias.
+struct QkvEpilogue {
+  const float* row_scale = nullptr;  // [n_tokens] per-token activation scales
+  const float* col_scale = nullptr;  // [qkv_width] weight scales; set together with row_scale
+  const float* bias = nullptr;       // [qkv_width]
+};
+
+// The same with the scales: every element becomes bf16(fp8_dequant(y,
+// row_scale[t], col_scale[i], bias[i])) (fp8_device.cuh) before the rotation,
+// bit-identical to scale_outer_bf16 (with the bias) and then rope_write_kv.
+void rope_write_kv(__nv_bfloat16* qkv, int32_t n_tokens, int64_t ld, int32_t n_heads,
+                   int32_t n_kv_heads, int32_t head_dim, const int32_t* positions,
+                   const float* inv_freq, const int32_t* slot_mapping, __nv_bfloat16* k_cache,
+                   __nv_bfloat16* v_cache, int32_t* slot_positions, const QkvEpilogue& epilogue,
+                   cudaStream_t stream);
+
 }  // namespace specstack::cuda

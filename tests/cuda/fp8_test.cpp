@@ -440,6 +440,57 @@ TEST(Fp8Gemm, MlpMatchesTheDequantizedProduct) {
   SS_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
+// The cuBLASLt algorithm autotune (off by default): it times the heuristic's
+// answers from autotune_min_rows rows, reuses a bucket's choice for another
+// row count in it, skips smaller shapes, and every choice computes the same
+// product as the heuristic's first answer (accumulation order and the bf16
+// output rounding apart).
+TEST(Fp8Gemm, AutotuneTimesTheCandidatesAndKeepsTheProduct) {
+  SS_REQUIRE_GPU();
+  std::mt19937 rng(67);
+  cudaStream_t stream = nullptr;
+  SS_CUDA_CHECK(cudaStreamCreate(&stream));
+  {
+    const int64_t in = 256, out = 512;
+    const DeviceFp8Weight w = quantize_on_device(random_weights(rng, out, in), out, in, stream);
+    DeviceBuffer<uint8_t> workspace(size_t(32) << 20);
+    Fp8GemmOptions tune;
+    tune.autotune_candidates = 4;
+    tune.autotune_min_rows = 512;
+    Fp8Gemm tuned(stream, workspace.data(), workspace.nbytes(), tune);
+    Fp8Gemm plain(stream, workspace.data(), workspace.nbytes());
+    for (int64_t n : {600, 700, 100}) {  // 700: 600's bucket; 100: below the minimum
+      SCOPED_TRACE(::testing::Message() << "n " << n);
+      auto x = upload(to_bf16(random_values(rng, size_t(n * in))));
+      DeviceBuffer<fp8> x8(size_t(n * in));
+      DeviceBuffer<float> x_scale{size_t(n)};
+      quantize_rows_fp8(x.data(), in, n, in, x8.data(), x_scale.data(), stream, false);
+      DeviceBuffer<__nv_bfloat16> y_tuned(size_t(n * out)), y_plain(size_t(n * out));
+      y_tuned.fill_bytes(0xFF);
+      const Fp8Tuning before = tuned.last_tuning();
+      tuned.matmul(x8.data(), x_scale.data(), w.q.data(), w.scale.data(), n, out, in,
+                   y_tuned.data(), out, /*defer_scales=*/true);
+      plain.matmul(x8.data(), x_scale.data(), w.q.data(), w.scale.data(), n, out, in,
+                   y_plain.data(), out, /*defer_scales=*/true);
+      SS_CUDA_CHECK(cudaStreamSynchronize(stream));
+      const Fp8Tuning after = tuned.last_tuning();
+      if (n == 600) {  // timed: at least the first answer, the choice among those timed
+        EXPECT_GE(after.candidates, 1);
+        EXPECT_GE(after.chosen, 0);
+        EXPECT_LT(after.chosen, after.candidates);
+        EXPECT_GT(after.first_us, 0.0f);
+        EXPECT_LE(after.chosen_us, after.first_us);
+      } else {  // the bucket's choice reused, or no tuning at all: nothing timed
+        EXPECT_EQ(after.candidates, before.candidates);
+        EXPECT_EQ(after.first_us, before.first_us);
+      }
+      EXPECT_LE(relative_error(to_f32(y_tuned.download()), to_f32(y_plain.download())),
+                2 * kBf16Output);
+    }
+  }
+  SS_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
 // Gemm::linear / gate_up_silu with FP8 weights: the GEMV up to the crossover,
 // the quantize + FP8 GEMM path above it (with the bias / the fused SiLU),
 // both near the exact product (the GEMM within the e4m3 activation bound).
