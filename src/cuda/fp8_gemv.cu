@@ -75,6 +75,18 @@ __device__ inline void row_dots(const __nv_bfloat16* __restrict__ x, int64_t ldx
   }
 }
 
+// Before pdl_begin: L2 prefetch of the first unrolled iteration's weight
+// vectors (as gemv.cu's prefetch_first; cuda/pdl.h says why it is safe).
+template <int kSplit>
+__device__ inline void prefetch_first(const uint4* w_row, int64_t vectors, int part, int lane) {
+  constexpr int64_t kStride = 32 * kSplit;
+  const int64_t v0 = int64_t(part) * 32 + lane;
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    if (v0 + kStride * u < vectors) prefetch_l2(w_row + v0 + kStride * u);
+  }
+}
+
 // out rows (silu: `out` = width, rows r and width + r), kWarpsPerBlock /
 // kSplit of them per block.
 template <int kRows, int kSplit, bool kSilu>
@@ -83,10 +95,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
                     const float* __restrict__ w_scale, int64_t out, int64_t in,
                     __nv_bfloat16* __restrict__ y, float* __restrict__ y_f32, int64_t ldy,
                     const float* __restrict__ bias) {
-  pdl_begin();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t row = int64_t(blockIdx.x) * (kWarpsPerBlock / kSplit) + warp / kSplit;
   const bool valid = row < out;  // no early return: the block reduction syncs
+  if (valid) {                   // the first (gate) row only, as gemv.cu
+    prefetch_first<kSplit>(reinterpret_cast<const uint4*>(w8 + row * in), in / 16, warp % kSplit,
+                           lane);
+  }
+  pdl_begin();
   constexpr int kValues = kSilu ? 2 * kRows : kRows;
   float sum[kValues] = {};
   if (valid) {

@@ -56,6 +56,20 @@ __device__ inline float row_dot(const __nv_bfloat16* __restrict__ x,
   return sum;
 }
 
+// Before pdl_begin: L2 prefetch of the weight vectors row_dot's first
+// unrolled iteration loads (this warp's share of w_row). The lines are in
+// L2 by the time the previous kernel is done; always safe, as L2 is where
+// the previous kernel's writes land too (cuda/pdl.h).
+template <int kSplit>
+__device__ inline void prefetch_first(const uint4* w_row, int64_t vectors, int part, int lane) {
+  constexpr int64_t kStride = 32 * kSplit;
+  const int64_t v0 = int64_t(part) * 32 + lane;
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    if (v0 + kStride * u < vectors) prefetch_l2(w_row + v0 + kStride * u);
+  }
+}
+
 // One input row: kSplit warps per output row, kWarpsPerBlock / kSplit rows
 // per block.
 template <int kSplit>
@@ -63,10 +77,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                 int64_t out, int64_t in, __nv_bfloat16* __restrict__ y, float* __restrict__ y_f32,
                 const float* __restrict__ bias) {
-  pdl_begin();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t row = int64_t(blockIdx.x) * (kWarpsPerBlock / kSplit) + warp / kSplit;
   const bool valid = row < out;  // no early return: the block reduction syncs
+  if (valid) {
+    prefetch_first<kSplit>(reinterpret_cast<const uint4*>(w + row * in), in / 8, warp % kSplit,
+                           lane);
+  }
+  pdl_begin();
   float sum[1] = {0.0f};
   if (valid) {
     sum[0] = row_dot<kSplit>(x, reinterpret_cast<const uint4*>(w + row * in), in / 8, warp % kSplit,
@@ -88,10 +106,16 @@ template <int kSplit>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_silu_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                      int64_t width, int64_t in, __nv_bfloat16* __restrict__ y) {
-  pdl_begin();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t row = int64_t(blockIdx.x) * (kWarpsPerBlock / kSplit) + warp / kSplit;
   const bool valid = row < width;
+  // The gate row only: both rows' first loads of a whole resident wave
+  // (7B: ~2100 blocks x 8 KB) would crowd L2.
+  if (valid) {
+    prefetch_first<kSplit>(reinterpret_cast<const uint4*>(w + row * in), in / 8, warp % kSplit,
+                           lane);
+  }
+  pdl_begin();
   float gate_up[2] = {0.0f, 0.0f};
   if (valid) {
     const int part = warp % kSplit;

@@ -63,13 +63,23 @@ __global__ void __launch_bounds__(kWarps * 32)
                     const __nv_bfloat16* __restrict__ w, int64_t out, int64_t in,
                     __nv_bfloat16* __restrict__ y, float* __restrict__ y_f32, int64_t ldy,
                     const float* __restrict__ bias) {
-  pdl_begin();
   constexpr int kTiles = kSilu ? 2 : 1;  // gate and up
   __shared__ float partial[kTiles][kWarps][32][4];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row0 = int64_t(blockIdx.x) * kTileRows;
   const int64_t vectors = in / 8;
   const int g = lane / 4;
+  // Before pdl_begin: L2 prefetch of the first tile's first unrolled loads
+  // (tile_dot's first iteration), overlapping the previous kernel's tail
+  // (cuda/pdl.h says why this is safe).
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t v = (int64_t(warp) + int64_t(u) * kWarps) * 4 + lane % 4;
+    if (v >= vectors) break;
+    if (row0 + g < out) prefetch_l2(w + (row0 + g) * in + v * 8);
+    if (row0 + g + 8 < out) prefetch_l2(w + (row0 + g + 8) * in + v * 8);
+  }
+  pdl_begin();
   const auto* x_row = g < n ? reinterpret_cast<const uint4*>(x + g * ldx) : nullptr;
   const int64_t w_rows = kSilu ? 2 * out : out;
 #pragma unroll

@@ -11,6 +11,12 @@
 // without waiting could let a later kernel's wait pass before an earlier
 // kernel is done). Launch with pdl = false after a non-kernel stream
 // operation (a copy), where no programmatic edge can be formed.
+//
+// The one exception: prefetch_l2 of data no kernel of the step writes (the
+// weights) may come before pdl_begin. A decode GEMV's blocks become resident
+// while the kernel before it (attention, rope, a norm: a few us each on a
+// handful of SMs) still runs, so their first weight lines stream into L2
+// meanwhile instead of after the wait (issue 11, session 24).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,6 +31,13 @@ __device__ __forceinline__ void pdl_begin() {
   // Every block has started, so the next kernel may be scheduled now (it
   // waits in its own pdl_begin).
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Asks L2 for the line holding p; no register result, no ordering.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 #endif
 }
 

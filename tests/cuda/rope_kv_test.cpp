@@ -22,8 +22,8 @@ struct Shape {
 TEST(CudaRopeKv, FusedEqualsRopeThenWriteKv) {
   SS_REQUIRE_GPU();
   std::mt19937 rng(21);
-  for (const Shape& c :
-       {Shape{1, 28, 4, 128}, Shape{37, 14, 2, 64}, Shape{5, 4, 2, 16}, Shape{300, 8, 8, 32}}) {
+  for (const Shape& c : {Shape{1, 28, 4, 128}, Shape{2, 28, 4, 128}, Shape{3, 7, 3, 96},
+                         Shape{37, 14, 2, 64}, Shape{5, 4, 2, 16}, Shape{300, 8, 8, 32}}) {
     SCOPED_TRACE(::testing::Message() << "tokens " << c.n_tokens << " heads " << c.n_heads << "/"
                                       << c.n_kv_heads << " head_dim " << c.head_dim);
     const int64_t kv_width = int64_t{c.n_kv_heads} * c.head_dim;
