@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
+#include "backend/cpu/quant_kernels.h"
 #include "backend/cpu/simd.h"
 #include "base/thread_pool.h"
 #include "tensor/tensor.h"
@@ -21,6 +23,11 @@ namespace specstack::cpu {
 // for quant_matmul_bench's A/B); the results are the same bit for bit.
 void matmul_quant(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
                   Isa isa, int rows_per_pass = 4);
+
+// act [n, in / k.act_block_elements] activation blocks of x [n, in]'s rows,
+// quantized in parallel: once per matmul, for every output feature.
+std::unique_ptr<uint8_t[]> quantize_activation_rows(ThreadPool& pool, const QuantKernel& k,
+                                                    const Tensor& x);
 
 // out[(r - row_begin) * cols + k] = w[r, k] as f32 for r in [row_begin, row_end),
 // exactly as ggml dequantizes. w [rows, cols] quantized.
