@@ -81,20 +81,22 @@ void tile_q8_0(const void* w, int64_t w_stride, const void* a, int64_t a_stride,
   int64_t b = 0;
   for (; b + 2 <= n_blocks; b += 2) {
     __m512i yv[kTileC];
-    float dy0[kTileC], dy1[kTileC];
+    __m512 dy[kTileC];
     for (int c = 0; c < kTileC; ++c) {
       yv[c] = join(load256(y[c][b].qs), load256(y[c][b + 1].qs));
-      dy0[c] = f16(y[c][b].d), dy1[c] = f16(y[c][b + 1].d);
+      dy[c] = halves(f16(y[c][b].d), f16(y[c][b + 1].d));
     }
     for (int r = 0; r < kTileW; ++r) {
       const __m512i xv = join(load256(x[r][b].qs), load256(x[r][b + 1].qs));
       const __mmask64 neg = _mm512_movepi8_mask(xv);
       const __m512i ax = _mm512_abs_epi8(xv);
-      const float dx0 = f16(x[r][b].d), dx1 = f16(x[r][b + 1].d);
+      const __m512 dx = halves(f16(x[r][b].d), f16(x[r][b + 1].d));
       for (int c = 0; c < kTileC; ++c) {
         const __m512i signed_y = _mm512_mask_sub_epi8(yv[c], neg, _mm512_setzero_si512(), yv[c]);
         const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ax, signed_y);
-        const __m512 d = halves(dx0 * dy0[c], dx1 * dy1[c]);
+        // [f16(w.d) f16(a.d) of block b x 8 | of block b + 1 x 8]: the
+        // one-row kernel's two scalar products, one vector multiply here.
+        const __m512 d = _mm512_mul_ps(dx, dy[c]);
         acc[r][c] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot), acc[r][c]);
       }
     }
