@@ -3,7 +3,9 @@
 // once per call, then every output feature is an integer dot product per
 // block (quant_kernels.h). Parallel over output features on the backend's
 // ThreadPool, in tiles of weight rows that stay in cache while every x row
-// passes over them, so one path serves decode (1 row) and prefill.
+// passes over them: decode and short chunks (matmul() uses it up to
+// matmul_quant_max_rows() x rows; longer chunks take quant_gemm.h's int8
+// tiles or dequantized tiles + sgemm, cpu_matmul.h).
 #pragma once
 
 #include <cstdint>
