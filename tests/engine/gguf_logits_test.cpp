@@ -167,14 +167,21 @@ void PrintTo(const QuantCase& c, std::ostream* os) {
 
 class GgufQuantTest : public ::testing::TestWithParam<QuantCase> {};
 
-// Which of a file's quantized matrices take the int8 tiles (Q8_0 only,
-// cpu/quant_gemm.h) at n rows in this process (isa, SPECSTACK_QUANT_PREFILL).
+// Which of a file's quantized matrices take the int8 tiles (the 32-blocks
+// Q8_0 / Q4_0 / Q5_0, cpu/quant_gemm.h) at n rows in this process (isa,
+// SPECSTACK_QUANT_PREFILL).
 enum class Tiles { kNone, kSome, kAll };
 Tiles tiles_for(const std::vector<uint32_t>& types, int64_t n) {
-  const bool q8_tiles = cpu::quant_prefill_uses_tiles(cpu::quant_prefill_path(), DType::kQ8_0,
-                                                      cpu::quant_best_isa(), n);
   int64_t tiled = 0;
-  for (uint32_t t : types) tiled += q8_tiles && gguf::GgmlType(t) == gguf::GgmlType::kQ8_0;
+  for (uint32_t t : types) {
+    const auto type = gguf::GgmlType(t);
+    const DType dtype = type == gguf::GgmlType::kQ8_0   ? DType::kQ8_0
+                        : type == gguf::GgmlType::kQ4_0 ? DType::kQ4_0
+                        : type == gguf::GgmlType::kQ5_0 ? DType::kQ5_0
+                                                        : DType::kF32;
+    tiled += dtype != DType::kF32 && cpu::quant_prefill_uses_tiles(cpu::quant_prefill_path(), dtype,
+                                                                   cpu::quant_best_isa(), n);
+  }
   return tiled == 0 ? Tiles::kNone : tiled == int64_t(types.size()) ? Tiles::kAll : Tiles::kSome;
 }
 
@@ -229,12 +236,12 @@ TEST_P(GgufQuantTest, MatchesLlamaCppOnTheSameFile) {
     const Stats exact = compare(prefill(*dequantized, ids), ref_dequant, n, vocab, 1e-3f);
     const Stats quant = compare(prefill(*quantized, ids, int8_chunk), ref_quant, n, vocab, 0.25f);
     // One chunk of the whole prompt: once it is longer than int8_chunk, its
-    // Q8_0 matmuls take the int8 tiles where quant_gemm.h says so (the same
+    // Q8_0 / Q4_0 / Q5_0 matmuls take the int8 tiles where quant_gemm.h says so (the same
     // floats as the int8 kernels: llama.cpp's quantized logits), the other
     // types dequantized tiles and the f32 GEMM (llama.cpp's dequantized
     // logits); a file with both is compared with the f32 side at the loose
     // bounds (its int8 matmuls move the logits by less than the int8 vs f32
-    // distance, measured 0.7% on qwen2.q4_0's Q8_0 matrices).
+    // distance: 0.7% on qwen2.q4_0 when only its Q8_0 matrices had tiles).
     const Tiles tiles = tiles_for(file_types, n);
     const bool long_chunk = n > int8_chunk;
     const bool one_chunk_f32 = long_chunk && tiles == Tiles::kNone;

@@ -13,18 +13,28 @@ namespace specstack::cpu {
 
 #if SS_QUANT_AVX2
 namespace quant_avx2 {
-int tile_q8_0_rows();
-int tile_q8_0_cols();
-void tile_q8_0(const void* w, int64_t w_stride, const void* a, int64_t a_stride, int64_t n_blocks,
-               float* out, int64_t out_stride);
+int tile_32_rows();
+int tile_32_cols();
+#define SS_TILE(fn)                                                                           \
+  void fn(const void* w, int64_t w_stride, const void* a, int64_t a_stride, int64_t n_blocks, \
+          float* out, int64_t out_stride)
+SS_TILE(tile_q8_0);
+SS_TILE(tile_q4_0);
+SS_TILE(tile_q5_0);
+#undef SS_TILE
 }  // namespace quant_avx2
 #endif
 #if SS_QUANT_AVX512
 namespace quant_avx512vnni {
-int tile_q8_0_rows();
-int tile_q8_0_cols();
-void tile_q8_0(const void* w, int64_t w_stride, const void* a, int64_t a_stride, int64_t n_blocks,
-               float* out, int64_t out_stride);
+int tile_32_rows();
+int tile_32_cols();
+#define SS_TILE(fn)                                                                           \
+  void fn(const void* w, int64_t w_stride, const void* a, int64_t a_stride, int64_t n_blocks, \
+          float* out, int64_t out_stride)
+SS_TILE(tile_q8_0);
+SS_TILE(tile_q4_0);
+SS_TILE(tile_q5_0);
+#undef SS_TILE
 }  // namespace quant_avx512vnni
 #endif
 
@@ -45,19 +55,27 @@ QuantTile quant_tile(DType dtype, Isa isa) {
   SS_CHECK_MSG(quant_isa_available(isa),
                std::string("quantized tiles: isa not available here: ") + isa_name(isa));
   QuantTile t;
-  if (dtype != DType::kQ8_0) return t;
+  using TileFn = decltype(t.fn);
+  // The 32-blocks: one tile body per isa, its values decoded as the one-row kernel's.
+  auto pick = [&](TileFn q8_0, TileFn q4_0, TileFn q5_0) {
+    t.fn = dtype == DType::kQ8_0   ? q8_0
+           : dtype == DType::kQ4_0 ? q4_0
+           : dtype == DType::kQ5_0 ? q5_0
+                                   : nullptr;
+  };
 #if SS_QUANT_AVX512
   if (isa == Isa::kAvx512Vnni) {
-    t.rows = quant_avx512vnni::tile_q8_0_rows(), t.cols = quant_avx512vnni::tile_q8_0_cols();
-    t.fn = quant_avx512vnni::tile_q8_0;
+    t.rows = quant_avx512vnni::tile_32_rows(), t.cols = quant_avx512vnni::tile_32_cols();
+    pick(quant_avx512vnni::tile_q8_0, quant_avx512vnni::tile_q4_0, quant_avx512vnni::tile_q5_0);
   }
 #endif
 #if SS_QUANT_AVX2
   if (isa == Isa::kAvx2) {
-    t.rows = quant_avx2::tile_q8_0_rows(), t.cols = quant_avx2::tile_q8_0_cols();
-    t.fn = quant_avx2::tile_q8_0;
+    t.rows = quant_avx2::tile_32_rows(), t.cols = quant_avx2::tile_32_cols();
+    pick(quant_avx2::tile_q8_0, quant_avx2::tile_q4_0, quant_avx2::tile_q5_0);
   }
 #endif
+  if (t.fn == nullptr) t.rows = t.cols = 0;
   return t;
 }
 

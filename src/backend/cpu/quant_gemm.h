@@ -9,9 +9,10 @@
 // the precision is that of the decode path (int8 activations), not that of
 // dequantize + sgemm (f32 activations).
 //
-// Tiles exist for Q8_0 on AVX2 (4 x 2) and AVX-512 VNNI (4 x 3); other
-// types and the scalar isa have none (quant_tile(...).fn == nullptr) and
-// prefill dequantizes tiles of weight rows for sgemm (cpu_matmul.h).
+// Tiles exist for the 32-blocks (Q8_0, Q4_0, Q5_0) on AVX2 (4 x 2) and
+// AVX-512 VNNI (4 x 3); the K-quants and the scalar isa have none
+// (quant_tile(...).fn == nullptr) and prefill dequantizes tiles of weight
+// rows for sgemm (cpu_matmul.h).
 #pragma once
 
 #include <cstdint>
@@ -51,7 +52,8 @@ enum class QuantPrefill : uint8_t { kAuto, kInt8, kSgemm };
 // for the tiles of `isa` under kAuto. AVX2 (measured on the EPYC dev VM,
 // docs/benchmarks.md "session 24: int8 prefill"): tiles 1.43x sgemm at 17
 // rows, 0.90x at 32, 0.67-0.75x at 512 (without VNNI, maddubs + madd cost two
-// integer multiplies per 16 products against one f32 FMA per 8), so 24.
+// integer multiplies per 16 products against one f32 FMA per 8), so 24; Q4_0
+// / Q5_0 1.27-1.28x at 17 rows, 0.84-0.86x at 32.
 // AVX-512 VNNI: every row count, llama.cpp's choice (its pp512 on the same
 // Xeon runs this scheme at 1.15-1.6x our dequantize + sgemm); not yet
 // measured on our side: SPECSTACK_QUANT_PREFILL=sgemm gives the A/B.
