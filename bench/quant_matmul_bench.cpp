@@ -11,6 +11,13 @@
 //       [--rows 1,4] [-t 1,2] [--passes 1,4] [--min-mb 1024] [--calls 30] [--file-dir /tmp]
 // --passes: weight rows per pass over an activation row (1: the one-row
 // kernel, 4: the four-row kernels), an A/B inside one process.
+// --paths: "rows" (matmul_quant, the decode path), "tiled" (the int8 GEMM
+// tiles of quant_gemm.h, Q8_0 only) and "sgemm" (matmul_large: dequantized
+// weight tiles + OpenBLAS, what prefill ran before), interleaved likewise;
+// for prefill shapes, e.g. --rows 512 --paths tiled,sgemm --memory anon
+// --min-mb 64 --calls 5. Gop/s counts 2 ops per multiply-add.
+#include <cblas.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -22,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_matmul.h"
+#include "backend/cpu/quant_gemm.h"
 #include "backend/cpu/quant_kernels.h"
 #include "backend/cpu/quant_matmul.h"
 #include "base/mapped_file.h"
@@ -67,6 +76,7 @@ struct Variant {
   cpu::Isa isa;
   int threads;
   int rows_per_pass;
+  std::string path;  // rows, tiled or sgemm
   bool file;
   std::vector<double> us;
 };
@@ -78,6 +88,8 @@ int main(int argc, char** argv) {
   std::vector<int64_t> rows_list = {1, 4};
   std::vector<int> thread_list = {1, 2};
   std::vector<int> pass_list = {1, 4};
+  std::vector<std::string> path_list = {"rows"};
+  std::vector<std::string> memory_list = {"anon", "file"};
   int64_t out = 8192, in = 2048, min_mb = 1024, calls = 30;
   std::string file_dir = "/tmp";
   CLI::App app{"CPU int8 quantized matmul: isa x threads x weight memory"};
@@ -89,10 +101,17 @@ int main(int argc, char** argv) {
   app.add_option("--passes", pass_list, "weight rows per pass: 1 and/or 4")
       ->delimiter(',')
       ->check(CLI::IsMember({1, 4}));
+  app.add_option("--paths", path_list, "rows, tiled and/or sgemm")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"rows", "tiled", "sgemm"}));
+  app.add_option("--memory", memory_list, "anon and/or file")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"anon", "file"}));
   app.add_option("--min-mb", min_mb, "weight bytes cycled through, at least (MiB)");
   app.add_option("--calls", calls, "timed calls per variant");
   app.add_option("--file-dir", file_dir, "where the file-backed copy is written");
   CLI11_PARSE(app, argc, argv);
+  openblas_set_num_threads(1);  // as CpuBackend: one sgemm per pool thread
 
   std::mt19937 rng(5);
   for (const std::string& type : types) {
@@ -129,17 +148,22 @@ int main(int argc, char** argv) {
       std::vector<Variant> variants;
       for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512Vnni}) {
         if (!cpu::quant_isa_available(isa)) continue;
-        for (int t : thread_list) {
-          for (int passes : pass_list) {
-            for (bool from_file : {false, true}) {
-              variants.push_back({std::string(cpu::isa_name(isa)) + " t" + std::to_string(t) +
-                                      " x" + std::to_string(passes) +
-                                      (from_file ? " file" : " anon"),
-                                  isa,
-                                  t,
-                                  passes,
-                                  from_file,
-                                  {}});
+        for (const std::string& path : path_list) {
+          if (path == "tiled" && cpu::quant_tile(*dtype, isa).fn == nullptr) continue;
+          for (int t : thread_list) {
+            for (int passes : path == "rows" ? pass_list : std::vector<int>{4}) {
+              for (const std::string& memory : memory_list) {
+                const bool from_file = memory == "file";
+                variants.push_back(
+                    {std::string(cpu::isa_name(isa)) + " " + path + " t" + std::to_string(t) +
+                         (path == "rows" ? " x" + std::to_string(passes) : "") + " " + memory,
+                     isa,
+                     t,
+                     passes,
+                     path,
+                     from_file,
+                     {}});
+              }
             }
           }
         }
@@ -155,8 +179,14 @@ int main(int argc, char** argv) {
         for (Variant& v : variants) {
           Tensor w = weights(v.file, next++);
           const auto t0 = std::chrono::steady_clock::now();
-          cpu::matmul_quant(*pools[size_t(std::min(v.threads, 8))], x, w, nullptr, y, v.isa,
-                            v.rows_per_pass);
+          ThreadPool& pool = *pools[size_t(std::min(v.threads, 8))];
+          if (v.path == "tiled") {
+            cpu::matmul_quant_tiled(pool, x, w, nullptr, y, v.isa);
+          } else if (v.path == "sgemm") {
+            cpu::matmul_large(pool, x, w, nullptr, y);
+          } else {
+            cpu::matmul_quant(pool, x, w, nullptr, y, v.isa, v.rows_per_pass);
+          }
           const auto t1 = std::chrono::steady_clock::now();
           if (c >= 0) v.us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
         }
@@ -164,10 +194,11 @@ int main(int argc, char** argv) {
       for (Variant& v : variants) {
         std::sort(v.us.begin(), v.us.end());
         const double us = v.us[v.us.size() / 2];
-        std::printf("%-5s %lldx%lld rows %lld %-22s %9.1f us %7.2f GB/s\n", type.c_str(),
-                    static_cast<long long>(out), static_cast<long long>(in),
+        std::printf("%-5s %lldx%lld rows %lld %-28s %10.1f us %7.2f GB/s %7.1f Gop/s\n",
+                    type.c_str(), static_cast<long long>(out), static_cast<long long>(in),
                     static_cast<long long>(rows), v.name.c_str(), us,
-                    static_cast<double>(matrix_bytes) / us / 1e3);
+                    static_cast<double>(matrix_bytes) / us / 1e3,
+                    2.0 * double(rows) * double(out) * double(in) / us / 1e3);
       }
     }
   }

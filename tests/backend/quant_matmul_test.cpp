@@ -13,6 +13,7 @@
 
 #include "backend/cpu/cpu_matmul.h"
 #include "backend/cpu/quant_blocks.h"
+#include "backend/cpu/quant_gemm.h"
 #include "backend/cpu/quant_kernels.h"
 #include "cpu_test_helpers.h"
 #include "quant_rows_check.h"
@@ -106,7 +107,9 @@ TEST_P(QuantMatmulTest, MatchesDequantizedWeights) {
 
 // The public dispatch: matmul() with a quantized weight is the int8 kernel
 // on the best isa up to matmul_quant_max_rows() rows, and beyond that the
-// f32 GEMM on the dequantized weight (no activation rounding: 1e-5).
+// int8 tiles where the type has them on that isa, up to its row limit (Q8_0:
+// the same floats as the int8 kernels, quant_gemm_test), else the f32 GEMM on the dequantized
+// weight (no activation rounding: 1e-5).
 TEST_P(QuantMatmulTest, DispatchByRowCount) {
   const DType dtype = GetParam();
   ThreadPool pool(2);
@@ -120,7 +123,9 @@ TEST_P(QuantMatmulTest, DispatchByRowCount) {
     Tensor x = random_f32(rng, {n, in});
     Tensor y = Tensor::zeros(DType::kF32, {n, out}), ref = Tensor::zeros(DType::kF32, {n, out});
     matmul(pool, x, w, nullptr, y);
-    if (n <= max_rows) {
+    const bool int8_prefill =
+        quant_prefill_uses_tiles(quant_prefill_path(), dtype, quant_best_isa(), n);
+    if (n <= max_rows || int8_prefill) {
       matmul_quant(pool, x, w, nullptr, ref, quant_best_isa());
       for (int64_t i = 0; i < n * out; ++i) ASSERT_EQ(y.f32()[i], ref.f32()[i]) << n;
     } else {

@@ -25,9 +25,10 @@ inline int64_t matmul_small_max_rows(DType weight_dtype) {
 }
 
 // Block-quantized weights (quant_matmul.h): up to this many x rows the int8
-// kernels; beyond, matmul_large on dequantized tiles, whose f32 GEMM outruns
-// our one-row-at-a-time integer dots once there are enough rows to amortise
-// the dequantization. Measured on a 0.85B Q8_0 model, 2 threads: 4 rows
+// kernels; beyond, the int8 register tiles where quant_prefill_uses_tiles
+// says so (quant_gemm.h: Q8_0, by isa and row count), else matmul_large on
+// dequantized tiles, whose f32 GEMM outruns our one-row-at-a-time integer
+// dots once there are enough rows to amortise the dequantization. Measured on a 0.85B Q8_0 model, 2 threads: 4 rows
 // 6.7 tok/s int8 vs 5.2 sgemm; 64 rows 16.5 vs 21.9; 512 rows 16.7 vs 45.5.
 inline int64_t matmul_quant_max_rows() {
   return 16;
@@ -39,8 +40,8 @@ void matmul_small(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tens
 void matmul_large(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
                   Isa isa = kNativeIsa);
 
-// Picks matmul_small / matmul_quant or matmul_large by the number of rows and
-// the weight dtype (see above).
+// Picks matmul_small / matmul_quant / matmul_quant_tiled or matmul_large by
+// the number of rows and the weight dtype (see above).
 void matmul(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y);
 
 // out[r - row_begin, :] = w[r, :] as f32 for r in [row_begin, row_end).

@@ -52,6 +52,23 @@ void dequantize_rows(const Tensor& w, int64_t row_begin, int64_t row_end, float*
   SS_CHECK_MSG(s.ok(), s.ok() ? "" : s.message());
 }
 
+std::unique_ptr<uint8_t[]> quantize_activation_rows(ThreadPool& pool, const QuantKernel& k,
+                                                    const Tensor& x) {
+  const int64_t n = x.size(0), in = x.size(1);
+  SS_CHECK_EQ(in % k.act_block_elements, 0);
+  const int64_t act_row_bytes = in / k.act_block_elements * int64_t(k.act_block_bytes);
+  std::unique_ptr<uint8_t[]> act(new uint8_t[size_t(n * act_row_bytes)]);
+  const float* x_data = x.f32();
+  pool.parallel_for(n, std::max<int64_t>(1, kMinMacsPerShare / std::max<int64_t>(1, in)),
+                    [&](int64_t begin, int64_t end) {
+                      for (int64_t i = begin; i < end; ++i) {
+                        quantize_activations(k.act, x_data + i * in, in,
+                                             act.get() + i * act_row_bytes);
+                      }
+                    });
+  return act;
+}
+
 void matmul_quant(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
                   Isa isa, int rows_per_pass) {
   SS_CHECK(x.device() == Device::kCpu && w.device() == Device::kCpu && y.device() == Device::kCpu);
@@ -71,16 +88,7 @@ void matmul_quant(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tens
   const int64_t act_row_bytes = n_blocks * int64_t(k.act_block_bytes);
   const int64_t w_row_bytes = int64_t(dtype_bytes(w.dtype(), in));
 
-  // act [n, n_blocks] activation blocks, quantized once for every output.
-  std::unique_ptr<uint8_t[]> act(new uint8_t[size_t(n * act_row_bytes)]);
-  const float* x_data = x.f32();
-  pool.parallel_for(n, std::max<int64_t>(1, kMinMacsPerShare / std::max<int64_t>(1, in)),
-                    [&](int64_t begin, int64_t end) {
-                      for (int64_t i = begin; i < end; ++i) {
-                        quantize_activations(k.act, x_data + i * in, in,
-                                             act.get() + i * act_row_bytes);
-                      }
-                    });
+  const std::unique_ptr<uint8_t[]> act = quantize_activation_rows(pool, k, x);
 
   const auto* w_data = static_cast<const uint8_t*>(w.raw());
   const float* b = bias ? bias->f32() : nullptr;

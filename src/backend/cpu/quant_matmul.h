@@ -3,11 +3,15 @@
 // once per call, then every output feature is an integer dot product per
 // block (quant_kernels.h). Parallel over output features on the backend's
 // ThreadPool, in tiles of weight rows that stay in cache while every x row
-// passes over them, so one path serves decode (1 row) and prefill.
+// passes over them: decode and short chunks (matmul() uses it up to
+// matmul_quant_max_rows() x rows; longer chunks take quant_gemm.h's int8
+// tiles or dequantized tiles + sgemm, cpu_matmul.h).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
+#include "backend/cpu/quant_kernels.h"
 #include "backend/cpu/simd.h"
 #include "base/thread_pool.h"
 #include "tensor/tensor.h"
@@ -21,6 +25,11 @@ namespace specstack::cpu {
 // for quant_matmul_bench's A/B); the results are the same bit for bit.
 void matmul_quant(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
                   Isa isa, int rows_per_pass = 4);
+
+// act [n, in / k.act_block_elements] activation blocks of x [n, in]'s rows,
+// quantized in parallel: once per matmul, for every output feature.
+std::unique_ptr<uint8_t[]> quantize_activation_rows(ThreadPool& pool, const QuantKernel& k,
+                                                    const Tensor& x);
 
 // out[(r - row_begin) * cols + k] = w[r, k] as f32 for r in [row_begin, row_end),
 // exactly as ggml dequantizes. w [rows, cols] quantized.

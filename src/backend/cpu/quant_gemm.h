@@ -1,0 +1,79 @@
+// The int8 GEMM for prefill on block-quantized weights: llama.cpp's scheme
+// (llamafile's tinyBLAS, which llama.cpp runs for prompt processing on
+// Q8_0): the activation rows are quantized to int8 blocks once per call, as
+// for decode (quant_matmul.h), then register tiles of W weight rows x C
+// activation rows run over the blocks, loading each weight block once for C
+// activation rows and each activation block once for W weight rows. Every
+// output equals the one-row kernel's (QuantKernel::dot) for its (weight row,
+// activation row) bit for bit, so prefill and decode compute the same floats;
+// the precision is that of the decode path (int8 activations), not that of
+// dequantize + sgemm (f32 activations).
+//
+// Tiles exist for the 32-blocks (Q8_0, Q4_0, Q5_0) on AVX2 (4 x 2) and
+// AVX-512 VNNI (4 x 3); the K-quants and the scalar isa have none
+// (quant_tile(...).fn == nullptr) and prefill dequantizes tiles of weight
+// rows for sgemm (cpu_matmul.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "backend/cpu/simd.h"
+#include "base/thread_pool.h"
+#include "tensor/tensor.h"
+
+namespace specstack::cpu {
+
+struct QuantTile {
+  int rows = 0;  // weight rows per tile (W)
+  int cols = 0;  // activation rows per tile (C)
+  // out[c * out_stride + r] = dot(w + r * w_stride, a + c * a_stride,
+  // n_blocks) for r < rows, c < cols, bit for bit.
+  void (*fn)(const void* w, int64_t w_stride, const void* a, int64_t a_stride, int64_t n_blocks,
+             float* out, int64_t out_stride) = nullptr;
+};
+
+// The tile for weights of `dtype` on `isa`; fn null where there is none.
+QuantTile quant_tile(DType dtype, Isa isa);
+
+// y = x · wᵀ (+ bias) through quant_tile's tiles, the ragged edges (weight
+// rows mod W, activation rows mod C) through the one- and four-row kernels:
+// bit for bit what matmul_quant gives. x [n, in] f32, w [out, in] quantized
+// with a tile on `isa` (checked), bias [out] f32 or null, y [n, out] f32.
+void matmul_quant_tiled(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias,
+                        Tensor& y, Isa isa);
+
+// Prefill (more x rows than matmul_quant_max_rows) on quantized weights:
+// by row count (kAuto, quant_tiled_max_rows), or pinned to the int8 tiles or
+// to dequantize + sgemm.
+enum class QuantPrefill : uint8_t { kAuto, kInt8, kSgemm };
+
+// Up to this many x rows the int8 tiles, beyond that dequantize + sgemm,
+// for the tiles of `isa` under kAuto. AVX2 (measured on the EPYC dev VM,
+// docs/benchmarks.md "session 24: int8 prefill"): tiles 1.43x sgemm at 17
+// rows, 0.90x at 32, 0.67-0.75x at 512 (without VNNI, maddubs + madd cost two
+// integer multiplies per 16 products against one f32 FMA per 8), so 24; Q4_0
+// / Q5_0 1.27-1.28x at 17 rows, 0.84-0.86x at 32.
+// AVX-512 VNNI: every row count, llama.cpp's choice (its pp512 on the same
+// Xeon runs this scheme at 1.15-1.6x our dequantize + sgemm); not yet
+// measured on our side: SPECSTACK_QUANT_PREFILL=sgemm gives the A/B.
+int64_t quant_tiled_max_rows(Isa isa);
+
+// The environment variable that pins the prefill path for A/B runs:
+// "int8" or "sgemm" (unset: kAuto).
+inline constexpr const char* kQuantPrefillEnv = "SPECSTACK_QUANT_PREFILL";
+
+// The path for SPECSTACK_QUANT_PREFILL's value `pinned` (null or empty:
+// unset, kAuto); anything else gives kAuto with a one-line *note (*note
+// empty otherwise).
+QuantPrefill choose_quant_prefill(const char* pinned, std::string* note);
+
+// choose_quant_prefill(getenv(SPECSTACK_QUANT_PREFILL)), once per process;
+// a note goes to stderr.
+QuantPrefill quant_prefill_path();
+
+// Whether matmul() runs x [n_rows, ...] · wᵀ for a weight of `dtype` through
+// the int8 tiles on `isa` under `path` (n_rows above matmul_quant_max_rows).
+bool quant_prefill_uses_tiles(QuantPrefill path, DType dtype, Isa isa, int64_t n_rows);
+
+}  // namespace specstack::cpu
