@@ -18,6 +18,8 @@
 //   compiled+counts  also classifies each counted repetition's counts at
 //            compile time (PrecomputeOptions::counts): longer compile,
 //            fewer walks per new state.
+// --schema long-minimums: a schema of long minLength / minItems minimums
+// instead of the default 8-property one.
 // Prints a table (median of --repeats) and writes a CSV.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -44,6 +46,14 @@ const char* kSchema = R"({"type":"object","properties":{
   "address":{"type":"object","properties":{"street":{"type":"string"},"code":{"type":"string","pattern":"^[A-Z]{2}-[0-9]{2,4}$"}},
     "required":["street"]},
   "when":{"type":"string","format":"date-time"},"ok":{"type":"boolean"}},"required":["name","age","address"]})";
+
+// Long minimums (session 24): counted as one element each (grammar.h), the
+// minLength string as in the GPU measurement's schema (docs/benchmarks.md).
+const char* kLongMinimumsSchema = R"({"type":"object","properties":{
+  "text":{"type":"string","minLength":1000},
+  "ids":{"type":"array","items":{"type":"integer"},"minItems":20,"maxItems":40},
+  "tags":{"type":"array","items":{"type":"string","minLength":8,"maxLength":30},"minItems":6}},
+  "required":["text","ids","tags"]})";
 
 struct Row {
   std::string vocab;
@@ -116,9 +126,12 @@ int main(int argc, char** argv) {
   app.add_option("--csv", csv, "CSV output");
   std::vector<std::string> methods = {"plain", "split-3", "compiled", "compiled+counts"};
   app.add_option("--methods", methods, "plain, split-1, split-3, compiled, compiled+counts");
+  std::string schema_name = "default";
+  app.add_option("--schema", schema_name, "default or long-minimums")
+      ->check(CLI::IsMember({"default", "long-minimums"}));
   CLI11_PARSE(app, argc, argv);
 
-  const Json schema = Json::parse(kSchema);
+  const Json schema = Json::parse(schema_name == "default" ? kSchema : kLongMinimumsSchema);
   std::vector<Row> rows;
   for (const std::string family : {"llama3", "qwen3"}) {
     const std::string path =

@@ -13,9 +13,10 @@
 // tokens whose acceptance does not depend on the stack below are classified
 // once, on first use; a state's mask is then the union, over its stacks, of
 // their tops' accepted sets plus a walk of only the context-dependent tokens
-// with the real stacks. Counted repetitions are classified once for every
-// count for the tokens no longer than the count, and once per count for the
-// longer ones (few until the count is nearly spent).
+// with the real stacks. Counted repetitions are classified once per count
+// class (below the minimum / at or past it) for the tokens no longer than
+// the distance to the bound, and once per count for the longer ones (few
+// until the count is nearly at a bound).
 //
 // TokenMatcher (one per sequence) holds the parser state, masks logits and
 // accepts the sampled token.
@@ -48,7 +49,8 @@ struct TokenConstraintStats {
 struct PrecomputeOptions {
   ReachableTopsLimits limits;
   // Also classify, for every top with one counted repetition and every count
-  // it may hold, the tokens longer than the count (else walked per state):
+  // it may hold within a token's length of its minimum or maximum, the
+  // tokens longer than that distance (else walked per state):
   // a lower cold cost per token for a longer compile (docs/benchmarks.md).
   bool counts = false;
   // Trie nodes the classifications may visit in all: a hostile grammar's
