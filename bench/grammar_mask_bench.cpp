@@ -19,7 +19,8 @@
 //            compile time (PrecomputeOptions::counts): longer compile,
 //            fewer walks per new state.
 // --schema long-minimums: a schema of long minLength / minItems minimums
-// instead of the default 8-property one.
+// instead of the default 8-property one; --unrolled-minimum 100000 compiles
+// them as before counted minimums (copies of the body), for comparison.
 // Prints a table (median of --repeats) and writes a CSV.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -129,6 +130,10 @@ int main(int argc, char** argv) {
   std::string schema_name = "default";
   app.add_option("--schema", schema_name, "default or long-minimums")
       ->check(CLI::IsMember({"default", "long-minimums"}));
+  grammar::GrammarLimits limits;
+  app.add_option("--unrolled-minimum", limits.unrolled_minimum,
+                 "repetitions with a larger minimum are one counter (GrammarLimits); 100000: "
+                 "every minimum unrolled, as before session 24");
   CLI11_PARSE(app, argc, argv);
 
   const Json schema = Json::parse(schema_name == "default" ? kSchema : kLongMinimumsSchema);
@@ -164,7 +169,7 @@ int main(int argc, char** argv) {
           // "compiled") the classification of the reachable tops.
           const std::clock_t compile_start = std::clock();
           auto g = std::make_shared<const grammar::Grammar>(
-              grammar::parse_gbnf(grammar::json_schema_to_gbnf(schema).value()).value());
+              grammar::parse_gbnf(grammar::json_schema_to_gbnf(schema).value(), limits).value());
           auto c = std::make_shared<grammar::TokenConstraint>(g, vocab, options);
           if (method.starts_with("compiled")) {
             grammar::PrecomputeOptions precompute;
