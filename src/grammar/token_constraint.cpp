@@ -28,7 +28,7 @@ const PositionMasks& TokenConstraint::position(std::span<const uint32_t> suffix,
   if (it == positions_.end()) {
     auto masks = std::make_unique<const PositionMasks>(
         classify_position(*grammar_, *vocabulary_, suffix, scratch_, longer_than));
-    ++stats_.positions_classified;
+    ++(longer_than > 0 ? stats_.count_positions_classified : stats_.positions_classified);
     stats_.nodes_visited += masks->nodes_visited;
     it = positions_.emplace(std::move(key), std::move(masks)).first;
   }
@@ -184,16 +184,12 @@ std::shared_ptr<TokenMask> TokenConstraint::split_mask(const StackSet& state) {
     const PositionMasks& p = classified(tops[a].suffix, fewest);
     const bool bounded = fewest < vocabulary_->max_depth();
     // The class-count classification holds for tokens of at most `fewest`
-    // bytes; the longer ones have the real suffix's own classification.
-    // (Classified at compile time, PrecomputeOptions::counts; else the
-    // longer tokens are walked with the real stacks, cheaper than a
-    // classification for a suffix and count that few states share.)
-    const PositionMasks* longer = nullptr;
-    if (bounded) {
-      const std::string key(reinterpret_cast<const char*>(tops[a].suffix.data()),
-                            tops[a].suffix.size_bytes());
-      if (auto it = positions_.find(key); it != positions_.end()) longer = it->second.get();
-    }
+    // bytes; the longer ones have the real suffix's own classification,
+    // restricted to them (at compile time with PrecomputeOptions::counts,
+    // else now). Kept with the class ones rather than walked per state: a
+    // long string's states near its bounds recur in every document, and
+    // the per-state mask cache turns over on long strings.
+    const PositionMasks* longer = bounded ? &position(tops[a].suffix, fewest) : nullptr;
     if (bounded) {
       const TokenMask& short_tokens = up_to_length(fewest);
       for (size_t w = 0; w < n_words; ++w) {
@@ -205,9 +201,7 @@ std::shared_ptr<TokenMask> TokenConstraint::split_mask(const StackSet& state) {
     } else {
       for (size_t w = 0; w < n_words; ++w) mask->words[w] |= p.accepted.words[w];
     }
-    const bool walk_longer = bounded && !longer;
-    if (!p.context_dependent.empty() || walk_longer ||
-        (longer && !longer->context_dependent.empty())) {
+    if (!p.context_dependent.empty() || (longer && !longer->context_dependent.empty())) {
       group_.clear();
       for (size_t t = a; t < b; ++t) {
         const uint32_t i = tops[t].stack;
@@ -221,9 +215,6 @@ std::shared_ptr<TokenMask> TokenConstraint::split_mask(const StackSet& state) {
       }
       if (longer && !longer->context_dependent.empty()) {
         stats_.nodes_visited += walk_trie(g, longer->context_dependent, group_, *mask, scratch_);
-      }
-      if (walk_longer) {
-        stats_.nodes_visited += walk_trie(g, vocabulary_->trie(), group_, *mask, scratch_, fewest);
       }
     }
     a = b;
