@@ -153,14 +153,20 @@ std::shared_ptr<TokenMask> TokenConstraint::split_mask(const StackSet& state) {
   // for with the real counts: longer tokens are decided by the real
   // suffix's own classification or by walking them with the real stacks.
   std::vector<uint32_t> unbounded;
+  bool near_minimum = false;  // `fewest` is a counter's distance to its minimum
   auto classified = [&](std::span<const uint32_t> suffix,
                         uint32_t& fewest) -> const PositionMasks& {
     unbounded.assign(suffix.begin(), suffix.end());
     fewest = kEveryLength;
+    near_minimum = false;
     for (uint32_t& entry : unbounded) {
       if (!is_counter(entry)) continue;
       const Repeat& r = g.repeats[counter_repeat(entry)];
-      fewest = std::min(fewest, counter_exact_up_to(r, counter_count(entry)));
+      const uint32_t up_to = counter_exact_up_to(r, counter_count(entry));
+      if (up_to < fewest) {
+        fewest = up_to;
+        near_minimum = counter_count(entry) < r.min;
+      }
       entry = counter_entry(counter_repeat(entry), counter_class(r, counter_count(entry)));
     }
     return position(unbounded);
@@ -185,11 +191,21 @@ std::shared_ptr<TokenMask> TokenConstraint::split_mask(const StackSet& state) {
     const bool bounded = fewest < vocabulary_->max_depth();
     // The class-count classification holds for tokens of at most `fewest`
     // bytes; the longer ones have the real suffix's own classification,
-    // restricted to them (at compile time with PrecomputeOptions::counts,
-    // else now). Kept with the class ones rather than walked per state: a
-    // long string's states near its bounds recur in every document, and
-    // the per-state mask cache turns over on long strings.
-    const PositionMasks* longer = bounded ? &position(tops[a].suffix, fewest) : nullptr;
+    // restricted to them, or are walked with the real stacks. Near a
+    // minimum the classification is made now and kept: a long string's
+    // last characters before its minimum recur in every document, and the
+    // per-state mask cache turns over on such strings. Near a maximum
+    // (short strings, whitespace and digit runs) walking the longer tokens
+    // per state is cheaper, unless PrecomputeOptions::counts classified
+    // them at compile time.
+    const PositionMasks* longer = nullptr;
+    if (bounded && near_minimum) {
+      longer = &position(tops[a].suffix, fewest);
+    } else if (bounded) {
+      const std::string key(reinterpret_cast<const char*>(tops[a].suffix.data()),
+                            tops[a].suffix.size_bytes());
+      if (auto it = positions_.find(key); it != positions_.end()) longer = it->second.get();
+    }
     if (bounded) {
       const TokenMask& short_tokens = up_to_length(fewest);
       for (size_t w = 0; w < n_words; ++w) {
@@ -201,7 +217,9 @@ std::shared_ptr<TokenMask> TokenConstraint::split_mask(const StackSet& state) {
     } else {
       for (size_t w = 0; w < n_words; ++w) mask->words[w] |= p.accepted.words[w];
     }
-    if (!p.context_dependent.empty() || (longer && !longer->context_dependent.empty())) {
+    const bool walk_longer = bounded && !longer;
+    if (!p.context_dependent.empty() || walk_longer ||
+        (longer && !longer->context_dependent.empty())) {
       group_.clear();
       for (size_t t = a; t < b; ++t) {
         const uint32_t i = tops[t].stack;
@@ -215,6 +233,9 @@ std::shared_ptr<TokenMask> TokenConstraint::split_mask(const StackSet& state) {
       }
       if (longer && !longer->context_dependent.empty()) {
         stats_.nodes_visited += walk_trie(g, longer->context_dependent, group_, *mask, scratch_);
+      }
+      if (walk_longer) {
+        stats_.nodes_visited += walk_trie(g, vocabulary_->trie(), group_, *mask, scratch_, fewest);
       }
     }
     a = b;
