@@ -18,6 +18,9 @@
 //   compiled+counts  also classifies each counted repetition's counts at
 //            compile time (PrecomputeOptions::counts): longer compile,
 //            fewer walks per new state.
+// --schema long-minimums: a schema of long minLength / minItems minimums
+// instead of the default 8-property one; --unrolled-minimum 100000 compiles
+// them as before counted minimums (copies of the body), for comparison.
 // Prints a table (median of --repeats) and writes a CSV.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -44,6 +47,14 @@ const char* kSchema = R"({"type":"object","properties":{
   "address":{"type":"object","properties":{"street":{"type":"string"},"code":{"type":"string","pattern":"^[A-Z]{2}-[0-9]{2,4}$"}},
     "required":["street"]},
   "when":{"type":"string","format":"date-time"},"ok":{"type":"boolean"}},"required":["name","age","address"]})";
+
+// Long minimums (session 24): counted as one element each (grammar.h), the
+// minLength string as in the GPU measurement's schema (docs/benchmarks.md).
+const char* kLongMinimumsSchema = R"({"type":"object","properties":{
+  "text":{"type":"string","minLength":1000},
+  "ids":{"type":"array","items":{"type":"integer"},"minItems":20,"maxItems":40},
+  "tags":{"type":"array","items":{"type":"string","minLength":8,"maxLength":30},"minItems":6}},
+  "required":["text","ids","tags"]})";
 
 struct Row {
   std::string vocab;
@@ -116,9 +127,16 @@ int main(int argc, char** argv) {
   app.add_option("--csv", csv, "CSV output");
   std::vector<std::string> methods = {"plain", "split-3", "compiled", "compiled+counts"};
   app.add_option("--methods", methods, "plain, split-1, split-3, compiled, compiled+counts");
+  std::string schema_name = "default";
+  app.add_option("--schema", schema_name, "default or long-minimums")
+      ->check(CLI::IsMember({"default", "long-minimums"}));
+  grammar::GrammarLimits limits;
+  app.add_option("--unrolled-minimum", limits.unrolled_minimum,
+                 "repetitions with a larger minimum are one counter (GrammarLimits); 100000: "
+                 "every minimum unrolled, as before session 24");
   CLI11_PARSE(app, argc, argv);
 
-  const Json schema = Json::parse(kSchema);
+  const Json schema = Json::parse(schema_name == "default" ? kSchema : kLongMinimumsSchema);
   std::vector<Row> rows;
   for (const std::string family : {"llama3", "qwen3"}) {
     const std::string path =
@@ -151,7 +169,7 @@ int main(int argc, char** argv) {
           // "compiled") the classification of the reachable tops.
           const std::clock_t compile_start = std::clock();
           auto g = std::make_shared<const grammar::Grammar>(
-              grammar::parse_gbnf(grammar::json_schema_to_gbnf(schema).value()).value());
+              grammar::parse_gbnf(grammar::json_schema_to_gbnf(schema).value(), limits).value());
           auto c = std::make_shared<grammar::TokenConstraint>(g, vocab, options);
           if (method.starts_with("compiled")) {
             grammar::PrecomputeOptions precompute;

@@ -479,7 +479,16 @@ void EngineCore::on_logits(Sequence* seq, float* logits, int32_t chosen) {
     }
     // A dead end: no token continues the document and it may not end here
     // (found before the forward on the device path: chosen < 0).
-    if (logits != nullptr ? !grammar_.mask(*s, row) : chosen < 0) {
+    bool dead_end = chosen < 0;
+    if (logits != nullptr && s->grammar) {
+      const auto mask_start = Clock::now();
+      dead_end = !grammar_.mask(*s, row);
+      counters_.grammar_mask_seconds_total +=
+          std::chrono::duration<double>(Clock::now() - mask_start).count();
+    } else if (logits != nullptr) {
+      dead_end = false;
+    }
+    if (dead_end) {
       finish(s, FinishReason::kFinishStop, RequestEvent{s->choice, {}, {}, {}});
       continue;
     }
@@ -497,7 +506,12 @@ void EngineCore::emit(Sequence* s, std::span<const int32_t> tokens, const float*
   event.choice = s->choice;
   for (size_t i = 0; i < tokens.size(); ++i) {
     const int32_t token = tokens[i];
+    const auto accept_start = s->grammar ? Clock::now() : Clock::time_point{};
     const GrammarOutcome grammar = grammar_.accept(*s, token);
+    if (s->grammar) {
+      counters_.grammar_accept_seconds_total +=
+          std::chrono::duration<double>(Clock::now() - accept_start).count();
+    }
     if (grammar == GrammarOutcome::kGrammarRejected) {
       // Only when the grammar admitted nothing the sampler could pick (all
       // admitted logits -inf): end the choice rather than break the grammar.
@@ -613,6 +627,9 @@ void EngineCore::step() {
   }
   scheduler_.commit(scheduled);
   ++counters_.steps_total;
+  counters_.forward_seconds_total +=
+      std::chrono::duration<double>(forward_end - forward_start).count();
+  counters_.grammar_mask_seconds_total += grammar_seconds;
   int64_t row = 0;
   int32_t n_emitting = 0;
   for (const ScheduledChunk& chunk : scheduled.chunks) {
@@ -632,6 +649,7 @@ void EngineCore::step() {
     row += chunk.n_logit_rows;
   }
   if (specdecode_) specdecode_->end_step();
+  counters_.step_seconds_total += std::chrono::duration<double>(Clock::now() - step_start).count();
   if (options_.record_steps) {
     const auto now = Clock::now();
     StepRecord record;

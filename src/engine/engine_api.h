@@ -164,6 +164,13 @@ struct EngineMetrics {
   int64_t requests_aborted_total = 0;
   int64_t preemptions_total = 0;
   int64_t steps_total = 0;
+  // Engine-thread seconds, to see where a step's time goes: whole steps,
+  // the model's forward (the device's grammar masks are made inside it,
+  // while the GPU runs), and the grammar's masks and accepts.
+  double step_seconds_total = 0;
+  double forward_seconds_total = 0;
+  double grammar_mask_seconds_total = 0;
+  double grammar_accept_seconds_total = 0;
   int64_t specprefill_applied_total = 0;
   int64_t specprefill_fallback_total = 0;
   int64_t specprefill_tokens_saved_total = 0;  // prompt tokens the target did not prefill

@@ -1,14 +1,15 @@
 // Grammar: a context-free grammar over bytes, in the flat form the matcher
 // walks. Every rule is a list of alternatives; an alternative is a sequence of
 // elements ending in kEnd; an element matches one byte out of a set, expands
-// a rule, or repeats a rule a bounded number of times. Character classes over
+// a rule, or repeats a rule a counted number of times. Character classes over
 // code points were already lowered to UTF-8 byte sequences
-// (grammar/utf8_ranges.h), and most repetition operators to helper rules, by
-// the GBNF parser. A bounded optional tail x{0,k} (k >= 2, x never empty)
-// stays one counted element instead of k nested helper rules: every position
+// (grammar/utf8_ranges.h), and short repetitions to helper rules, by the GBNF
+// parser. A longer one, x{m,k} or x{m,} (x never empty), stays one counted
+// element instead of m copies and k - m nested helper rules: every position
 // inside it is then the same grammar position with a count beside it, so the
 // token masks' context-independent split (grammar/trie_walk.h) classifies it
-// once rather than once per character (a maxLength string).
+// once per count class rather than once per character (a minLength or
+// maxLength string, minItems / maxItems arrays).
 #pragma once
 
 #include <bitset>
@@ -32,20 +33,25 @@ struct Element {
 
 using ByteSet = std::bitset<256>;
 
-// x{0,max} as one element; the rule never matches the empty string (the
+// x{min,max} as one element; the rule never matches the empty string (the
 // builder checks), so every iteration consumes at least one byte.
+constexpr uint32_t kUnboundedRepeat = ~0u;  // Repeat::max of x{m,}
 struct Repeat {
   uint32_t rule = 0;
-  uint32_t max = 0;  // at most kMaxRepeatCount
+  uint32_t min = 0;  // at most kMaxRepeatCount
+  uint32_t max = 0;  // min..kMaxRepeatCount, or kUnboundedRepeat
 };
 
 // On a matcher stack a counted repetition in progress is one counter entry
-// (repeat index and iterations still allowed) below its body's entries;
-// the tag bit keeps it apart from element positions (at most 2^20 elements).
+// (repeat index and iterations begun) below its body's entries; the tag bit
+// keeps it apart from element positions (at most 2^20 elements). For x{m,}
+// the count stops at m: past it every count allows the same.
 constexpr uint32_t kCounterTag = 1u << 31;
 constexpr uint32_t kMaxRepeatCount = 1000;
-// The count the context-independent split classifies with: never runs out.
-constexpr uint32_t kUnboundedCount = 1023;
+// The two counts the context-independent split classifies with (no real
+// count reaches them): never runs out, and may stop / may not stop yet.
+constexpr uint32_t kMustGoCount = 1022;
+constexpr uint32_t kMayStopCount = 1023;
 constexpr uint32_t counter_entry(uint32_t repeat, uint32_t count) {
   return kCounterTag | (repeat << 10) | count;
 }
@@ -57,6 +63,41 @@ constexpr uint32_t counter_repeat(uint32_t entry) {
 }
 constexpr uint32_t counter_count(uint32_t entry) {
   return entry & 1023u;
+}
+constexpr bool is_class_count(uint32_t count) {
+  return count >= kMustGoCount;
+}
+// Between iterations: may the repetition end here?
+constexpr bool counter_may_stop(const Repeat& r, uint32_t count) {
+  return count == kMayStopCount || (count != kMustGoCount && count >= r.min);
+}
+// Between iterations: may another begin?
+constexpr bool counter_may_iterate(const Repeat& r, uint32_t count) {
+  return is_class_count(count) || r.max == kUnboundedRepeat || count < r.max;
+}
+// The count once one more iteration has begun.
+constexpr uint32_t counter_next(const Repeat& r, uint32_t count) {
+  if (is_class_count(count) || (r.max == kUnboundedRepeat && count >= r.min)) return count;
+  return count + 1;
+}
+// The class count a real count is classified with.
+constexpr uint32_t counter_class(const Repeat& r, uint32_t count) {
+  return counter_may_stop(r, count) ? kMayStopCount : kMustGoCount;
+}
+// The longest token (in bytes) for which the class count's paths are exactly
+// the real count's, for a counter below its body's entries on a parser stack
+// (iterations begun = count). The i-th time a token's path meets the counter
+// again it has consumed at least i bytes (every iteration consumes one) and
+// the count is count + i - 1; the class differs only where that count may
+// stop while the class may not (count + i - 1 >= min) or where it runs out
+// (count + i - 1 >= max), and a path that differs there needs one byte more
+// to tell (a token ending at the meeting is accepted either way). Class
+// counts themselves: every length.
+constexpr uint32_t kEveryLength = ~0u;
+constexpr uint32_t counter_exact_up_to(const Repeat& r, uint32_t count) {
+  if (is_class_count(count)) return kEveryLength;
+  if (count < r.min) return r.min - count + 1;
+  return r.max == kUnboundedRepeat ? kEveryLength : r.max - count + 1;
 }
 
 struct Rule {

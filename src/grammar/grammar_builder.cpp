@@ -111,6 +111,13 @@ Status GrammarBuilder::repeat(Element x, uint32_t min, std::optional<uint32_t> m
   if (bound > limits_.max_repetition) {
     return errorf("repetition bound {} is over the limit of {}", bound, limits_.max_repetition);
   }
+  const bool room = repeats_.size() < (1u << 21);
+  if (room && min > limits_.unrolled_minimum && bound <= kMaxRepeatCount) {
+    // The whole of x{m,k} / x{m,} as one counter: no copy of x per
+    // required iteration.
+    out.push_back(counted_element(x, min, max.value_or(kUnboundedRepeat), owner));
+    return {};
+  }
   for (uint32_t i = 0; i < min; ++i) out.push_back(x);
   if (!max) {
     // x* as R ::= x R | "": the recursion is in tail position, which the
@@ -124,17 +131,23 @@ Status GrammarBuilder::repeat(Element x, uint32_t min, std::optional<uint32_t> m
     return {};
   }
   const uint32_t optional = *max - min;
-  if (optional >= 2 && optional <= kMaxRepeatCount && repeats_.size() < (1u << 21)) {
-    // The body as a rule (the counter's iterations expand a rule).
-    const uint32_t body = x.kind == ElementKind::kElementRule ? x.value : helper(owner, {{x}});
-    out.push_back({ElementKind::kElementRepeat, static_cast<uint32_t>(repeats_.size())});
-    repeats_.push_back({body, optional});
-    repeat_owners_.emplace_back(owner);
-    n_elements_ += 1;
+  if (room && optional >= 2 && optional <= kMaxRepeatCount) {
+    out.push_back(counted_element(x, 0, optional, owner));
     return {};
   }
   if (optional > 0) out.push_back(unrolled_optional(x, optional, owner));
   return {};
+}
+
+Element GrammarBuilder::counted_element(Element x, uint32_t min, uint32_t max,
+                                        std::string_view owner) {
+  // The body as a rule (the counter's iterations expand a rule).
+  const uint32_t body = x.kind == ElementKind::kElementRule ? x.value : helper(owner, {{x}});
+  const Element e{ElementKind::kElementRepeat, static_cast<uint32_t>(repeats_.size())};
+  repeats_.push_back({body, min, max});
+  repeat_owners_.emplace_back(owner);
+  n_elements_ += 1;
+  return e;
 }
 
 Element GrammarBuilder::unrolled_optional(Element x, uint32_t k, std::string_view owner) {
@@ -157,8 +170,10 @@ Status GrammarBuilder::check_left_recursion(const std::vector<bool>& nullable) c
       for (const Element& e : s) {
         if (e.kind == ElementKind::kElementBytes) break;
         if (e.kind == ElementKind::kElementRepeat) {
-          first_refs[r].push_back(repeats_[e.value].rule);  // may match nothing: go on
-          continue;
+          const Repeat& rep = repeats_[e.value];
+          first_refs[r].push_back(rep.rule);
+          if (rep.min == 0 || nullable[rep.rule]) continue;  // may match nothing: go on
+          break;
         }
         first_refs[r].push_back(e.value);
         if (!nullable[e.value]) break;
@@ -223,7 +238,8 @@ Result<Grammar> GrammarBuilder::finish(std::string_view root) && {
       for (const Sequence& s : *definitions_[r]) {
         bool all = true;
         for (const Element& e : s) {
-          all = all && (e.kind == ElementKind::kElementRepeat ||
+          all = all && ((e.kind == ElementKind::kElementRepeat &&
+                         (repeats_[e.value].min == 0 || nullable[repeats_[e.value].rule])) ||
                         (e.kind == ElementKind::kElementRule && nullable[e.value]));
         }
         if (all) {
@@ -235,10 +251,18 @@ Result<Grammar> GrammarBuilder::finish(std::string_view root) && {
   }
   if (Status s = check_left_recursion(nullable); !s.ok()) return s.error();
   // A counter needs every iteration to consume a byte (grammar.h); a body
-  // that may match nothing is unrolled into helper rules instead.
+  // that may match nothing is unrolled into helper rules instead. x{m,k}
+  // of such a body matches what x{0,k} does (the missing iterations match
+  // nothing); x{m,} of it would be a left-recursive x*.
   std::vector<std::optional<Element>> unrolled(repeats_.size());
   for (size_t i = 0; i < repeats_.size(); ++i) {
     if (!nullable[repeats_[i].rule]) continue;
+    if (repeats_[i].max == kUnboundedRepeat) {
+      return errorf(
+          "rule '{}': a repetition {{{},}} of something that may match nothing; the matcher "
+          "needs every repetition to consume a byte",
+          repeat_owners_[i], repeats_[i].min);
+    }
     unrolled[i] =
         unrolled_optional(rule_element(repeats_[i].rule), repeats_[i].max, repeat_owners_[i]);
   }

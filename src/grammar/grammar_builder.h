@@ -25,6 +25,12 @@ using Alternatives = std::vector<Sequence>;
 struct GrammarLimits {
   uint32_t max_repetition = 1000;   // n of {m,n}
   size_t max_elements = 1'000'000;  // elements of the finished grammar
+  // x{m,...} with m up to this keeps m plain copies of x (each its own
+  // grammar position, classified once at compile time) before the optional
+  // tail; a larger m makes the whole repetition one counter (grammar.h).
+  // Small, because a counter below its minimum needs its longer tokens
+  // decided per count (grammar/trie_walk.h), which a copy does not.
+  uint32_t unrolled_minimum = 4;
 };
 
 class GrammarBuilder {
@@ -46,9 +52,10 @@ class GrammarBuilder {
   Element char_class(std::vector<CodePointRange> ranges, bool negate, std::string_view owner);
   // `sequence` as one element (itself when it is one element, else a helper rule).
   Element group(Alternatives alternatives, std::string_view owner);
-  // x{min,max}; max == nullopt: unbounded. Appends to `out`: x min times,
-  // then the optional tail as one counted element (grammar.h) when it
-  // allows two or more, else as helper rules.
+  // x{min,max}; max == nullopt: unbounded. Appends to `out` one counted
+  // element (grammar.h) for the whole when min > unrolled_minimum; else x
+  // min times, then the optional tail as one counted element when it allows
+  // two or more, else as helper rules.
   Status repeat(Element x, uint32_t min, std::optional<uint32_t> max, std::string_view owner,
                 Sequence& out);
 
@@ -60,6 +67,8 @@ class GrammarBuilder {
   Status check_left_recursion(const std::vector<bool>& nullable) const;
   // x{0,k} as R_k ::= x R_{k-1} | "": nested helper rules.
   Element unrolled_optional(Element x, uint32_t k, std::string_view owner);
+  // x{min,max} as one counted element (max may be kUnboundedRepeat).
+  Element counted_element(Element x, uint32_t min, uint32_t max, std::string_view owner);
 
   GrammarLimits limits_;
   std::vector<std::string> names_;

@@ -43,15 +43,16 @@ void expand(const Grammar& g, std::vector<uint32_t>& stack, StackSet& out) {
   const uint32_t pos = stack.back();
   if (is_counter(pos)) {
     // A counted repetition between iterations: stop here (return below
-    // it), or, while the count allows, begin one more iteration.
-    stack.pop_back();
-    expand(g, stack, out);
+    // it) where the count allows, and begin one more iteration where it
+    // allows (grammar.h; the split's class counts never run out).
+    const uint32_t repeat = counter_repeat(pos);
+    const Repeat& r = g.repeats[repeat];
     const uint32_t count = counter_count(pos);
-    if (count > 0) {
-      const uint32_t repeat = counter_repeat(pos);
-      // kUnboundedCount (the split's classification) never runs out.
-      stack.push_back(counter_entry(repeat, count == kUnboundedCount ? count : count - 1));
-      for (uint32_t alt : g.rules[g.repeats[repeat].rule].alternatives) {
+    stack.pop_back();
+    if (counter_may_stop(r, count)) expand(g, stack, out);
+    if (counter_may_iterate(r, count)) {
+      stack.push_back(counter_entry(repeat, counter_next(r, count)));
+      for (uint32_t alt : g.rules[r.rule].alternatives) {
         stack.push_back(alt);
         expand(g, stack, out);
         stack.pop_back();
@@ -77,7 +78,7 @@ void expand(const Grammar& g, std::vector<uint32_t>& stack, StackSet& out) {
       stack.pop_back();
       const bool returns = g.elements[pos + 1].kind != ElementKind::kElementEnd;
       if (returns) stack.push_back(pos + 1);
-      stack.push_back(counter_entry(e.value, g.repeats[e.value].max));
+      stack.push_back(counter_entry(e.value, 0));
       expand(g, stack, out);
       stack.pop_back();
       if (returns) stack.pop_back();

@@ -7,8 +7,8 @@
 // expands rule references until each top is a byte set again (the closure);
 // a rule reference in tail position pushes no return address, so repetition
 // (R ::= x R | "") runs in constant stack depth. A counted repetition
-// (grammar.h, x{0,k}) keeps one counter entry below its body's entries: the
-// iterations it still allows, decremented as each iteration begins.
+// (grammar.h, x{m,k}) keeps one counter entry below its body's entries: the
+// iterations begun, counted up as each begins.
 #pragma once
 
 #include <cstdint>

@@ -20,18 +20,40 @@ std::vector<std::vector<uint32_t>> reachable_tops(const Grammar& g, size_t depth
   size_t queued = 0;
   std::set<std::vector<uint32_t>> seen;
   std::set<std::vector<uint32_t>> tops;
+  auto enqueue = [&](std::vector<uint32_t> stack) {
+    if (seen.size() >= limits.max_states || !seen.insert(stack).second) return;
+    queue[stack.size()].push_back(std::move(stack));
+    ++queued;
+  };
+  std::vector<size_t> must_go;  // entries of a stack whose class is "may not stop yet"
   auto visit_all = [&](const StackSet& set) {
     for (size_t i = 0; i < set.size(); ++i) {
       const uint32_t b = set.begin(i), e = set.ends[i];
       if (b == e || e - b > limits.max_stack_depth || seen.size() >= limits.max_states) continue;
       std::vector<uint32_t> stack(set.data.begin() + b, set.data.begin() + e);
-      for (uint32_t& entry : stack) {
-        if (is_counter(entry)) entry = counter_entry(counter_repeat(entry), kUnboundedCount);
+      must_go.clear();
+      for (size_t k = 0; k < stack.size(); ++k) {
+        if (!is_counter(stack[k])) continue;
+        const Repeat& r = g.repeats[counter_repeat(stack[k])];
+        stack[k] =
+            counter_entry(counter_repeat(stack[k]), counter_class(r, counter_count(stack[k])));
+        if (counter_count(stack[k]) == kMustGoCount) must_go.push_back(k);
       }
-      if (seen.insert(stack).second) {
-        queue[stack.size()].push_back(std::move(stack));
-        ++queued;
+      // A real count below its minimum reaches it after some iterations,
+      // which a class count never does: every stack with such counters is
+      // also reached with any of them past their minimums (all subsets; a
+      // stack of many nested minimums, only all or none).
+      const size_t n = must_go.size() <= 4 ? size_t{1} << must_go.size() : 2;
+      for (size_t subset = 1; subset < n; ++subset) {
+        std::vector<uint32_t> variant = stack;
+        for (size_t j = 0; j < must_go.size(); ++j) {
+          if (must_go.size() > 4 || ((subset >> j) & 1) != 0) {
+            variant[must_go[j]] = counter_entry(counter_repeat(stack[must_go[j]]), kMayStopCount);
+          }
+        }
+        enqueue(std::move(variant));
       }
+      enqueue(std::move(stack));
     }
   };
   auto g_ref = std::shared_ptr<const Grammar>(&g, [](const Grammar*) {});  // not owned

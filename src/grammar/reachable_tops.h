@@ -5,9 +5,10 @@
 // preprocessing).
 //
 // A breadth-first search over parser stacks, byte by byte from the start
-// state, with every counted repetition's counter set to kUnboundedCount (the
-// form the split classifies; a counter that may still iterate reaches every
-// position a real one reaches). Recursive grammars (JSON values inside
+// state, with every counted repetition's counter set to its class count (the
+// form the split classifies, grammar.h; a class count never runs out, so it
+// reaches every position a real one reaches, and a count below its minimum
+// is also followed as one past it). Recursive grammars (JSON values inside
 // values) have unboundedly many stacks, so the search stops at
 // ReachableTopsLimits; a top it misses is classified on first use, as
 // before: the result only moves work, it never changes a mask.

@@ -21,14 +21,14 @@ TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar,
 
 const PositionMasks& TokenConstraint::position(std::span<const uint32_t> suffix,
                                                size_t longer_than) {
-  // Unbounded suffixes (longer_than 0) and real-count ones never share a
-  // key: kUnboundedCount is no real count.
+  // Class-count suffixes (longer_than 0) and real-count ones never share a
+  // key: a class count is no real count (grammar.h).
   std::string key(reinterpret_cast<const char*>(suffix.data()), suffix.size_bytes());
   auto it = positions_.find(key);
   if (it == positions_.end()) {
     auto masks = std::make_unique<const PositionMasks>(
         classify_position(*grammar_, *vocabulary_, suffix, scratch_, longer_than));
-    ++stats_.positions_classified;
+    ++(longer_than > 0 ? stats_.count_positions_classified : stats_.positions_classified);
     stats_.nodes_visited += masks->nodes_visited;
     it = positions_.emplace(std::move(key), std::move(masks)).first;
   }
@@ -58,19 +58,33 @@ size_t TokenConstraint::precompute(const PrecomputeOptions& options) {
     if (stats_.nodes_visited >= budget_end) break;
     position(top);
     // A top with one counter: its classification for the tokens longer than
-    // each count it may hold (split_mask's second part). Several counters
-    // in one top (nested repetitions) are left to first use.
+    // the class count holds for, at each real count of that class for which
+    // that is shorter than the longest token (split_mask's second part):
+    // below the minimum, the counts within a token's length of it; at or
+    // past it, those within a token's length of the maximum. Several
+    // counters in one top (nested repetitions) are left to first use.
     size_t counters = 0, at = 0;
     for (size_t i = 0; i < top.size(); ++i) {
       if (is_counter(top[i])) ++counters, at = i;
     }
     if (counters != 1 || !options.counts) continue;
     const uint32_t repeat = counter_repeat(top[at]);
-    const size_t last = std::min<size_t>(grammar_->repeats[repeat].max, vocabulary_->max_depth());
+    const Repeat& r = grammar_->repeats[repeat];
+    const uint32_t longest = static_cast<uint32_t>(vocabulary_->max_depth());
+    uint32_t first = 0, last = 0;  // real counts [first, last]
+    if (counter_count(top[at]) == kMustGoCount) {
+      if (r.min == 0) continue;
+      first = r.min >= longest ? r.min - longest + 1 : 1;
+      last = r.min - 1;
+    } else {
+      if (r.max == kUnboundedRepeat) continue;
+      first = std::max({r.min, 1u, r.max >= longest ? r.max - longest + 1 : 1});
+      last = r.max;
+    }
     bounded = top;
-    for (uint32_t count = 0; count < last && stats_.nodes_visited < budget_end; ++count) {
+    for (uint32_t count = first; count <= last && stats_.nodes_visited < budget_end; ++count) {
       bounded[at] = counter_entry(repeat, count);
-      position(bounded, count);
+      position(bounded, counter_exact_up_to(r, count));
     }
   }
   return static_cast<size_t>(stats_.positions_classified - before);
@@ -134,18 +148,26 @@ std::shared_ptr<TokenMask> TokenConstraint::split_mask(const StackSet& state) {
   auto same = [](const Top& x, const Top& y) {
     return std::equal(x.suffix.begin(), x.suffix.end(), y.suffix.begin(), y.suffix.end());
   };
-  // A suffix's classification has its counters unbounded (grammar/trie_walk.h);
-  // `fewest` is the smallest real count among them: tokens longer than that
-  // are decided by walking them with the real stacks.
+  // A suffix's classification has its counters at their class counts
+  // (grammar.h); `fewest` is the longest token that classification holds
+  // for with the real counts: longer tokens are decided by the real
+  // suffix's own classification or by walking them with the real stacks.
   std::vector<uint32_t> unbounded;
+  bool near_minimum = false;  // `fewest` is a counter's distance to its minimum
   auto classified = [&](std::span<const uint32_t> suffix,
                         uint32_t& fewest) -> const PositionMasks& {
     unbounded.assign(suffix.begin(), suffix.end());
-    fewest = kUnboundedCount;
+    fewest = kEveryLength;
+    near_minimum = false;
     for (uint32_t& entry : unbounded) {
       if (!is_counter(entry)) continue;
-      fewest = std::min(fewest, counter_count(entry));
-      entry = counter_entry(counter_repeat(entry), kUnboundedCount);
+      const Repeat& r = g.repeats[counter_repeat(entry)];
+      const uint32_t up_to = counter_exact_up_to(r, counter_count(entry));
+      if (up_to < fewest) {
+        fewest = up_to;
+        near_minimum = counter_count(entry) < r.min;
+      }
+      entry = counter_entry(counter_repeat(entry), counter_class(r, counter_count(entry)));
     }
     return position(unbounded);
   };
@@ -167,13 +189,19 @@ std::shared_ptr<TokenMask> TokenConstraint::split_mask(const StackSet& state) {
     uint32_t fewest = 0;
     const PositionMasks& p = classified(tops[a].suffix, fewest);
     const bool bounded = fewest < vocabulary_->max_depth();
-    // The unbounded classification holds for tokens of at most `fewest`
-    // bytes; the longer ones have the real suffix's own classification.
-    // (Classified at compile time, PrecomputeOptions::counts; else the
-    // longer tokens are walked with the real stacks, cheaper than a
-    // classification for a suffix and count that few states share.)
+    // The class-count classification holds for tokens of at most `fewest`
+    // bytes; the longer ones have the real suffix's own classification,
+    // restricted to them, or are walked with the real stacks. Near a
+    // minimum the classification is made now and kept: a long string's
+    // last characters before its minimum recur in every document, and the
+    // per-state mask cache turns over on such strings. Near a maximum
+    // (short strings, whitespace and digit runs) walking the longer tokens
+    // per state is cheaper, unless PrecomputeOptions::counts classified
+    // them at compile time.
     const PositionMasks* longer = nullptr;
-    if (bounded) {
+    if (bounded && near_minimum) {
+      longer = &position(tops[a].suffix, fewest);
+    } else if (bounded) {
       const std::string key(reinterpret_cast<const char*>(tops[a].suffix.data()),
                             tops[a].suffix.size_bytes());
       if (auto it = positions_.find(key); it != positions_.end()) longer = it->second.get();

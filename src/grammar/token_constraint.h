@@ -13,9 +13,10 @@
 // tokens whose acceptance does not depend on the stack below are classified
 // once, on first use; a state's mask is then the union, over its stacks, of
 // their tops' accepted sets plus a walk of only the context-dependent tokens
-// with the real stacks. Counted repetitions are classified once for every
-// count for the tokens no longer than the count, and once per count for the
-// longer ones (few until the count is nearly spent).
+// with the real stacks. Counted repetitions are classified once per count
+// class (below the minimum / at or past it) for the tokens no longer than
+// the distance to the bound, and once per count for the longer ones (few
+// until the count is nearly at a bound).
 //
 // TokenMatcher (one per sequence) holds the parser state, masks logits and
 // accepts the sampled token.
@@ -42,13 +43,18 @@ struct TokenConstraintStats {
   int64_t mask_requests = 0;
   int64_t mask_walks = 0;            // cache misses (trie walks)
   int64_t nodes_visited = 0;         // over all walks
-  int64_t positions_classified = 0;  // context-independent splits computed
+  int64_t positions_classified = 0;  // context-independent splits computed (class counts)
+  // Splits of a suffix with its real counts near a bound, for the tokens
+  // longer than its class classification holds for (at compile time with
+  // PrecomputeOptions::counts, else on first use).
+  int64_t count_positions_classified = 0;
 };
 
 struct PrecomputeOptions {
   ReachableTopsLimits limits;
   // Also classify, for every top with one counted repetition and every count
-  // it may hold, the tokens longer than the count (else walked per state):
+  // it may hold within a token's length of its minimum or maximum, the
+  // tokens longer than that distance (else on first use):
   // a lower cold cost per token for a longer compile (docs/benchmarks.md).
   bool counts = false;
   // Trie nodes the classifications may visit in all: a hostile grammar's

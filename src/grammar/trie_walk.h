@@ -20,14 +20,17 @@
 // string's repetition and closing quote in the suffix only tokens that run
 // past the string depend on the context.
 //
-// Counted repetitions (grammar.h) are classified with their counters set to
-// kUnboundedCount: every iteration consumes a byte, so a token of n bytes
-// begins at most n iterations, and with a real count >= n it has exactly the
-// paths it has with no bound. One classification then serves every count
-// (every character of a maxLength string) for the tokens up to the count's
-// length; the longer ones get a classification of the suffix with its real
-// counts restricted to them (subtrees with no longer token are skipped, so
-// it is small until the count is nearly spent).
+// Counted repetitions (grammar.h) are classified with their counters at a
+// class count: "may stop, never runs out" or "may not stop yet, never runs
+// out". Every iteration consumes a byte, so a token of n bytes meets the
+// counter at most n times, and with a real count at least n iterations from
+// its minimum (below it) or from its maximum (past the minimum) it has
+// exactly the paths its class count has (grammar.h counter_exact_up_to).
+// One classification then serves every count of a class (every character
+// of a minLength or maxLength string) for the tokens up to that length; the
+// longer ones get a classification of the suffix with its real counts
+// restricted to them (subtrees with no longer token are skipped, so it is
+// small until the count is nearly at a bound).
 #pragma once
 
 #include <cstdint>

@@ -143,6 +143,18 @@ std::string render_prometheus(const EngineMetrics& engine,
   sample(out, "specstack_preemptions_total", "counter", "Requests preempted for KV space.",
          engine.preemptions_total);
   sample(out, "specstack_engine_steps_total", "counter", "Engine steps run.", engine.steps_total);
+  sample(out, "specstack_engine_step_seconds_total", "counter",
+         "Engine-thread seconds in steps (schedule, forward, sampling, grammar).",
+         engine.step_seconds_total);
+  sample(out, "specstack_engine_forward_seconds_total", "counter",
+         "Of the steps, seconds in the model's forward (device grammar masks are made inside it).",
+         engine.forward_seconds_total);
+  sample(out, "specstack_grammar_mask_seconds_total", "counter",
+         "Engine-thread seconds computing grammar masks (structured outputs).",
+         engine.grammar_mask_seconds_total);
+  sample(out, "specstack_grammar_accept_seconds_total", "counter",
+         "Engine-thread seconds advancing grammar states by sampled tokens.",
+         engine.grammar_accept_seconds_total);
   sample(out, "specstack_specprefill_applied_total", "counter",
          "Requests whose prompt the target prefilled sparsely (speculative prefill).",
          engine.specprefill_applied_total);

@@ -129,6 +129,44 @@ TEST(JsonSchema, StringsLengthFormatPattern) {
   EXPECT_FALSE(matches(q, R"(""")"));
 }
 
+// Long minimums compile to one counted element (grammar.h), not one grammar
+// position per character or item, and still count exactly.
+TEST(JsonSchema, LongMinimumsAreCounted) {
+  auto s = compile(Json::parse(R"({"type":"string","minLength":1000})"));
+  ASSERT_NE(s, nullptr);
+  // The primitives' rules are ~280 elements; unrolled, 1000 more.
+  EXPECT_LT(s->elements.size(), 400u);
+  const std::string chars999(999, 'x');
+  EXPECT_FALSE(matches(s, "\"" + chars999 + "\""));
+  EXPECT_TRUE(matches(s, "\"" + chars999 + "y\""));
+  EXPECT_TRUE(matches(s, "\"" + chars999 + "\\u00e9\""));  // an escape is one character
+  EXPECT_TRUE(matches(s, "\"" + chars999 + "xxxxx\""));
+  std::string accents;
+  for (int i = 0; i < 999; ++i) accents += "\xc3\xa9";  // é: two bytes, one code point
+  EXPECT_FALSE(matches(s, "\"" + accents + "\""));
+  EXPECT_TRUE(matches(s, "\"" + accents + "\xc3\xa9\""));
+  auto b = compile(Json::parse(R"({"type":"string","minLength":10,"maxLength":12})"));
+  EXPECT_FALSE(matches(b, R"("123456789")"));
+  EXPECT_TRUE(matches(b, R"("1234567890")"));
+  EXPECT_TRUE(matches(b, R"("123456789012")"));
+  EXPECT_FALSE(matches(b, R"("1234567890123")"));
+  auto a = compile(
+      Json::parse(R"({"type":"array","items":{"type":"integer"},"minItems":8,"maxItems":9})"));
+  ASSERT_NE(a, nullptr);
+  EXPECT_FALSE(matches(a, "[1,2,3,4,5,6,7]"));
+  EXPECT_TRUE(matches(a, "[1,2,3,4,5,6,7,8]"));
+  EXPECT_TRUE(matches(a, "[1, 2, 3, 4, 5, 6, 7, 8, 9]"));
+  EXPECT_FALSE(matches(a, "[1,2,3,4,5,6,7,8,9,10]"));
+  auto many = compile(Json::parse(R"({"type":"array","items":{"type":"string"},"minItems":500})"));
+  ASSERT_NE(many, nullptr);
+  EXPECT_LT(many->elements.size(), 400u);
+  std::string items = "[\"\"";
+  for (int i = 1; i < 499; ++i) items += ",\"a\"";
+  EXPECT_FALSE(matches(many, items + "]"));
+  EXPECT_TRUE(matches(many, items + ",\"b\"]"));
+  EXPECT_TRUE(matches(many, items + ",\"b\",\"c\"]"));
+}
+
 TEST(JsonSchema, AnyOfRefsAndRecursion) {
   auto g = compile(Json::parse(R"({
     "$defs": {"node": {"type":"object","properties":{

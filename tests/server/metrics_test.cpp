@@ -78,6 +78,10 @@ EngineMetrics sample_metrics() {
   m.requests_aborted_total = 2;
   m.preemptions_total = 1;
   m.steps_total = 99;
+  m.step_seconds_total = 2.5;
+  m.forward_seconds_total = 2.0;
+  m.grammar_mask_seconds_total = 0.25;
+  m.grammar_accept_seconds_total = 0.125;
   m.time_to_first_token.bounds = {0.01, 0.1, 1.0};
   m.time_to_first_token.counts = {1, 4, 6, 7};
   m.time_to_first_token.sum = 3.5;
@@ -107,6 +111,10 @@ TEST(Metrics, ParsesBackToTheEngineValues) {
   EXPECT_EQ(s.at("specstack_generation_tokens_total"), 1234);
   EXPECT_EQ(s.at("specstack_requests_finished_total"), 17);
   EXPECT_EQ(s.at("specstack_preemptions_total"), 1);
+  EXPECT_DOUBLE_EQ(s.at("specstack_engine_step_seconds_total"), 2.5);
+  EXPECT_DOUBLE_EQ(s.at("specstack_engine_forward_seconds_total"), 2.0);
+  EXPECT_DOUBLE_EQ(s.at("specstack_grammar_mask_seconds_total"), 0.25);
+  EXPECT_DOUBLE_EQ(s.at("specstack_grammar_accept_seconds_total"), 0.125);
   EXPECT_DOUBLE_EQ(s.at("specstack_avg_generation_throughput_tokens_per_second"), 20.5);
   EXPECT_EQ(s.at("specstack_http_requests_total{code=\"200\"}"), 12);
   EXPECT_EQ(s.at("specstack_http_requests_total{code=\"429\"}"), 1);
