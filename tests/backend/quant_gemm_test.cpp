@@ -9,7 +9,6 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <random>
 #include <string>
 #include <tuple>
@@ -152,18 +151,17 @@ TEST(QuantGemm, PrefillPathFollowsTheVariable) {
   EXPECT_NE(note.find("SPECSTACK_QUANT_PREFILL=fast ignored"), std::string::npos) << note;
 }
 
-// kAuto: the tiles up to the isa's row limit (AVX2: 24), dequantize + sgemm
+// kAuto: the tiles up to the isa's row limit (24), dequantize + sgemm
 // beyond and for types without tiles; the pinned paths hold at every count.
 TEST(QuantGemm, PrefillPathByRowCount) {
   EXPECT_EQ(quant_tiled_max_rows(Isa::kAvx2), 24);
   EXPECT_EQ(quant_tiled_max_rows(Isa::kScalar), 0);
-  EXPECT_GE(quant_tiled_max_rows(Isa::kAvx512Vnni), 1 << 20);
+  EXPECT_EQ(quant_tiled_max_rows(Isa::kAvx512Vnni), 24);
   for (Isa isa : {Isa::kAvx2, Isa::kAvx512Vnni}) {
     if (!quant_isa_available(isa)) continue;
-    const int64_t limit = std::min<int64_t>(quant_tiled_max_rows(isa), 1 << 20);
+    const int64_t limit = quant_tiled_max_rows(isa);
     EXPECT_TRUE(quant_prefill_uses_tiles(QuantPrefill::kAuto, DType::kQ8_0, isa, limit));
-    EXPECT_EQ(quant_prefill_uses_tiles(QuantPrefill::kAuto, DType::kQ8_0, isa, limit + 1),
-              isa == Isa::kAvx512Vnni);
+    EXPECT_FALSE(quant_prefill_uses_tiles(QuantPrefill::kAuto, DType::kQ8_0, isa, limit + 1));
     EXPECT_TRUE(quant_prefill_uses_tiles(QuantPrefill::kInt8, DType::kQ8_0, isa, 4096));
     EXPECT_FALSE(quant_prefill_uses_tiles(QuantPrefill::kSgemm, DType::kQ8_0, isa, 17));
     EXPECT_FALSE(quant_prefill_uses_tiles(QuantPrefill::kInt8, DType::kQ4_K, isa, 17));

@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 
 #include "backend/cpu/quant_kernels.h"
 #include "backend/cpu/quant_matmul.h"
@@ -141,7 +140,6 @@ void matmul_quant_tiled(ThreadPool& pool, const Tensor& x, const Tensor& w, cons
 int64_t quant_tiled_max_rows(Isa isa) {
   switch (isa) {
     case Isa::kAvx512Vnni:
-      return std::numeric_limits<int64_t>::max();
     case Isa::kAvx2:
       return 24;
     default:

@@ -54,9 +54,12 @@ enum class QuantPrefill : uint8_t { kAuto, kInt8, kSgemm };
 // rows, 0.90x at 32, 0.67-0.75x at 512 (without VNNI, maddubs + madd cost two
 // integer multiplies per 16 products against one f32 FMA per 8), so 24; Q4_0
 // / Q5_0 1.27-1.28x at 17 rows, 0.84-0.86x at 32.
-// AVX-512 VNNI: every row count, llama.cpp's choice (its pp512 on the same
-// Xeon runs this scheme at 1.15-1.6x our dequantize + sgemm); not yet
-// measured on our side: SPECSTACK_QUANT_PREFILL=sgemm gives the A/B.
+// AVX-512 VNNI (device Xeon, 2 threads, docs/benchmarks.md "session 24: int8
+// prefill"): the tiles run flat at ~70-87 Gop/s, so they win at 17 rows
+// (1.29-1.56x sgemm), tie at 32 (0.83-1.13x) and lose from 64 (0.66-0.78x;
+// 512 rows 0.30-0.50x, whole-model pp512 0.46-0.53x), hence 24 as with AVX2.
+// llama.cpp's tinyBLAS reaches 1.4x our sgemm there: the tiles' per-block
+// work, not int8 itself, is the limit.
 int64_t quant_tiled_max_rows(Isa isa);
 
 // The environment variable that pins the prefill path for A/B runs:
