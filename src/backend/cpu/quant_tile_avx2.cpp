@@ -16,10 +16,10 @@
 // (QuantTile::fn_scaled), and the kTileW x kTileC products f16(w.d) *
 // f16(a.d) of a block come from one vector multiply (the same two floats,
 // the same product) into a table per chunk of kChunk blocks, which the
-// FMAs broadcast from. The one-row kernel's per-block scale work (two f16
-// converts, a product and a broadcast per pair) was as many instructions
-// as the dots' (counted in the object code; the tile is bound by
-// instruction throughput, docs/benchmarks.md "session 24: int8 tiles,
+// FMAs broadcast from. Done per tile as the one-row kernel does it (two
+// f16 converts, a product and a broadcast per pair), the scale work was two
+// thirds as many instructions as the dots' (counted in the object code; the tile's time
+// follows its instruction count, docs/benchmarks.md "session 24: int8 tiles,
 // faster"). Chunks also keep the tile's blocks in L1 between the even and
 // the odd pass (6 rows x 32 blocks = 6.5 KB for Q8_0). A Q4_0 / Q5_0 block
 // is unpacked to signed bytes once for kTileC activation rows (the same
