@@ -48,7 +48,8 @@ Tensor activations(std::mt19937& rng, int64_t n, int64_t in) {
 
 // The tile on weight rows 0, 2, 4, ... and activation rows 0, 2, 4, ...
 // (strides of two rows: a kernel that assumed adjacent rows fails) equals
-// dot for every pair, for 1 .. 17 blocks (odd counts: the one-block tail).
+// dot for every pair, for 1 .. 97 blocks (odd counts: the one-block tail;
+// 31 .. 97: the tiles' 32-block chunks, a short last chunk, even and odd).
 TEST_P(QuantGemmTest, TileEqualsOneRowBitForBit) {
   const Isa isa = this->isa();
   const DType dtype = this->dtype();
@@ -56,7 +57,7 @@ TEST_P(QuantGemmTest, TileEqualsOneRowBitForBit) {
   ASSERT_NE(tile.fn, nullptr) << isa_name(isa) << " " << dtype_name(dtype);
   const QuantKernel k = quant_kernel(dtype, isa);
   std::mt19937 rng(900 + 7 * static_cast<int>(isa) + static_cast<int>(dtype));
-  for (int64_t n_blocks : {1, 2, 3, 4, 5, 8, 11, 17}) {
+  for (int64_t n_blocks : {1, 2, 3, 4, 5, 8, 11, 17, 31, 32, 33, 64, 65, 97}) {
     for (int trial = 0; trial < 6; ++trial) {
       const int64_t in = n_blocks * 32;
       Tensor w = random_quantized(rng, dtype, 2 * tile.rows, in);
@@ -151,12 +152,13 @@ TEST(QuantGemm, PrefillPathFollowsTheVariable) {
   EXPECT_NE(note.find("SPECSTACK_QUANT_PREFILL=fast ignored"), std::string::npos) << note;
 }
 
-// kAuto: the tiles up to the isa's row limit (24), dequantize + sgemm
-// beyond and for types without tiles; the pinned paths hold at every count.
+// kAuto: the tiles up to the isa's row limit (AVX2 32, AVX-512 VNNI 64),
+// dequantize + sgemm beyond and for types without tiles; the pinned paths
+// hold at every count.
 TEST(QuantGemm, PrefillPathByRowCount) {
-  EXPECT_EQ(quant_tiled_max_rows(Isa::kAvx2), 24);
+  EXPECT_EQ(quant_tiled_max_rows(Isa::kAvx2), 32);
   EXPECT_EQ(quant_tiled_max_rows(Isa::kScalar), 0);
-  EXPECT_EQ(quant_tiled_max_rows(Isa::kAvx512Vnni), 24);
+  EXPECT_EQ(quant_tiled_max_rows(Isa::kAvx512Vnni), 64);
   for (Isa isa : {Isa::kAvx2, Isa::kAvx512Vnni}) {
     if (!quant_isa_available(isa)) continue;
     const int64_t limit = quant_tiled_max_rows(isa);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 
 #include "backend/cpu/quant_kernels.h"
 #include "backend/cpu/quant_matmul.h"
@@ -17,10 +18,20 @@ int tile_32_cols();
 #define SS_TILE(fn)                                                                           \
   void fn(const void* w, int64_t w_stride, const void* a, int64_t a_stride, int64_t n_blocks, \
           float* out, int64_t out_stride)
+#define SS_TILE_SCALED(fn)                                                                    \
+  void fn(const void* w, int64_t w_stride, const float* ws, int64_t ws_stride, const void* a, \
+          int64_t a_stride, const float* as, int64_t as_stride, int64_t n_blocks, float* out, \
+          int64_t out_stride)
 SS_TILE(tile_q8_0);
 SS_TILE(tile_q4_0);
 SS_TILE(tile_q5_0);
+SS_TILE_SCALED(tile_scaled_q8_0);
+SS_TILE_SCALED(tile_scaled_q4_0);
+SS_TILE_SCALED(tile_scaled_q5_0);
+void scales_32(const void* rows, int64_t row_stride, int64_t n_rows, int64_t block_bytes,
+               int64_t n_blocks, float* out, int64_t out_row_stride, int64_t out_block_stride);
 #undef SS_TILE
+#undef SS_TILE_SCALED
 }  // namespace quant_avx2
 #endif
 #if SS_QUANT_AVX512
@@ -30,10 +41,20 @@ int tile_32_cols();
 #define SS_TILE(fn)                                                                           \
   void fn(const void* w, int64_t w_stride, const void* a, int64_t a_stride, int64_t n_blocks, \
           float* out, int64_t out_stride)
+#define SS_TILE_SCALED(fn)                                                                    \
+  void fn(const void* w, int64_t w_stride, const float* ws, int64_t ws_stride, const void* a, \
+          int64_t a_stride, const float* as, int64_t as_stride, int64_t n_blocks, float* out, \
+          int64_t out_stride)
 SS_TILE(tile_q8_0);
 SS_TILE(tile_q4_0);
 SS_TILE(tile_q5_0);
+SS_TILE_SCALED(tile_scaled_q8_0);
+SS_TILE_SCALED(tile_scaled_q4_0);
+SS_TILE_SCALED(tile_scaled_q5_0);
+void scales_32(const void* rows, int64_t row_stride, int64_t n_rows, int64_t block_bytes,
+               int64_t n_blocks, float* out, int64_t out_row_stride, int64_t out_block_stride);
 #undef SS_TILE
+#undef SS_TILE_SCALED
 }  // namespace quant_avx512vnni
 #endif
 
@@ -55,26 +76,32 @@ QuantTile quant_tile(DType dtype, Isa isa) {
                std::string("quantized tiles: isa not available here: ") + isa_name(isa));
   QuantTile t;
   using TileFn = decltype(t.fn);
+  using ScaledFn = decltype(t.fn_scaled);
   // The 32-blocks: one tile body per isa, its values decoded as the one-row kernel's.
-  auto pick = [&](TileFn q8_0, TileFn q4_0, TileFn q5_0) {
-    t.fn = dtype == DType::kQ8_0   ? q8_0
-           : dtype == DType::kQ4_0 ? q4_0
-           : dtype == DType::kQ5_0 ? q5_0
-                                   : nullptr;
+  auto pick = [&](TileFn q8_0, TileFn q4_0, TileFn q5_0, ScaledFn s8_0, ScaledFn s4_0,
+                  ScaledFn s5_0) {
+    if (dtype == DType::kQ8_0) t.fn = q8_0, t.fn_scaled = s8_0;
+    if (dtype == DType::kQ4_0) t.fn = q4_0, t.fn_scaled = s4_0;
+    if (dtype == DType::kQ5_0) t.fn = q5_0, t.fn_scaled = s5_0;
   };
 #if SS_QUANT_AVX512
   if (isa == Isa::kAvx512Vnni) {
     t.rows = quant_avx512vnni::tile_32_rows(), t.cols = quant_avx512vnni::tile_32_cols();
-    pick(quant_avx512vnni::tile_q8_0, quant_avx512vnni::tile_q4_0, quant_avx512vnni::tile_q5_0);
+    pick(quant_avx512vnni::tile_q8_0, quant_avx512vnni::tile_q4_0, quant_avx512vnni::tile_q5_0,
+         quant_avx512vnni::tile_scaled_q8_0, quant_avx512vnni::tile_scaled_q4_0,
+         quant_avx512vnni::tile_scaled_q5_0);
+    t.scales = quant_avx512vnni::scales_32;
   }
 #endif
 #if SS_QUANT_AVX2
   if (isa == Isa::kAvx2) {
     t.rows = quant_avx2::tile_32_rows(), t.cols = quant_avx2::tile_32_cols();
-    pick(quant_avx2::tile_q8_0, quant_avx2::tile_q4_0, quant_avx2::tile_q5_0);
+    pick(quant_avx2::tile_q8_0, quant_avx2::tile_q4_0, quant_avx2::tile_q5_0,
+         quant_avx2::tile_scaled_q8_0, quant_avx2::tile_scaled_q4_0, quant_avx2::tile_scaled_q5_0);
+    t.scales = quant_avx2::scales_32;
   }
 #endif
-  if (t.fn == nullptr) t.rows = t.cols = 0;
+  if (t.fn == nullptr) t = QuantTile{};
   return t;
 }
 
@@ -95,25 +122,38 @@ void matmul_quant_tiled(ThreadPool& pool, const Tensor& x, const Tensor& w, cons
   const int64_t n_blocks = in / k.act_block_elements;
   const int64_t act_row_bytes = n_blocks * int64_t(k.act_block_bytes);
   const int64_t w_row_bytes = int64_t(dtype_bytes(w.dtype(), in));
-  // act [n, n_blocks] activation blocks, quantized once for every output.
+  // act [n, n_blocks] activation blocks, quantized once for every output;
+  // a_scale [n, n_blocks] their scales as f32 (QuantTile::fn_scaled).
   const std::unique_ptr<uint8_t[]> act = quantize_activation_rows(pool, k, x);
+  const std::unique_ptr<float[]> a_scale(new float[size_t(n_blocks * n)]);
+  pool.parallel_for(n, 16, [&](int64_t begin, int64_t end) {
+    tile.scales(act.get() + begin * act_row_bytes, act_row_bytes, end - begin, k.act_block_bytes,
+                n_blocks, a_scale.get() + begin * n_blocks, n_blocks, 1);
+  });
 
   const auto* w_data = static_cast<const uint8_t*>(w.raw());
+  const int64_t w_block_bytes = int64_t(dtype_block_bytes(w.dtype()));
   const float* b = bias ? bias->f32() : nullptr;
   float* y_data = y.f32();
   const int64_t W = tile.rows, C = tile.cols;
   const int64_t grain =
       std::max<int64_t>(W, (kMinMacsPerShare / std::max<int64_t>(1, in * n) + W - 1) / W * W);
   pool.parallel_for(out, grain, [&](int64_t begin, int64_t end) {
+    // w_scale [n_blocks, kTileRows]: the cache tile's weight scales, block-major,
+    // converted once for all n activation rows.
+    const std::unique_ptr<float[]> w_scale(new float[size_t(n_blocks * kTileRows)]);
     for (int64_t o0 = begin; o0 < end; o0 += kTileRows) {
       const int64_t o1 = std::min(o0 + kTileRows, end);
       const int64_t o_tiled = o0 + (o1 - o0) / W * W;  // [o0, o_tiled) in whole tiles
+      tile.scales(w_data + o0 * w_row_bytes, w_row_bytes, o_tiled - o0, w_block_bytes, n_blocks,
+                  w_scale.get(), 1, kTileRows);
       int64_t i = 0;
       for (; i + C <= n; i += C) {
         const uint8_t* a = act.get() + i * act_row_bytes;
         for (int64_t o = o0; o < o_tiled; o += W) {
-          tile.fn(w_data + o * w_row_bytes, w_row_bytes, a, act_row_bytes, n_blocks,
-                  y_data + i * out + o, out);
+          tile.fn_scaled(w_data + o * w_row_bytes, w_row_bytes, w_scale.get() + (o - o0), kTileRows,
+                         a, act_row_bytes, a_scale.get() + i * n_blocks, n_blocks, n_blocks,
+                         y_data + i * out + o, out);
         }
         for (int64_t o = o_tiled; o < o1; ++o) {  // the weight rows left over
           for (int64_t c = 0; c < C; ++c)
@@ -140,8 +180,9 @@ void matmul_quant_tiled(ThreadPool& pool, const Tensor& x, const Tensor& w, cons
 int64_t quant_tiled_max_rows(Isa isa) {
   switch (isa) {
     case Isa::kAvx512Vnni:
+      return 64;
     case Isa::kAvx2:
-      return 24;
+      return 32;
     default:
       return 0;
   }

@@ -28,9 +28,27 @@ struct QuantTile {
   int rows = 0;  // weight rows per tile (W)
   int cols = 0;  // activation rows per tile (C)
   // out[c * out_stride + r] = dot(w + r * w_stride, a + c * a_stride,
-  // n_blocks) for r < rows, c < cols, bit for bit.
+  // n_blocks) for r < rows, c < cols, bit for bit. Self-contained: converts
+  // the tile's f16 block scales itself, on every call.
   void (*fn)(const void* w, int64_t w_stride, const void* a, int64_t a_stride, int64_t n_blocks,
              float* out, int64_t out_stride) = nullptr;
+  // The same outputs with the blocks' scales converted beforehand (by
+  // `scales`): ws[b * ws_stride + r] is block b's scale of weight row r
+  // (block-major: the tile's rows side by side), as[c * as_stride + b] that
+  // of activation row c (row-major: block-major, a 512-row chunk's blocks
+  // would be 2 KB apart). matmul_quant_tiled converts a cache tile's weight scales
+  // once for all activation rows and the activations' once per call; per
+  // tile that work was 2/3 (AVX2) to all (AVX-512) of the dots' instructions.
+  void (*fn_scaled)(const void* w, int64_t w_stride, const float* ws, int64_t ws_stride,
+                    const void* a, int64_t a_stride, const float* as, int64_t as_stride,
+                    int64_t n_blocks, float* out, int64_t out_stride) = nullptr;
+  // out[r * out_row_stride + b * out_block_stride] = the f16 scale of block
+  // b of row r as f32, for n_rows rows row_stride bytes apart, blocks
+  // block_bytes apart (weight rows of the tile's type or Q8_0 activation
+  // rows: each of their blocks starts with it).
+  void (*scales)(const void* rows, int64_t row_stride, int64_t n_rows, int64_t block_bytes,
+                 int64_t n_blocks, float* out, int64_t out_row_stride,
+                 int64_t out_block_stride) = nullptr;
 };
 
 // The tile for weights of `dtype` on `isa`; fn null where there is none.
@@ -49,17 +67,13 @@ void matmul_quant_tiled(ThreadPool& pool, const Tensor& x, const Tensor& w, cons
 enum class QuantPrefill : uint8_t { kAuto, kInt8, kSgemm };
 
 // Up to this many x rows the int8 tiles, beyond that dequantize + sgemm,
-// for the tiles of `isa` under kAuto. AVX2 (measured on the EPYC dev VM,
-// docs/benchmarks.md "session 24: int8 prefill"): tiles 1.43x sgemm at 17
-// rows, 0.90x at 32, 0.67-0.75x at 512 (without VNNI, maddubs + madd cost two
-// integer multiplies per 16 products against one f32 FMA per 8), so 24; Q4_0
-// / Q5_0 1.27-1.28x at 17 rows, 0.84-0.86x at 32.
-// AVX-512 VNNI (device Xeon, 2 threads, docs/benchmarks.md "session 24: int8
-// prefill"): the tiles run flat at ~70-87 Gop/s, so they win at 17 rows
-// (1.29-1.56x sgemm), tie at 32 (0.83-1.13x) and lose from 64 (0.66-0.78x;
-// 512 rows 0.30-0.50x, whole-model pp512 0.46-0.53x), hence 24 as with AVX2.
-// llama.cpp's tinyBLAS reaches 1.4x our sgemm there: the tiles' per-block
-// work, not int8 itself, is the limit.
+// for the tiles of `isa` under kAuto (docs/benchmarks.md "session 24: int8
+// tiles, faster", Q8_0 8192 x 2048, tiles / sgemm speed):
+// AVX-512 VNNI 64 (device Xeon, 2 threads: 1.95x at 17 rows, 1.45x at 32,
+// 1.09x at 64, 0.70x at 512); AVX2 32 (EPYC dev VM, 1 thread: 1.22x at 32,
+// 0.98-1.02x at 48, 0.85x at 64, Q5_0 0.95x at 32; the Xeon's AVX2 1.00x at
+// 32). Without VNNI an int8 block dot costs maddubs + madd, two integer
+// multiplies per 16 products, against one f32 FMA per 8 in sgemm.
 int64_t quant_tiled_max_rows(Isa isa);
 
 // The environment variable that pins the prefill path for A/B runs:
