@@ -21,6 +21,10 @@
 // --schema long-minimums: a schema of long minLength / minItems minimums
 // instead of the default 8-property one; --unrolled-minimum 100000 compiles
 // them as before counted minimums (copies of the body), for comparison.
+// --mask-cache-mib: the per-state mask cache's bound (grammar/mask_cache.h;
+// TokenConstraintOptions::mask_cache_bytes), default the server's;
+// --real-count-keys: one cache entry per real count (class_count_keys off),
+// to tell the eviction's part from the shared keys'.
 // Prints a table (median of --repeats) and writes a CSV.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -134,6 +138,12 @@ int main(int argc, char** argv) {
   app.add_option("--unrolled-minimum", limits.unrolled_minimum,
                  "repetitions with a larger minimum are one counter (GrammarLimits); 100000: "
                  "every minimum unrolled, as before session 24");
+  double mask_cache_mib =
+      double(grammar::TokenConstraintOptions{}.mask_cache_bytes) / double(1 << 20);
+  app.add_option("--mask-cache-mib", mask_cache_mib, "the mask cache's bound per grammar, MiB");
+  bool real_count_keys = false;
+  app.add_flag("--real-count-keys", real_count_keys,
+               "key cached masks by real counts (TokenConstraintOptions::class_count_keys off)");
   CLI11_PARSE(app, argc, argv);
 
   const Json schema = Json::parse(schema_name == "default" ? kSchema : kLongMinimumsSchema);
@@ -158,12 +168,15 @@ int main(int argc, char** argv) {
       docs.push_back(tok->encode(gen.serialize(gen.generate()), false));
     for (const std::string& method : methods) {
       grammar::TokenConstraintOptions options;
+      options.mask_cache_bytes = static_cast<size_t>(mask_cache_mib * double(1 << 20));
+      options.class_count_keys = !real_count_keys;
       options.context_independent = method != "plain";
       if (method == "split-1") options.context_depth = 1;
       for (int batch : {1, 64}) {
         std::vector<double> cold, warm, cold_cpu, warm_cpu, compile_ms;
         double walks_per_1k = 0;
         int64_t classified = 0, precomputed = 0, compile_nodes = 0;
+        int64_t cold_evictions = 0, warm_evictions = 0, warm_walks = 0;
         for (int r = 0; r < repeats; ++r) {
           // Compile: the grammar from the schema, the constraint, and (for
           // "compiled") the classification of the reachable tops.
@@ -183,7 +196,11 @@ int main(int argc, char** argv) {
           const double n = static_cast<double>(cold_t.tokens);
           walks_per_1k = 1000.0 * static_cast<double>(c->stats().mask_walks) / n;
           classified = c->stats().positions_classified - classified_at_compile;
+          cold_evictions = c->stats().mask_evictions;
+          const int64_t cold_walks = c->stats().mask_walks;
           const Timing warm_t = run(c, docs, batch, vocab->size());
+          warm_evictions = c->stats().mask_evictions - cold_evictions;
+          warm_walks = c->stats().mask_walks - cold_walks;
           cold.push_back(cold_t.wall_s * 1e6 / n);
           warm.push_back(warm_t.wall_s * 1e6 / n);
           cold_cpu.push_back(cold_t.cpu_s * 1e6 / n);
@@ -199,6 +216,9 @@ int main(int argc, char** argv) {
               family.c_str(), batch, method.c_str(), static_cast<long long>(precomputed),
               static_cast<long long>(compile_nodes), static_cast<long long>(classified));
         }
+        std::printf("%s batch %d %s: mask cache evictions cold %lld, warm %lld; warm walks %lld\n",
+                    family.c_str(), batch, method.c_str(), static_cast<long long>(cold_evictions),
+                    static_cast<long long>(warm_evictions), static_cast<long long>(warm_walks));
         const size_t mid = cold.size() / 2;
         rows.push_back({family, batch, method, "cold", cold[mid], cold_cpu[mid], walks_per_1k,
                         compile_ms[mid]});

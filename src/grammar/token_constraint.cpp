@@ -1,23 +1,18 @@
 #include "grammar/token_constraint.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 
 namespace specstack::grammar {
 
-namespace {
-
-// Bounds the cache's memory (16-19 KiB per mask at 128-152K vocabularies,
-// so at most ~19 MiB per grammar): the schemas of the tests and benchmark
-// use a few hundred states; a grammar with more starts over when it fills.
-constexpr size_t kMaxCachedMasks = 1024;
-
-}  // namespace
-
 TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar,
                                  std::shared_ptr<const TokenVocabulary> vocabulary,
                                  TokenConstraintOptions options)
-    : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)), options_(options) {}
+    : grammar_(std::move(grammar)),
+      vocabulary_(std::move(vocabulary)),
+      cache_(options.mask_cache_bytes),
+      options_(options) {}
 
 const PositionMasks& TokenConstraint::position(std::span<const uint32_t> suffix,
                                                size_t longer_than) {
@@ -92,17 +87,40 @@ size_t TokenConstraint::precompute(const PrecomputeOptions& options) {
 
 TokenConstraintStats TokenConstraint::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
+  TokenConstraintStats out = stats_;
+  out.mask_evictions = cache_.stats().evictions;
+  out.cached_masks = cache_.stats().entries;
+  out.cached_mask_bytes = cache_.stats().bytes;
+  return out;
+}
+
+std::string TokenConstraint::cache_key(const StackSet& state) const {
+  if (!options_.class_count_keys) return state.key();
+  const auto longest = static_cast<uint32_t>(vocabulary_->max_depth());
+  StackSet canonical;  // made only when some counter is far from its bounds
+  for (size_t i = 0; i < state.data.size(); ++i) {
+    const uint32_t entry = state.data[i];
+    if (!is_counter(entry) || is_class_count(counter_count(entry))) continue;
+    const Repeat& r = grammar_->repeats[counter_repeat(entry)];
+    if (counter_exact_up_to(r, counter_count(entry)) < longest) continue;
+    if (canonical.empty()) {
+      canonical.data = state.data;
+      canonical.ends = state.ends;
+    }
+    canonical.data[i] =
+        counter_entry(counter_repeat(entry), counter_class(r, counter_count(entry)));
+  }
+  return canonical.empty() ? state.key() : canonical.key();
 }
 
 std::shared_ptr<const TokenMask> TokenConstraint::mask(const StackSet& state) {
-  std::string key = state.key();
+  std::string key = cache_key(state);
   std::lock_guard<std::mutex> lock(mutex_);
   ++stats_.mask_requests;
-  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
-  std::shared_ptr<const TokenMask> mask = walk(state);
-  if (cache_.size() >= kMaxCachedMasks) cache_.clear();
-  cache_.emplace(std::move(key), mask);
+  if (std::shared_ptr<const TokenMask> hit = cache_.find(key)) return hit;
+  uint64_t cost = 0;
+  std::shared_ptr<const TokenMask> mask = walk(state, cost);
+  cache_.insert(std::move(key), mask, cost);
   return mask;
 }
 
@@ -115,18 +133,21 @@ std::shared_ptr<const TokenMask> TokenConstraint::side_mask(
   return mask;
 }
 
-std::shared_ptr<TokenMask> TokenConstraint::walk(const StackSet& state) {
+std::shared_ptr<TokenMask> TokenConstraint::walk(const StackSet& state, uint64_t& cost) {
   ++stats_.mask_walks;
+  cost = 1;
   if (options_.context_independent) {
-    if (std::shared_ptr<TokenMask> mask = split_mask(state)) return mask;
+    if (std::shared_ptr<TokenMask> mask = split_mask(state, cost)) return mask;
   }
   auto mask = std::make_shared<TokenMask>();
   mask->words.assign((static_cast<size_t>(vocabulary_->size()) + 63) / 64, 0);
-  stats_.nodes_visited += walk_trie(*grammar_, vocabulary_->trie(), state, *mask, scratch_);
+  const int64_t nodes = walk_trie(*grammar_, vocabulary_->trie(), state, *mask, scratch_);
+  stats_.nodes_visited += nodes;
+  cost += static_cast<uint64_t>(nodes);
   return mask;
 }
 
-std::shared_ptr<TokenMask> TokenConstraint::split_mask(const StackSet& state) {
+std::shared_ptr<TokenMask> TokenConstraint::split_mask(const StackSet& state, uint64_t& cost) {
   const Grammar& g = *grammar_;
   // Stacks by their top entries (ended stacks admit no token).
   const size_t k = std::max<size_t>(options_.context_depth, 1);
@@ -206,6 +227,7 @@ std::shared_ptr<TokenMask> TokenConstraint::split_mask(const StackSet& state) {
                             tops[a].suffix.size_bytes());
       if (auto it = positions_.find(key); it != positions_.end()) longer = it->second.get();
     }
+    cost += n_words / 64;  // the merges below, about one node's work per 64 words
     if (bounded) {
       const TokenMask& short_tokens = up_to_length(fewest);
       for (size_t w = 0; w < n_words; ++w) {
@@ -228,15 +250,18 @@ std::shared_ptr<TokenMask> TokenConstraint::split_mask(const StackSet& state) {
         group_.ends.push_back(static_cast<uint32_t>(group_.data.size()));
         group_.hashes.push_back(state.hashes[i]);
       }
+      int64_t nodes = 0;
       if (!p.context_dependent.empty()) {
-        stats_.nodes_visited += walk_trie(g, p.context_dependent, group_, *mask, scratch_);
+        nodes += walk_trie(g, p.context_dependent, group_, *mask, scratch_);
       }
       if (longer && !longer->context_dependent.empty()) {
-        stats_.nodes_visited += walk_trie(g, longer->context_dependent, group_, *mask, scratch_);
+        nodes += walk_trie(g, longer->context_dependent, group_, *mask, scratch_);
       }
       if (walk_longer) {
-        stats_.nodes_visited += walk_trie(g, vocabulary_->trie(), group_, *mask, scratch_, fewest);
+        nodes += walk_trie(g, vocabulary_->trie(), group_, *mask, scratch_, fewest);
       }
+      stats_.nodes_visited += nodes;
+      cost += static_cast<uint64_t>(nodes);
     }
     a = b;
   }
@@ -264,21 +289,23 @@ void TokenMatcher::apply(std::span<float> logits, std::span<const int32_t> eos_i
     }
   }
   // Whole words at a time: masks are mostly all-ones (inside a string) or
-  // all-zeros (between JSON tokens), so only mixed words go bit by bit.
+  // all-zeros (between JSON tokens). A mixed word visits only its refused
+  // bits: inside a string most words hold a few refused tokens (quotes,
+  // control bytes), and testing all 64 bits of each was most of a warm
+  // token's cost (docs/benchmarks.md, session 24: mask cache eviction).
   const size_t n = logits.size();
   float* row = logits.data();
   for (size_t w = 0; w * 64 < n; ++w) {
-    const uint64_t bits = w < m.words.size() ? m.words[w] : 0;
     const size_t begin = w * 64;
-    const size_t end = std::min(n, begin + 64);
-    if (bits == ~uint64_t{0} && end - begin == 64) continue;
-    if (bits == 0) {
-      std::fill(row + begin, row + end, kMinusInf);
+    const size_t width = std::min<size_t>(n - begin, 64);
+    const uint64_t in_row = width == 64 ? ~uint64_t{0} : (uint64_t{1} << width) - 1;
+    uint64_t refused = ~(w < m.words.size() ? m.words[w] : 0) & in_row;
+    if (refused == 0) continue;
+    if (refused == in_row) {
+      std::fill(row + begin, row + begin + width, kMinusInf);
       continue;
     }
-    for (size_t i = begin; i < end; ++i) {
-      if (((bits >> (i - begin)) & 1) == 0) row[i] = kMinusInf;
-    }
+    for (; refused != 0; refused &= refused - 1) row[begin + std::countr_zero(refused)] = kMinusInf;
   }
   for (const auto& [id, value] : eos) logits[size_t(id)] = value;
 }

@@ -6,7 +6,9 @@
 // subtree at its first rejected byte. The mask depends only on the state, and
 // a JSON document revisits few distinct states (inside a string every
 // character leaves the same stacks), so masks are cached per state: the walk
-// runs once per distinct state, later visits are a hash lookup.
+// runs once per distinct state, later visits are a hash lookup. The cache is
+// bounded in bytes and keeps the masks that are expensive to make again and
+// recently used (grammar/mask_cache.h).
 //
 // The walk itself is split as XGrammar does (grammar/trie_walk.h): per
 // stack top (its last TokenConstraintOptions::context_depth entries), the
@@ -32,6 +34,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "grammar/mask_cache.h"
 #include "grammar/matcher.h"
 #include "grammar/reachable_tops.h"
 #include "grammar/token_vocabulary.h"
@@ -42,6 +45,9 @@ namespace specstack::grammar {
 struct TokenConstraintStats {
   int64_t mask_requests = 0;
   int64_t mask_walks = 0;            // cache misses (trie walks)
+  int64_t mask_evictions = 0;        // masks the bounded cache let go
+  size_t cached_masks = 0;           // now
+  size_t cached_mask_bytes = 0;      // now (MaskCache::entry_bytes)
   int64_t nodes_visited = 0;         // over all walks
   int64_t positions_classified = 0;  // context-independent splits computed (class counts)
   // Splits of a suffix with its real counts near a bound, for the tokens
@@ -74,6 +80,16 @@ struct TokenConstraintOptions {
   // grammar/trie_walk.h): more decides more tokens ahead of time, fewer
   // shares each classification among more states.
   size_t context_depth = 3;
+  // The per-state mask cache's bound (grammar/mask_cache.h; masks are
+  // 16-19 KiB at 128-152K vocabularies, so ~1,300-1,550 of them): per
+  // grammar, and the server keeps up to 16 grammars (GrammarCache). Masks
+  // are the same whatever it is; 0 caches none.
+  size_t mask_cache_bytes = size_t{24} << 20;
+  // Cache masks under a key with every counter that is at least a longest
+  // token's length from its bounds at its class count (cache_key below):
+  // every character of a long string far from its minimum shares one mask.
+  // Off: one entry per real count (the benchmark's comparison).
+  bool class_count_keys = true;
 };
 
 class TokenConstraint {
@@ -103,8 +119,18 @@ class TokenConstraint {
   TokenConstraintStats stats() const;
 
  private:
-  std::shared_ptr<TokenMask> walk(const StackSet& state);
-  std::shared_ptr<TokenMask> split_mask(const StackSet& state);
+  // `cost`: what the mask cost to make, for the cache's eviction (trie
+  // nodes walked, one per 64 mask words merged; classifications made on
+  // first use are kept apart from it and not counted).
+  std::shared_ptr<TokenMask> walk(const StackSet& state, uint64_t& cost);
+  std::shared_ptr<TokenMask> split_mask(const StackSet& state, uint64_t& cost);
+  // The mask cache's key: StackSet::key, with each counter whose class
+  // classification is exact for every token (counter_exact_up_to at least
+  // the longest token: the count is far from its minimum and maximum) at
+  // its class count. Exact: every token's paths are those of the class
+  // count (grammar.h), so two states of one key admit the same tokens; only
+  // the EOS rule differs, and TokenMatcher takes it from the real state.
+  std::string cache_key(const StackSet& state) const;
   // The split for a stack's top entries, classified on first use.
   // With real counters in the suffix: classified for the tokens longer than
   // `longer_than` bytes only.
@@ -113,7 +139,7 @@ class TokenConstraint {
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const TokenVocabulary> vocabulary_;
   mutable std::mutex mutex_;  // sequences of several requests may share one constraint
-  std::unordered_map<std::string, std::shared_ptr<const TokenMask>> cache_;
+  MaskCache cache_;
   std::unordered_map<std::string, std::shared_ptr<const TokenMask>> side_masks_;
   TokenConstraintStats stats_;
   TokenConstraintOptions options_;

