@@ -11,52 +11,39 @@
 
 namespace specstack::cpu {
 
+// The tile kernels each isa's TU defines (quant_tile_avx2.cpp,
+// quant_tile_avx512.cpp), declared once for both namespaces.
+#define SS_DECLARE_TILE_KERNELS                                                              \
+  int tile_32_rows();                                                                        \
+  int tile_32_cols();                                                                        \
+  void tile_q8_0(const void* w, int64_t w_stride, const void* a, int64_t a_stride,           \
+                 int64_t n_blocks, float* out, int64_t out_stride);                          \
+  void tile_q4_0(const void* w, int64_t w_stride, const void* a, int64_t a_stride,           \
+                 int64_t n_blocks, float* out, int64_t out_stride);                          \
+  void tile_q5_0(const void* w, int64_t w_stride, const void* a, int64_t a_stride,           \
+                 int64_t n_blocks, float* out, int64_t out_stride);                          \
+  void tile_scaled_q8_0(const void* w, int64_t w_stride, const float* ws, int64_t ws_stride, \
+                        const void* a, int64_t a_stride, const float* as, int64_t as_stride, \
+                        int64_t n_blocks, float* out, int64_t out_stride);                   \
+  void tile_scaled_q4_0(const void* w, int64_t w_stride, const float* ws, int64_t ws_stride, \
+                        const void* a, int64_t a_stride, const float* as, int64_t as_stride, \
+                        int64_t n_blocks, float* out, int64_t out_stride);                   \
+  void tile_scaled_q5_0(const void* w, int64_t w_stride, const float* ws, int64_t ws_stride, \
+                        const void* a, int64_t a_stride, const float* as, int64_t as_stride, \
+                        int64_t n_blocks, float* out, int64_t out_stride);                   \
+  void scales_32(const void* rows, int64_t row_stride, int64_t n_rows, int64_t block_bytes,  \
+                 int64_t n_blocks, float* out, int64_t out_row_stride, int64_t out_block_stride);
 #if SS_QUANT_AVX2
 namespace quant_avx2 {
-int tile_32_rows();
-int tile_32_cols();
-#define SS_TILE(fn)                                                                           \
-  void fn(const void* w, int64_t w_stride, const void* a, int64_t a_stride, int64_t n_blocks, \
-          float* out, int64_t out_stride)
-#define SS_TILE_SCALED(fn)                                                                    \
-  void fn(const void* w, int64_t w_stride, const float* ws, int64_t ws_stride, const void* a, \
-          int64_t a_stride, const float* as, int64_t as_stride, int64_t n_blocks, float* out, \
-          int64_t out_stride)
-SS_TILE(tile_q8_0);
-SS_TILE(tile_q4_0);
-SS_TILE(tile_q5_0);
-SS_TILE_SCALED(tile_scaled_q8_0);
-SS_TILE_SCALED(tile_scaled_q4_0);
-SS_TILE_SCALED(tile_scaled_q5_0);
-void scales_32(const void* rows, int64_t row_stride, int64_t n_rows, int64_t block_bytes,
-               int64_t n_blocks, float* out, int64_t out_row_stride, int64_t out_block_stride);
-#undef SS_TILE
-#undef SS_TILE_SCALED
+SS_DECLARE_TILE_KERNELS
 }  // namespace quant_avx2
 #endif
 #if SS_QUANT_AVX512
 namespace quant_avx512vnni {
-int tile_32_rows();
-int tile_32_cols();
-#define SS_TILE(fn)                                                                           \
-  void fn(const void* w, int64_t w_stride, const void* a, int64_t a_stride, int64_t n_blocks, \
-          float* out, int64_t out_stride)
-#define SS_TILE_SCALED(fn)                                                                    \
-  void fn(const void* w, int64_t w_stride, const float* ws, int64_t ws_stride, const void* a, \
-          int64_t a_stride, const float* as, int64_t as_stride, int64_t n_blocks, float* out, \
-          int64_t out_stride)
-SS_TILE(tile_q8_0);
-SS_TILE(tile_q4_0);
-SS_TILE(tile_q5_0);
-SS_TILE_SCALED(tile_scaled_q8_0);
-SS_TILE_SCALED(tile_scaled_q4_0);
-SS_TILE_SCALED(tile_scaled_q5_0);
-void scales_32(const void* rows, int64_t row_stride, int64_t n_rows, int64_t block_bytes,
-               int64_t n_blocks, float* out, int64_t out_row_stride, int64_t out_block_stride);
-#undef SS_TILE
-#undef SS_TILE_SCALED
+SS_DECLARE_TILE_KERNELS
 }  // namespace quant_avx512vnni
 #endif
+#undef SS_DECLARE_TILE_KERNELS
 
 namespace {
 
