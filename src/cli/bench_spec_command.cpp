@@ -58,6 +58,8 @@ struct BenchSpecFlags {
   bool adaptive = false;    // the engine's k policy (up to --k) instead of a fixed k
   uint32_t seed = 1;
   std::string out_prefix = "bench_spec";
+  std::string json_schema;    // every request constrained by this schema (plain and speculative)
+  std::string tokenizer_dir;  // its vocabulary (default: --model)
 };
 
 // alpha whose expected accepted tokens per verification at k is `mean` (bisection).
@@ -175,6 +177,15 @@ int run_bench_spec(const BenchSpecFlags& f) {
                describe(**target).c_str(), describe(**draft).c_str(),
                f.alphas.empty() ? "real" : "EMULATED (Bernoulli)");
   const int64_t vocab = std::min((*target)->config().vocab_size, (*draft)->config().vocab_size);
+  std::shared_ptr<grammar::TokenConstraint> constraint;
+  if (!f.json_schema.empty()) {
+    const std::string dir = f.tokenizer_dir.empty() ? f.model.model_dir : f.tokenizer_dir;
+    if (dir.empty()) return report_error("--json-schema needs a tokenizer: --model or --tokenizer");
+    auto loaded = load_schema_constraint(f.json_schema, dir);
+    if (!loaded.ok()) return report_error(loaded.message());
+    constraint = *std::move(loaded);
+    std::fprintf(stderr, "bench spec: every request constrained by %s\n", f.json_schema.c_str());
+  }
 
   std::vector<Row> rows;
   for (int64_t context : f.contexts) {
@@ -268,7 +279,7 @@ int run_bench_spec(const BenchSpecFlags& f) {
         // Once for the prefix cache (the spec runs reuse the prompts' KV), then measured.
         std::vector<double> tps, steps;
         for (int32_t r = 0; r <= f.repeats; ++r) {
-          auto run = run_decode(**target, plain_options, prompts, f.gen);
+          auto run = run_decode(**target, plain_options, prompts, f.gen, constraint);
           if (!run.ok()) return report_error(run.message());
           if (r == 0) continue;
           tps.push_back(run->tokens_per_second);
@@ -319,7 +330,7 @@ int run_bench_spec(const BenchSpecFlags& f) {
               for (int32_t r = 0; r < f.repeats; ++r) {
                 // Fresh Bernoulli draws per repeat, so the repeats average them.
                 spec.specdecode.emulation_seed = f.seed * 1000003ull + static_cast<uint64_t>(r);
-                auto run = run_decode(**target, spec, prompts, f.gen);
+                auto run = run_decode(**target, spec, prompts, f.gen, constraint);
                 if (!run.ok()) return report_error(run.message());
                 tps.push_back(run->tokens_per_second);
                 accepted += run->accepted;
@@ -495,6 +506,10 @@ std::function<int()> add_bench_spec_command(CLI::App& bench) {
                  "time the steps and predict; skip the engine runs");
   spec->add_option("--seed", flags->seed, "prompt and emulation seed");
   spec->add_option("--out", flags->out_prefix, "output prefix for the CSV");
+  spec->add_option("--json-schema", flags->json_schema,
+                   "constrain every request (plain and speculative) by this JSON schema file");
+  spec->add_option("--tokenizer", flags->tokenizer_dir,
+                   "tokenizer folder for --json-schema (default: --model)");
   return [flags] { return run_bench_spec(*flags); };
 }
 

@@ -2,9 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "cli/bench_util.h"
+#include "grammar/gbnf_parser.h"
+#include "grammar/json_schema.h"
+#include "tokenizer/tokenizer.h"
 
 namespace specstack::cli {
 namespace {
@@ -99,8 +105,31 @@ double time_step(ModelInstance& m, int32_t batch, int64_t context, int32_t rows,
   return ProbeStep(m, batch, context, rows).time(repeats);
 }
 
+Result<std::shared_ptr<grammar::TokenConstraint>> load_schema_constraint(
+    const std::string& schema_path, const std::string& tokenizer_dir) {
+  std::ifstream in(schema_path);
+  if (!in) return make_error("cannot read the JSON schema " + schema_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto schema = nlohmann::ordered_json::parse(text.str(), nullptr, false);
+  if (schema.is_discarded()) return make_error(schema_path + " is not JSON");
+  auto gbnf = grammar::json_schema_to_gbnf(schema);
+  if (!gbnf.ok()) return make_error(schema_path + ": " + gbnf.message());
+  auto parsed = grammar::parse_gbnf(*gbnf);
+  if (!parsed.ok()) return make_error(schema_path + ": " + parsed.message());
+  auto tokenizer = Tokenizer::load_dir(tokenizer_dir);
+  if (!tokenizer.ok()) return make_error(tokenizer.message());
+  auto vocabulary = std::make_shared<const grammar::TokenVocabulary>(
+      grammar::TokenVocabulary::from_tokenizer(*tokenizer));
+  auto constraint = std::make_shared<grammar::TokenConstraint>(
+      std::make_shared<const grammar::Grammar>(std::move(parsed).value()), vocabulary);
+  constraint->precompute();
+  return constraint;
+}
+
 Result<DecodeRun> run_decode(ModelInstance& target, EngineOptions options,
-                             const std::vector<std::vector<int32_t>>& prompts, int32_t gen) {
+                             const std::vector<std::vector<int32_t>>& prompts, int32_t gen,
+                             std::shared_ptr<grammar::TokenConstraint> constraint) {
   options.record_steps = true;
   const ModelInstance* draft = options.specdecode.draft;
   const PrefixCacheStats draft_before = draft ? draft->pool().prefix_stats() : PrefixCacheStats{};
@@ -119,7 +148,9 @@ Result<DecodeRun> run_decode(ModelInstance& target, EngineOptions options,
       params.temperature = 0;
       params.max_tokens = gen;
       params.ignore_eos = true;
-      auto stream = engine.submit(RequestOptions{prompts[i], params, 1, -1});
+      RequestOptions request{prompts[i], params, 1, -1};
+      request.constraint = constraint;
+      auto stream = engine.submit(std::move(request));
       if (!stream.ok()) {
         traces[i].error = stream.message();
         return;

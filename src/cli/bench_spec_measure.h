@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "grammar/token_constraint.h"
 
 namespace specstack::cli {
 
@@ -85,7 +86,14 @@ struct DecodeRun {
 
 // B requests decoding `gen` tokens; throughput counts the tokens that arrive
 // after the last request got its first one (every prefill is done then).
+// With a constraint every request is constrained by it (--json-schema).
 Result<DecodeRun> run_decode(ModelInstance& target, EngineOptions options,
-                             const std::vector<std::vector<int32_t>>& prompts, int32_t gen);
+                             const std::vector<std::vector<int32_t>>& prompts, int32_t gen,
+                             std::shared_ptr<grammar::TokenConstraint> constraint = nullptr);
+
+// The constraint of a JSON schema file over a tokenizer's vocabulary,
+// compiled as the server's GrammarCache does (reachable tops classified).
+Result<std::shared_ptr<grammar::TokenConstraint>> load_schema_constraint(
+    const std::string& schema_path, const std::string& tokenizer_dir);
 
 }  // namespace specstack::cli

@@ -183,7 +183,7 @@ EngineCore::EngineCore(ModelInstance& model, const EngineOptions& options)
   if (options.specdecode.draft != nullptr) {
     specdecode_ =
         std::make_unique<SpecDecodeStage>(options.specdecode, options.max_num_batched_tokens,
-                                          model.config(), model.model().weight_bytes());
+                                          model.config(), model.model().weight_bytes(), grammar_);
     std::vector<double> bounds;
     for (int32_t k = 0; k <= options.specdecode.max_draft_tokens; ++k) bounds.push_back(k);
     accepted_length_ = LatencyHistogram(std::move(bounds));
@@ -410,18 +410,23 @@ int32_t EngineCore::fill_device_masks(ScheduleResult& scheduled, std::vector<uin
   size_t row = 0;
   for (const ScheduledChunk& chunk : scheduled.chunks) {
     if (!chunk.wants_logits) continue;
-    if (GrammarStage::constrained(*chunk.seq->request)) {
-      SS_CHECK_EQ(chunk.n_logit_rows, 1);  // no speculation with a grammar
-      switch (grammar_.fill_mask(*chunk.seq, masks.add(row))) {
+    // A verification chunk's row i: the parser state after its draft tokens 0..i-1.
+    for (int32_t i = 0; i < chunk.n_logit_rows; ++i) {
+      grammar::TriggeredMatcher* state = chunk.seq->grammar_at_row(i);
+      if (state == nullptr) break;
+      const size_t r = row + static_cast<size_t>(i);
+      switch (grammar_.fill_mask(*chunk.seq, *state, masks.add(r))) {
         case MaskFill::kMaskNone:
-          masks.drop_last(row);
+          masks.drop_last(r);
           break;
         case MaskFill::kMaskFilled:
           ++n_masked;
           break;
         case MaskFill::kMaskDeadEnd:
-          masks.drop_last(row);
-          dead[row] = 1;
+          // Only a verification's last row can be one (drafting stops where
+          // the grammar does): SpecDecodeStage::verify drops its token.
+          masks.drop_last(r);
+          dead[r] = 1;
           break;
       }
     }
@@ -572,6 +577,11 @@ void EngineCore::on_verify(Sequence* seq, const float* rows, const int32_t* gree
     seq->request->stream->stats.speculative.accepted_tokens += verified.n_accepted;
   }
   emit(seq, verified.tokens, rows, Clock::now());
+  // The accepted draft tokens left the grammar where nothing may follow: a
+  // complete document ended the choice in emit(); a dead end ends it here.
+  if (verified.grammar_ended && !seq->finished) {
+    finish(seq, FinishReason::kFinishStop, RequestEvent{seq->choice, {}, {}, {}});
+  }
 }
 
 void EngineCore::step() {

@@ -21,22 +21,39 @@ std::span<const int32_t> GrammarStage::eos_for(const Sequence& seq) const {
 }
 
 bool GrammarStage::mask(Sequence& seq, std::span<float> logits) const {
-  if (!seq.grammar) return true;
-  seq.grammar->apply(logits, eos_for(seq));
-  // A dead end: no token continues the document and it may not end here.
-  // (Admitted tokens whose own logits are -inf or NaN are the sampler's
-  // problem; accept() refuses what it then picks.)
-  return seq.grammar->any_admitted(eos_for(seq));
+  return !seq.grammar || mask(seq, *seq.grammar, logits);
 }
 
 MaskFill GrammarStage::fill_mask(Sequence& seq, std::span<uint32_t> bits) const {
-  if (!seq.grammar || !seq.grammar->fill_bitmask(bits, eos_for(seq))) return MaskFill::kMaskNone;
-  return seq.grammar->any_admitted(eos_for(seq)) ? MaskFill::kMaskFilled : MaskFill::kMaskDeadEnd;
+  return seq.grammar ? fill_mask(seq, *seq.grammar, bits) : MaskFill::kMaskNone;
 }
 
 GrammarOutcome GrammarStage::accept(Sequence& seq, int32_t token) const {
-  if (!seq.grammar) return GrammarOutcome::kGrammarContinue;
-  switch (seq.grammar->accept(token, eos_for(seq))) {
+  return seq.grammar ? accept(seq, *seq.grammar, token) : GrammarOutcome::kGrammarContinue;
+}
+
+bool GrammarStage::mask(const Sequence& seq, grammar::TriggeredMatcher& state,
+                        std::span<float> logits) const {
+  state.apply(logits, eos_for(seq));
+  // A dead end: no token continues the document and it may not end here.
+  // (Admitted tokens whose own logits are -inf or NaN are the sampler's
+  // problem; accept() refuses what it then picks.)
+  return state.any_admitted(eos_for(seq));
+}
+
+MaskFill GrammarStage::fill_mask(const Sequence& seq, grammar::TriggeredMatcher& state,
+                                 std::span<uint32_t> bits) const {
+  if (!state.fill_bitmask(bits, eos_for(seq))) return MaskFill::kMaskNone;
+  return state.any_admitted(eos_for(seq)) ? MaskFill::kMaskFilled : MaskFill::kMaskDeadEnd;
+}
+
+bool GrammarStage::any_admitted(const Sequence& seq, grammar::TriggeredMatcher& state) const {
+  return state.any_admitted(eos_for(seq));
+}
+
+GrammarOutcome GrammarStage::accept(const Sequence& seq, grammar::TriggeredMatcher& state,
+                                    int32_t token) const {
+  switch (state.accept(token, eos_for(seq))) {
     case grammar::TriggeredOutcome::kTriggeredContinue:
       return GrammarOutcome::kGrammarContinue;
     case grammar::TriggeredOutcome::kTriggeredComplete:

@@ -12,9 +12,15 @@
 // output (tool_choice "auto": a call's opening marker), constrained through
 // the call, then free again (parallel calls) or complete.
 //
-// Speculative decoding is off for constrained requests (SpecDecodeStage asks
-// constrained()): a draft token's grammar state would have to be tracked
-// through every verified position.
+// With speculative decoding the draft proposes only tokens the grammar
+// admits: SpecDecodeStage masks each draft row with the parser state after
+// the draft tokens before it and keeps those states with the sequence
+// (Sequence::draft_grammar), so the target's verification row i is masked
+// with the state after draft tokens 0..i-1 (on the host or as a device
+// bitmask). Rejection sampling then compares the masked (processed)
+// distributions of both sides, and the output stays distributed exactly as
+// constrained decoding without a draft (specdecode/rejection_sampler.h).
+// The overloads taking a matcher serve those speculative states.
 //
 // On the GPU a greedy constrained row is decided on the device like any
 // greedy row: fill_mask() writes the row's mask as a bitmask into the
@@ -31,6 +37,9 @@
 
 namespace specstack {
 
+namespace grammar {
+class TriggeredMatcher;
+}  // namespace grammar
 struct Request;
 struct Sequence;
 
@@ -60,6 +69,14 @@ class GrammarStage {
   // bits.size() * 32 ids, for a model that masks on its device.
   MaskFill fill_mask(Sequence& seq, std::span<uint32_t> bits) const;
   GrammarOutcome accept(Sequence& seq, int32_t token) const;
+
+  // The same with an explicit parser state of seq's (a speculative one).
+  bool mask(const Sequence& seq, grammar::TriggeredMatcher& state, std::span<float> logits) const;
+  MaskFill fill_mask(const Sequence& seq, grammar::TriggeredMatcher& state,
+                     std::span<uint32_t> bits) const;
+  GrammarOutcome accept(const Sequence& seq, grammar::TriggeredMatcher& state, int32_t token) const;
+  // Some token (or EOS) is admitted next in that state.
+  bool any_admitted(const Sequence& seq, grammar::TriggeredMatcher& state) const;
 
  private:
   std::span<const int32_t> eos_for(const Sequence& seq) const;

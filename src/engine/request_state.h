@@ -69,6 +69,9 @@ struct Sequence {
   std::optional<Sampler> sampler;
   // The parser state of a constrained request (engine/grammar_stage.h).
   std::optional<grammar::TriggeredMatcher> grammar;
+  // [n_draft] with a grammar: the parser state after draft tokens 0..i, so
+  // verification row i + 1 is masked as if they had been emitted.
+  std::vector<grammar::TriggeredMatcher> draft_grammar;
   bool admitted = false;  // has KV (running) vs waiting
   bool finished = false;
   uint64_t admit_order = 0;  // larger = admitted later (preempted first)
@@ -81,6 +84,14 @@ struct Sequence {
     if (keep >= n_draft) return;
     tokens.resize(tokens.size() - static_cast<size_t>(n_draft - keep));
     n_draft = keep;
+    if (draft_grammar.size() > static_cast<size_t>(keep))
+      draft_grammar.erase(draft_grammar.begin() + keep, draft_grammar.end());
+  }
+  // The parser state before the token at verification row `row` (0: the
+  // pending token's row, the sequence's own state); null without a grammar.
+  grammar::TriggeredMatcher* grammar_at_row(int32_t row) {
+    if (!grammar) return nullptr;
+    return row == 0 ? &*grammar : &draft_grammar.at(static_cast<size_t>(row - 1));
   }
   int32_t position_of(int32_t index) const {
     if (positions.empty()) return index;

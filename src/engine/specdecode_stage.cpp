@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include "engine/grammar_stage.h"
 #include "specdecode/rejection_sampler.h"
 
 namespace specstack {
@@ -26,6 +25,9 @@ struct SpecDecodeStage::DraftState {
   std::vector<int32_t> proposed;      // [<= k] draft tokens
   std::vector<std::vector<float>> q;  // [proposed][draft vocab] (sampling only)
   std::optional<Sampler> sampler;     // the request's sampling on the draft side
+  // The grammar cannot go on after the last proposed token (complete, or a
+  // dead end): its state admits no bonus token.
+  bool grammar_stop = false;
   uint64_t seed = 0;
   uint64_t round = 0;
 };
@@ -52,8 +54,10 @@ int32_t argmax(const float* row, int64_t n) {
 }  // namespace
 
 SpecDecodeStage::SpecDecodeStage(const SpecDecodeOptions& options, int32_t max_batched_tokens,
-                                 const ModelConfig& target_config, size_t target_weight_bytes)
+                                 const ModelConfig& target_config, size_t target_weight_bytes,
+                                 const GrammarStage& grammar)
     : options_(options),
+      grammar_(grammar),
       max_batched_tokens_(max_batched_tokens),
       draft_vocab_(options.draft->config().vocab_size),
       policy_(SpecLengthPolicyOptions{
@@ -73,8 +77,6 @@ SpecDecodeStage::~SpecDecodeStage() {
 }
 
 bool SpecDecodeStage::speculates(const Request& request) const {
-  // Constrained requests do not speculate (engine/grammar_stage.h).
-  if (GrammarStage::constrained(request)) return false;
   return request.options.specdecode.enabled.value_or(options_.default_on);
 }
 
@@ -166,21 +168,43 @@ void SpecDecodeStage::trim_window(DraftState& state) {
 
 int32_t SpecDecodeStage::draft_sample(Sequence* seq, DraftState& state, const float* logits,
                                       int32_t greedy_id) {
-  if (!state.sampler) {  // greedy without penalties: the draft's argmax, no state
-    return logits == nullptr ? greedy_id : argmax(logits, draft_vocab_);
-  }
-  Sampler& sampler = *state.sampler;
-  if (logits == nullptr) {  // the draft chose on its device (greedy, no penalties)
-    sampler.record_output(greedy_id);
+  if (logits == nullptr) {  // the draft chose on its device (greedy, no penalties, masked there)
+    if (state.sampler) state.sampler->record_output(greedy_id);
     return greedy_id;
   }
+  grammar::TriggeredMatcher* grammar =
+      seq->grammar_at_row(static_cast<int32_t>(seq->draft_grammar.size()));
+  // Greedy without penalties or grammar: the draft's argmax, no state, no copy.
+  if (!state.sampler && grammar == nullptr) return argmax(logits, draft_vocab_);
   std::vector<float> row(logits, logits + draft_vocab_);
+  if (grammar != nullptr) grammar_.mask(*seq, *grammar, row);
+  if (!state.sampler) return argmax(row.data(), draft_vocab_);
+  Sampler& sampler = *state.sampler;
   if (sampler.greedy() || options_.emulated_acceptance >= 0) return sampler.sample(row);
   std::vector<float>& q = state.q.emplace_back();
   sampler.distribution(row, q);
   const int32_t token = sampler.draw(q);
   sampler.record_output(token);
   return token;
+}
+
+bool SpecDecodeStage::advance_grammar(Sequence& seq, DraftState& state) const {
+  if (!seq.grammar) return true;
+  grammar::TriggeredMatcher next =
+      *seq.grammar_at_row(static_cast<int32_t>(seq.draft_grammar.size()));
+  const GrammarOutcome outcome = grammar_.accept(seq, next, state.proposed.back());
+  if (outcome == GrammarOutcome::kGrammarRejected) {
+    // Only when every admitted draft logit was -inf (the device's masked
+    // argmax then answers 0): propose nothing from here; the target decides.
+    state.proposed.pop_back();
+    if (state.q.size() > state.proposed.size()) state.q.pop_back();
+    return false;
+  }
+  const bool goes_on =
+      outcome == GrammarOutcome::kGrammarContinue && grammar_.any_admitted(seq, next);
+  seq.draft_grammar.push_back(std::move(next));
+  state.grammar_stop = !goes_on;
+  return goes_on;
 }
 
 SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequence*>& running) {
@@ -202,6 +226,8 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
     }
     const int32_t room = seq->request->options.params.max_tokens - seq->n_generated - 1;
     if (room <= 0) continue;
+    // A grammar with nothing left to admit: the target's step ends the choice.
+    if (seq->grammar && !grammar_.any_admitted(*seq, *seq->grammar)) continue;
     ready.push_back(seq);
     alphas.push_back(state_of(seq).acceptance.alpha());
   }
@@ -306,6 +332,8 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
     state.k = std::min(k, room);
     state.proposed.clear();
     state.q.clear();
+    state.grammar_stop = false;
+    row.seq->draft_grammar.clear();
     // The request's sampling on the draft side, with the same penalty state
     // as the target's. A greedy request without penalties drafts the argmax
     // and needs none, so its Sampler (seen-token list, vocab-sized mask) is
@@ -321,10 +349,31 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
     drafting.push_back(&row);
   }
 
+  // A draft that picks greedily on its device masks constrained rows there:
+  // each drafting row's bitmask is its parser state after the tokens it has
+  // proposed so far, made while the forward runs (as the target's, engine.cpp).
+  const bool any_grammar = std::any_of(drafting.begin(), drafting.end(), [](const Row* row) {
+    return row->seq->grammar.has_value();
+  });
   for (int32_t step = 0;; ++step) {
     const auto start = Clock::now();
     if (step == 0)
       stats.setup_seconds = std::chrono::duration<double>(start - propose_start).count();
+    if (plan.greedy_on_device && any_grammar) {
+      plan.fill_masks = [&plan, &drafting, step, this] {
+        plan.masks.reset(plan.logit_rows.size(), draft_vocab_);
+        for (size_t r = 0; r < drafting.size(); ++r) {
+          Sequence& seq = *drafting[r]->seq;
+          if (!seq.grammar) continue;
+          const auto logit_row = step == 0 ? static_cast<size_t>(drafting[r]->logit_row) : r;
+          grammar::TriggeredMatcher& state =
+              *seq.grammar_at_row(static_cast<int32_t>(seq.draft_grammar.size()));
+          // Drafting rows admit something (checked before each forward).
+          if (grammar_.fill_mask(seq, state, plan.masks.add(logit_row)) == MaskFill::kMaskNone)
+            plan.masks.drop_last(logit_row);
+        }
+      };
+    }
     StepOutput output = draft.runner().run(plan);
     stats.forward_seconds += seconds_since(start);
     stats.n_tokens += static_cast<int32_t>(plan.n_tokens());
@@ -364,6 +413,7 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
               : output.logits.f32() + static_cast<int64_t>(logit_row) * draft_vocab_;
       const int32_t greedy_id = plan.greedy_on_device ? output.greedy_tokens[logit_row] : -1;
       state.proposed.push_back(draft_sample(row.seq, state, logits, greedy_id));
+      if (!advance_grammar(*row.seq, state)) continue;  // the grammar stops it here
       if (static_cast<int32_t>(state.proposed.size()) < state.k) next.push_back(&row);
     }
     if (next.empty()) break;
@@ -426,7 +476,20 @@ VerifyResult SpecDecodeStage::verify(Sequence* seq, const float* rows, const int
   const std::span<const int32_t> drafts(state.proposed.data(), static_cast<size_t>(k));
   VerifyResult result;
   result.n_drafted = k;
+  // The last draft token left the grammar unable to go on: no token follows
+  // them if all are accepted (the scheduler may have trimmed that one away).
+  const bool no_bonus = state.grammar_stop && k == static_cast<int32_t>(state.proposed.size());
   const auto row = [&](int32_t i) { return rows + static_cast<int64_t>(i) * vocab; };
+  // Row i as the target samples it: masked with the parser state after
+  // draft tokens 0..i-1 (a constrained request; host rows only — on the
+  // device the engine's plan masked them the same way).
+  std::vector<float> copy;
+  const auto target_logits = [&](int32_t i) -> std::vector<float>& {
+    copy.assign(row(i), row(i) + vocab);
+    grammar::TriggeredMatcher* grammar = seq->grammar_at_row(i);
+    if (grammar != nullptr && !(i == k && no_bonus)) grammar_.mask(*seq, *grammar, copy);
+    return copy;
+  };
 
   if (options_.emulated_acceptance >= 0) {
     // Benchmarks only: Bernoulli(alpha) acceptance, the target's greedy token after.
@@ -434,39 +497,50 @@ VerifyResult SpecDecodeStage::verify(Sequence* seq, const float* rows, const int
     int32_t j = 0;
     while (j < k && accept(emulation_rng_)) ++j;
     for (int32_t i = 0; i < j; ++i) result.tokens.push_back(drafts[static_cast<size_t>(i)]);
-    result.tokens.push_back(greedy_ids != nullptr ? greedy_ids[j] : argmax(row(j), vocab));
+    result.grammar_ended = j == k && no_bonus;
+    if (!result.grammar_ended) {
+      result.tokens.push_back(greedy_ids != nullptr ? greedy_ids[j]
+                                                    : argmax(target_logits(j).data(), vocab));
+    }
     for (int32_t token : result.tokens) sampler.record_output(token);
   } else if (greedy_ids != nullptr) {  // device greedy: no penalties by construction
     const VerifyOutcome outcome =
         verify_greedy(drafts, std::span<const int32_t>(greedy_ids, static_cast<size_t>(k + 1)));
     result.tokens.assign(drafts.begin(), drafts.begin() + outcome.n_accepted);
-    result.tokens.push_back(outcome.next_token);
+    result.grammar_ended = outcome.n_accepted == k && no_bonus;
+    if (!result.grammar_ended) result.tokens.push_back(outcome.next_token);
     for (int32_t token : result.tokens) sampler.record_output(token);
   } else if (sampler.greedy()) {
     // Row by row: each argmax sees the penalties of the tokens accepted before it.
     for (int32_t i = 0; i <= k; ++i) {
-      std::vector<float> copy(row(i), row(i) + vocab);
-      const int32_t token = sampler.sample(copy);  // records it
+      if (i == k && no_bonus) {
+        result.grammar_ended = true;
+        break;
+      }
+      const int32_t token = sampler.sample(target_logits(i));  // records it
       result.tokens.push_back(token);
       if (i == k || token != drafts[static_cast<size_t>(i)]) break;
     }
   } else {
     std::vector<std::span<const float>> q(state.q.begin(), state.q.begin() + k);
-    std::vector<float> copy;
     std::vector<float> p;
     const auto target_row = [&](int32_t i) -> std::span<const float> {
       if (i > 0) sampler.record_output(drafts[static_cast<size_t>(i - 1)]);  // accepted
-      copy.assign(row(i), row(i) + vocab);
-      sampler.distribution(copy, p);
+      // Without a bonus the last row's draw is dropped: unmasked, it is a
+      // valid distribution where the masked one may be empty.
+      sampler.distribution(target_logits(i), p);
       return p;
     };
     const VerifyOutcome outcome =
         verify_stochastic(drafts, q, target_row, [&] { return sampler.uniform(); });
     result.tokens.assign(drafts.begin(), drafts.begin() + outcome.n_accepted);
-    result.tokens.push_back(outcome.next_token);
-    sampler.record_output(outcome.next_token);
+    result.grammar_ended = outcome.n_accepted == k && no_bonus;
+    if (!result.grammar_ended) {
+      result.tokens.push_back(outcome.next_token);
+      sampler.record_output(outcome.next_token);
+    }
   }
-  result.n_accepted = static_cast<int32_t>(result.tokens.size()) - 1;
+  result.n_accepted = static_cast<int32_t>(result.tokens.size()) - (result.grammar_ended ? 0 : 1);
   state.acceptance.observe(result.n_accepted, k);
   rollback_round(state, result.n_accepted);
   return result;

@@ -17,6 +17,12 @@
 // prefilled a speculative-prefill selection: a SpecPrefill job's draft KV is
 // adopted as is. With a sparse draft window, the draft keeps only its sink and
 // window blocks, so its memory per sequence and its step cost stay flat.
+//
+// Constrained requests speculate too (engine/grammar_stage.h): each draft
+// row is masked with the parser state after the draft tokens before it, the
+// states are kept in Sequence::draft_grammar for the target's verification
+// rows, and drafting stops early where the grammar cannot go on (the
+// document is complete or admits nothing): then there is no bonus token.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +32,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/grammar_stage.h"
 #include "engine/request_state.h"
 #include "specdecode/spec_length_policy.h"
 
@@ -38,12 +45,18 @@ struct VerifyResult {
   std::vector<int32_t> tokens;
   int32_t n_drafted = 0;   // draft tokens verified
   int32_t n_accepted = 0;  // of those, accepted
+  // Every draft token was accepted and the last left the grammar unable to
+  // go on: `tokens` has no token after them. If they do not end the choice
+  // themselves (a complete document does), the grammar's dead end does.
+  bool grammar_ended = false;
 };
 
 class SpecDecodeStage {
  public:
+  // `grammar`: constrained requests' masks (outlives the stage).
   SpecDecodeStage(const SpecDecodeOptions& options, int32_t max_batched_tokens,
-                  const ModelConfig& target_config, size_t target_weight_bytes);
+                  const ModelConfig& target_config, size_t target_weight_bytes,
+                  const GrammarStage& grammar);
   ~SpecDecodeStage();
 
   // Whether the request's sequences speculate (server default, request override).
@@ -101,11 +114,16 @@ class SpecDecodeStage {
   // Drops draft blocks that fell out of the sink + window.
   void trim_window(DraftState& state);
   // Draws the next draft token from a draft logits row (the request's
-  // sampling on the draft side); keeps q for rejection sampling.
+  // sampling on the draft side, its grammar's mask applied); keeps q for
+  // rejection sampling.
   int32_t draft_sample(Sequence* seq, DraftState& state, const float* logits, int32_t greedy_id);
+  // Advances seq's speculative parser state by the newest draft token
+  // (Sequence::draft_grammar); false when drafting must stop there.
+  bool advance_grammar(Sequence& seq, DraftState& state) const;
   void rollback_round(DraftState& state, int32_t n_accepted);
 
   SpecDecodeOptions options_;
+  const GrammarStage& grammar_;
   int32_t max_batched_tokens_;
   int64_t draft_vocab_;
   SpecLengthPolicy policy_;

@@ -198,5 +198,70 @@ TEST(GrammarCuda, ConstrainedAndPlainRowsShareADeviceStep) {
   EXPECT_TRUE(mixed);
 }
 
+// Speculative decoding of constrained greedy requests on the GPU: the draft
+// picks its tokens on the device under each row's bitmask (its parser state
+// after the tokens it proposed before), the target's verification rows go up
+// with the bitmask of the state after the draft tokens before them, and the
+// output is exactly the tokens of constrained greedy without a draft — with
+// the model itself as the draft (documents end inside accepted runs) and
+// with another model (rejections), at k 1 and 4.
+TEST(GrammarCuda, DeviceMaskedDraftsAndVerificationGiveThePlainTokens) {
+  SS_REQUIRE_GPU();
+  auto f = make_fixture();
+  ModelInstanceOptions draft_options;
+  draft_options.kv_tokens = 16 * 1024;
+  draft_options.device = Device::kCuda;
+  draft_options.cuda_graphs = true;
+  draft_options.graph_max_context = 1024;
+  auto self_draft = testing::load_golden_model("llama-gqa", f->backend, draft_options);
+  auto other_draft = testing::load_golden_model("llama3-rope", f->backend, draft_options);
+  const char* prompts[] = {"Once upon a time, the JSON said", "Tom had a ball"};
+  EngineOptions plain_options;
+  plain_options.record_steps = true;
+  int n_complete = 0;
+  for (size_t s = 0; s < std::size(kSchemas); ++s) {
+    for (const char* prompt : prompts) {
+      SCOPED_TRACE(::testing::Message() << "schema " << s << " prompt " << prompt);
+      Output expected;
+      {
+        Engine engine(*f->model, plain_options);
+        RequestOptions request = greedy_request(*f, prompt, 300);
+        request.constraint = constraint_for(*f, kSchemas[s]);
+        auto stream = engine.submit(std::move(request));
+        ASSERT_TRUE(stream.ok()) << stream.message();
+        expected = collect(**stream);
+        testing::expect_engine_drained(engine);
+      }
+      n_complete += expect_valid(*f, expected, kSchemas[s]) ? 1 : 0;
+      for (ModelInstance* draft : {self_draft.get(), other_draft.get()}) {
+        for (int32_t k : {1, 4}) {
+          EngineOptions options = plain_options;
+          options.specdecode.draft = draft;
+          options.specdecode.max_draft_tokens = k;
+          options.specdecode.adaptive = false;
+          Engine engine(*f->model, options);
+          RequestOptions request = greedy_request(*f, prompt, 300);
+          request.constraint = constraint_for(*f, kSchemas[s]);
+          auto stream = engine.submit(std::move(request));
+          ASSERT_TRUE(stream.ok()) << stream.message();
+          const Output out = collect(**stream);
+          EXPECT_EQ(out.tokens, expected.tokens) << "k " << k;
+          EXPECT_EQ(out.finish, expected.finish) << "k " << k;
+          const RequestStats stats = (*stream)->stats();
+          EXPECT_GT(stats.speculative.draft_tokens, 0) << "k " << k;
+          if (draft == self_draft.get()) {
+            EXPECT_GE(stats.speculative.accepted_tokens, stats.speculative.draft_tokens * 9 / 10)
+                << "k " << k;
+          }
+          testing::expect_engine_drained(engine);
+          // Verification rows were masked on the device, not on the host.
+          EXPECT_GT(device_masked_rows(engine), static_cast<int64_t>(out.tokens.size()) / 2);
+        }
+      }
+    }
+  }
+  EXPECT_GE(n_complete, 2) << "too few documents ended to check them";
+}
+
 }  // namespace
 }  // namespace specstack

@@ -101,4 +101,45 @@ inline ChiSquareFit chi_square_fit(const std::vector<int64_t>& counts,
   return fit;
 }
 
+// Two samples' counts [cells] drawn from one law? (Pearson's homogeneity
+// test: 2 x cells table, expected counts from the pooled frequencies, df =
+// cells - 1.) Cells whose pooled expected count in either sample is below 5
+// are merged, smallest first, as above.
+inline ChiSquareFit chi_square_homogeneity(const std::vector<int64_t>& a,
+                                           const std::vector<int64_t>& b) {
+  ChiSquareFit fit;
+  int64_t n_a = 0, n_b = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    n_a += a[i];
+    n_b += b[i];
+  }
+  struct Cell {
+    int64_t a, b;
+    int64_t total() const { return a + b; }
+  };
+  std::vector<Cell> cells;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] + b[i] > 0) cells.push_back({a[i], b[i]});
+  }
+  const auto smaller = [](const Cell& x, const Cell& y) { return x.total() < y.total(); };
+  std::sort(cells.begin(), cells.end(), smaller);
+  const double share = static_cast<double>(std::min(n_a, n_b)) / static_cast<double>(n_a + n_b);
+  while (cells.size() > 1 && static_cast<double>(cells[0].total()) * share < 5.0) {
+    const Cell merged = {cells[0].a + cells[1].a, cells[0].b + cells[1].b};
+    cells.erase(cells.begin(), cells.begin() + 2);
+    cells.insert(std::lower_bound(cells.begin(), cells.end(), merged, smaller), merged);
+  }
+  const double n = static_cast<double>(n_a + n_b);
+  for (const Cell& cell : cells) {
+    const double expected_a = static_cast<double>(cell.total()) * static_cast<double>(n_a) / n;
+    const double expected_b = static_cast<double>(cell.total()) * static_cast<double>(n_b) / n;
+    const double da = static_cast<double>(cell.a) - expected_a;
+    const double db = static_cast<double>(cell.b) - expected_b;
+    fit.statistic += da * da / expected_a + db * db / expected_b;
+  }
+  fit.df = static_cast<int>(cells.size()) - 1;
+  fit.p_value = fit.df > 0 ? chi_square_survival(fit.df, fit.statistic) : 1.0;
+  return fit;
+}
+
 }  // namespace specstack

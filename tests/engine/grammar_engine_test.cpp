@@ -3,7 +3,7 @@
 // byte-level tokenizer (tests/data/grammar/json-bytes-512): 200 generations over
 // several schemas, greedy and sampled, n > 1, all end with "stop" and parse
 // and validate — checked by tests/grammar/schema_check.h, which reads the
-// schema and not the grammar. Speculative decoding turns itself off for them.
+// schema and not the grammar. With speculative decoding: grammar_specdecode_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -212,37 +212,6 @@ TEST(GrammarEngine, LogprobsAreTheUnmaskedModels) {
     overruled = overruled || (!logprobs[i].top.empty() && logprobs[i].top[0].first != tokens[i]);
   }
   EXPECT_TRUE(overruled);
-}
-
-TEST(GrammarEngine, SpeculativeDecodingIsOffForConstrainedRequests) {
-  Fixture& f = fixture();
-  CpuBackend backend;
-  ModelInstanceOptions draft_options;
-  draft_options.kv_tokens = 8192;
-  auto draft = testing::load_golden_model("llama-gqa", backend, draft_options);
-  EngineOptions options;
-  options.specdecode.draft = draft.get();
-  Engine engine(*f.model, options);
-  RequestOptions request;
-  request.prompt = f.tokenizer->encode("Tom had a ball", true);
-  request.params.max_tokens = 300;
-  request.params.temperature = 0;
-  request.constraint = constraint_for(Json::parse(kSchemas[1]));
-  auto stream = engine.submit(request);
-  ASSERT_TRUE(stream.ok());
-  Output out = collect(**stream, 1);
-  EXPECT_FALSE((*stream)->stats().speculative.enabled);
-  EXPECT_EQ((*stream)->stats().speculative.draft_tokens, 0);
-  const Json doc = Json::parse(f.tokenizer->decode(out.tokens[0], true), nullptr, false);
-  const Json schema = Json::parse(kSchemas[1]);
-  EXPECT_TRUE(testing::schema_valid(doc, schema, schema, nullptr));
-  // The same request unconstrained does speculate.
-  request.constraint = nullptr;
-  request.params.max_tokens = 16;
-  auto plain = engine.submit(request);
-  ASSERT_TRUE(plain.ok());
-  collect(**plain, 1);
-  EXPECT_TRUE((*plain)->stats().speculative.enabled);
 }
 
 // A lazily applied grammar (tool_choice "auto"): the trigger is two tokens
