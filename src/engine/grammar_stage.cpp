@@ -47,6 +47,14 @@ MaskFill GrammarStage::fill_mask(const Sequence& seq, grammar::TriggeredMatcher&
   return state.any_admitted(eos_for(seq)) ? MaskFill::kMaskFilled : MaskFill::kMaskDeadEnd;
 }
 
+MaskFill GrammarStage::fill_known_mask(const Sequence& seq, grammar::TriggeredMatcher& state,
+                                       std::span<uint32_t> bits) const {
+  const std::optional<bool> filled = state.fill_known_bitmask(bits, eos_for(seq));
+  if (!filled) return MaskFill::kMaskUnknown;
+  if (!*filled) return MaskFill::kMaskNone;
+  return state.any_admitted(eos_for(seq)) ? MaskFill::kMaskFilled : MaskFill::kMaskDeadEnd;
+}
+
 bool GrammarStage::any_admitted(const Sequence& seq, grammar::TriggeredMatcher& state) const {
   return state.any_admitted(eos_for(seq));
 }

@@ -47,6 +47,7 @@ enum class MaskFill {
   kMaskNone,     // every token is admitted: the row needs no mask
   kMaskFilled,   // the bits say which tokens are admitted
   kMaskDeadEnd,  // nothing is admitted (as mask() returning false)
+  kMaskUnknown,  // fill_known_mask: not made yet, the bits untouched
 };
 
 enum class GrammarOutcome {
@@ -74,6 +75,10 @@ class GrammarStage {
   bool mask(const Sequence& seq, grammar::TriggeredMatcher& state, std::span<float> logits) const;
   MaskFill fill_mask(const Sequence& seq, grammar::TriggeredMatcher& state,
                      std::span<uint32_t> bits) const;
+  // The same only where the state's mask is made already (cached): a draft
+  // row's, which cannot wait for a trie walk between two draft forwards.
+  MaskFill fill_known_mask(const Sequence& seq, grammar::TriggeredMatcher& state,
+                           std::span<uint32_t> bits) const;
   GrammarOutcome accept(const Sequence& seq, grammar::TriggeredMatcher& state, int32_t token) const;
   // Some token (or EOS) is admitted next in that state.
   bool any_admitted(const Sequence& seq, grammar::TriggeredMatcher& state) const;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "specdecode/rejection_sampler.h"
 
@@ -177,7 +178,8 @@ int32_t SpecDecodeStage::draft_sample(Sequence* seq, DraftState& state, const fl
   // Greedy without penalties or grammar: the draft's argmax, no state, no copy.
   if (!state.sampler && grammar == nullptr) return argmax(logits, draft_vocab_);
   std::vector<float> row(logits, logits + draft_vocab_);
-  if (grammar != nullptr) grammar_.mask(*seq, *grammar, row);
+  // A dead end (nothing admitted, the document may not end): no draft token.
+  if (grammar != nullptr && !grammar_.mask(*seq, *grammar, row)) return -1;
   if (!state.sampler) return argmax(row.data(), draft_vocab_);
   Sampler& sampler = *state.sampler;
   if (sampler.greedy() || options_.emulated_acceptance >= 0) return sampler.sample(row);
@@ -194,17 +196,22 @@ bool SpecDecodeStage::advance_grammar(Sequence& seq, DraftState& state) const {
       *seq.grammar_at_row(static_cast<int32_t>(seq.draft_grammar.size()));
   const GrammarOutcome outcome = grammar_.accept(seq, next, state.proposed.back());
   if (outcome == GrammarOutcome::kGrammarRejected) {
-    // Only when every admitted draft logit was -inf (the device's masked
-    // argmax then answers 0): propose nothing from here; the target decides.
+    // The draft's own pick on an unmasked device row (its state's mask was
+    // not made yet), a dead end's (the masked argmax answers 0), or every
+    // admitted draft logit was -inf: propose nothing from here. Whether the
+    // state is a dead end is verify's question (no_bonus), when its mask is
+    // made anyway.
     state.proposed.pop_back();
     if (state.q.size() > state.proposed.size()) state.q.pop_back();
     return false;
   }
-  const bool goes_on =
-      outcome == GrammarOutcome::kGrammarContinue && grammar_.any_admitted(seq, next);
+  // Whether the new state admits anything is left to its mask, made while
+  // the next draft forward runs (or by the target's verification): asking
+  // here would put a mask lookup per draft token between the forwards
+  // (H100, 64 x 1K json_schema: 12.5 ms of host time a step).
   seq.draft_grammar.push_back(std::move(next));
-  state.grammar_stop = !goes_on;
-  return goes_on;
+  state.grammar_stop = outcome == GrammarOutcome::kGrammarComplete;
+  return !state.grammar_stop;
 }
 
 SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequence*>& running) {
@@ -226,8 +233,6 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
     }
     const int32_t room = seq->request->options.params.max_tokens - seq->n_generated - 1;
     if (room <= 0) continue;
-    // A grammar with nothing left to admit: the target's step ends the choice.
-    if (seq->grammar && !grammar_.any_admitted(*seq, *seq->grammar)) continue;
     ready.push_back(seq);
     alphas.push_back(state_of(seq).acceptance.alpha());
   }
@@ -368,9 +373,20 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
           const auto logit_row = step == 0 ? static_cast<size_t>(drafting[r]->logit_row) : r;
           grammar::TriggeredMatcher& state =
               *seq.grammar_at_row(static_cast<int32_t>(seq.draft_grammar.size()));
-          // Drafting rows admit something (checked before each forward).
-          if (grammar_.fill_mask(seq, state, plan.masks.add(logit_row)) == MaskFill::kMaskNone)
-            plan.masks.drop_last(logit_row);
+          // Only a mask made already (cached): a walk here (~1-2 ms cold
+          // at a 152K vocabulary, e.g. near a long string's minLength)
+          // would stall the draft between forwards. Unmasked, the draft
+          // picks its own argmax; advance_grammar stops it there if the
+          // grammar refuses it. Exact either way: the verifier masks.
+          switch (grammar_.fill_known_mask(seq, state, plan.masks.add(logit_row))) {
+            case MaskFill::kMaskNone:
+            case MaskFill::kMaskUnknown:
+              plan.masks.drop_last(logit_row);
+              break;
+            case MaskFill::kMaskFilled:
+            case MaskFill::kMaskDeadEnd:
+              break;
+          }
         }
       };
     }
@@ -412,7 +428,12 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
               ? nullptr
               : output.logits.f32() + static_cast<int64_t>(logit_row) * draft_vocab_;
       const int32_t greedy_id = plan.greedy_on_device ? output.greedy_tokens[logit_row] : -1;
-      state.proposed.push_back(draft_sample(row.seq, state, logits, greedy_id));
+      const int32_t token = draft_sample(row.seq, state, logits, greedy_id);
+      if (token < 0) {  // the grammar admits nothing here: no bonus either
+        state.grammar_stop = true;
+        continue;
+      }
+      state.proposed.push_back(token);
       if (!advance_grammar(*row.seq, state)) continue;  // the grammar stops it here
       if (static_cast<int32_t>(state.proposed.size()) < state.k) next.push_back(&row);
     }
@@ -476,9 +497,20 @@ VerifyResult SpecDecodeStage::verify(Sequence* seq, const float* rows, const int
   const std::span<const int32_t> drafts(state.proposed.data(), static_cast<size_t>(k));
   VerifyResult result;
   result.n_drafted = k;
-  // The last draft token left the grammar unable to go on: no token follows
-  // them if all are accepted (the scheduler may have trimmed that one away).
-  const bool no_bonus = state.grammar_stop && k == static_cast<int32_t>(state.proposed.size());
+  // The last draft token left the grammar unable to go on (complete, or a
+  // dead end): no token follows them if all are accepted (the scheduler may
+  // have trimmed that one away). Its mask is made by now (the device plan's,
+  // or host masking below), so asking costs no walk.
+  // Asked only once all k are accepted.
+  std::optional<bool> no_bonus_answer;
+  const auto no_bonus = [&] {
+    if (!no_bonus_answer) {
+      no_bonus_answer = k == static_cast<int32_t>(state.proposed.size()) &&
+                        (state.grammar_stop ||
+                         (seq->grammar && !grammar_.any_admitted(*seq, *seq->grammar_at_row(k))));
+    }
+    return *no_bonus_answer;
+  };
   const auto row = [&](int32_t i) { return rows + static_cast<int64_t>(i) * vocab; };
   // Row i as the target samples it: masked with the parser state after
   // draft tokens 0..i-1 (a constrained request; host rows only — on the
@@ -487,7 +519,7 @@ VerifyResult SpecDecodeStage::verify(Sequence* seq, const float* rows, const int
   const auto target_logits = [&](int32_t i) -> std::vector<float>& {
     copy.assign(row(i), row(i) + vocab);
     grammar::TriggeredMatcher* grammar = seq->grammar_at_row(i);
-    if (grammar != nullptr && !(i == k && no_bonus)) grammar_.mask(*seq, *grammar, copy);
+    if (grammar != nullptr && !(i == k && no_bonus())) grammar_.mask(*seq, *grammar, copy);
     return copy;
   };
 
@@ -497,7 +529,7 @@ VerifyResult SpecDecodeStage::verify(Sequence* seq, const float* rows, const int
     int32_t j = 0;
     while (j < k && accept(emulation_rng_)) ++j;
     for (int32_t i = 0; i < j; ++i) result.tokens.push_back(drafts[static_cast<size_t>(i)]);
-    result.grammar_ended = j == k && no_bonus;
+    result.grammar_ended = j == k && no_bonus();
     if (!result.grammar_ended) {
       result.tokens.push_back(greedy_ids != nullptr ? greedy_ids[j]
                                                     : argmax(target_logits(j).data(), vocab));
@@ -507,13 +539,13 @@ VerifyResult SpecDecodeStage::verify(Sequence* seq, const float* rows, const int
     const VerifyOutcome outcome =
         verify_greedy(drafts, std::span<const int32_t>(greedy_ids, static_cast<size_t>(k + 1)));
     result.tokens.assign(drafts.begin(), drafts.begin() + outcome.n_accepted);
-    result.grammar_ended = outcome.n_accepted == k && no_bonus;
+    result.grammar_ended = outcome.n_accepted == k && no_bonus();
     if (!result.grammar_ended) result.tokens.push_back(outcome.next_token);
     for (int32_t token : result.tokens) sampler.record_output(token);
   } else if (sampler.greedy()) {
     // Row by row: each argmax sees the penalties of the tokens accepted before it.
     for (int32_t i = 0; i <= k; ++i) {
-      if (i == k && no_bonus) {
+      if (i == k && no_bonus()) {
         result.grammar_ended = true;
         break;
       }
@@ -534,7 +566,7 @@ VerifyResult SpecDecodeStage::verify(Sequence* seq, const float* rows, const int
     const VerifyOutcome outcome =
         verify_stochastic(drafts, q, target_row, [&] { return sampler.uniform(); });
     result.tokens.assign(drafts.begin(), drafts.begin() + outcome.n_accepted);
-    result.grammar_ended = outcome.n_accepted == k && no_bonus;
+    result.grammar_ended = outcome.n_accepted == k && no_bonus();
     if (!result.grammar_ended) {
       result.tokens.push_back(outcome.next_token);
       sampler.record_output(outcome.next_token);

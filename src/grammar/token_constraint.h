@@ -100,6 +100,8 @@ class TokenConstraint {
 
   // The tokens whose bytes the state admits (EOS is not in the vocabulary).
   std::shared_ptr<const TokenMask> mask(const StackSet& state);
+  // The same only when cached: null where mask() would walk.
+  std::shared_ptr<const TokenMask> cached_mask(const StackSet& state);
 
   // Classifies now the stack tops the grammar can reach
   // (grammar/reachable_tops.h), so that decoding meets them classified:
@@ -166,6 +168,10 @@ class TokenMatcher {
   // bits[t / 32] set = token t keeps its logit), for a device that masks
   // the logits itself (model/logit_masks.h): every word is written.
   void fill_bitmask(std::span<uint32_t> bits, std::span<const int32_t> eos_ids);
+  // The same only from a mask already made (this state's or the cache's):
+  // false, `bits` untouched, where it would take a walk (a speculative
+  // draft row then goes unmasked rather than wait for it).
+  bool fill_known_bitmask(std::span<uint32_t> bits, std::span<const int32_t> eos_ids);
   // Advances by the token's bytes. An EOS id (listed in `eos_ids`) is
   // accepted only where the document may end. False: rejected, state kept.
   bool accept(int32_t token, std::span<const int32_t> eos_ids);
@@ -178,6 +184,9 @@ class TokenMatcher {
   const GrammarMatcher& matcher() const { return matcher_; }
 
  private:
+  void write_bitmask(const TokenMask& m, std::span<uint32_t> bits,
+                     std::span<const int32_t> eos_ids) const;
+
   std::shared_ptr<TokenConstraint> constraint_;
   GrammarMatcher matcher_;
   std::shared_ptr<const TokenMask> mask_;  // of the current state; null until asked

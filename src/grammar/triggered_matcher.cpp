@@ -33,6 +33,13 @@ void TriggeredMatcher::apply(std::span<float> logits, std::span<const int32_t> e
   }
 }
 
+std::optional<bool> TriggeredMatcher::fill_known_bitmask(std::span<uint32_t> bits,
+                                                         std::span<const int32_t> eos_ids) {
+  if (matcher_ && !matcher_->fill_known_bitmask(bits, eos_ids)) return std::nullopt;
+  if (matcher_) return true;
+  return fill_bitmask(bits, eos_ids);  // free: the trigger's refusals, made once per grammar
+}
+
 bool TriggeredMatcher::fill_bitmask(std::span<uint32_t> bits, std::span<const int32_t> eos_ids) {
   if (matcher_) {
     matcher_->fill_bitmask(bits, eos_ids);

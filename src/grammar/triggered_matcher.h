@@ -37,6 +37,10 @@ class TriggeredMatcher {
   // The same as a bitmask (TokenMatcher::fill_bitmask); false, `bits`
   // untouched, when every token is admitted (free with the trigger disarmed).
   bool fill_bitmask(std::span<uint32_t> bits, std::span<const int32_t> eos_ids);
+  // The same where the mask is made already (TokenMatcher::fill_known_bitmask):
+  // nullopt, `bits` untouched, where it would take a walk.
+  std::optional<bool> fill_known_bitmask(std::span<uint32_t> bits,
+                                         std::span<const int32_t> eos_ids);
   // Some token (or EOS) is admitted next. Always true when free.
   bool any_admitted(std::span<const int32_t> eos_ids);
   TriggeredOutcome accept(int32_t token, std::span<const int32_t> eos_ids);

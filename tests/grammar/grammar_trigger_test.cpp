@@ -188,5 +188,36 @@ TEST_F(TriggeredMatcherTest, BitmaskEqualsApplyAtEveryStep) {
   EXPECT_NE((end[0] >> kEos) & 1u, 0u);
 }
 
+// A speculative draft row's mask (fill_known_bitmask) comes only from masks
+// already made: none before any walk of a state, the bitmask fill_bitmask
+// gives once another matcher in the same state made it, and free text's
+// refusals at once. The accepted-token path must not need the mask either.
+TEST_F(TriggeredMatcherTest, KnownBitmaskOnlyFromMasksMade) {
+  auto g = parse_gbnf("root ::= \"{\" [ab]* \"}\"\n");
+  ASSERT_TRUE(g.ok());
+  auto c = std::make_shared<TokenConstraint>(
+      std::make_shared<const Grammar>(std::move(g).value()),
+      std::make_shared<const TokenVocabulary>(constraint_->vocabulary()));
+  TriggeredMatcher first(c, std::nullopt);
+  TriggeredMatcher second = first;  // the same state, its own (unmade) mask
+  std::vector<uint32_t> bits(3, 7u);
+  EXPECT_EQ(first.fill_known_bitmask(bits, eos_), std::nullopt);
+  EXPECT_EQ(bits, (std::vector<uint32_t>{7u, 7u, 7u}));  // untouched
+  // Accepting without the mask made: the byte walk decides, as the mask would.
+  EXPECT_EQ(first.accept(kHi, eos_), TriggeredOutcome::kTriggeredRejected);
+  EXPECT_EQ(first.accept(kOpen, eos_), TriggeredOutcome::kTriggeredContinue);
+  std::vector<uint32_t> made(3, 0u);
+  ASSERT_TRUE(second.fill_bitmask(made, eos_));  // walks, and caches the mask
+  TriggeredMatcher third(c, std::nullopt);
+  EXPECT_EQ(third.fill_known_bitmask(bits, eos_), std::optional<bool>(true));
+  EXPECT_EQ(bits, made);
+  // Free text with an armed trigger: its refusals are the known mask.
+  TriggeredMatcher free_text(constraint_, GrammarTrigger{"<tool_call>", false, false});
+  std::vector<uint32_t> free_bits(3, 0u), expected(3, 0u);
+  EXPECT_EQ(free_text.fill_known_bitmask(free_bits, eos_), std::optional<bool>(true));
+  ASSERT_TRUE(free_text.fill_bitmask(expected, eos_));
+  EXPECT_EQ(free_bits, expected);
+}
+
 }  // namespace
 }  // namespace specstack::grammar
