@@ -29,6 +29,7 @@
 #include "cuda/attention.h"
 #include "cuda/cuda_check.h"
 #include "cuda/pdl.h"
+#include "cuda/row_reduce.cuh"
 #include "cuda/verify_attention.h"
 
 namespace specstack::cuda {
@@ -37,6 +38,7 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxGroup = 16;     // query heads per kv head
+constexpr int kMaxHeadDim = 256;  // combine_kernel: head_dim <= kCombineThreads
 constexpr int kHeadsPerPass = 4;  // query heads held in registers at once (see above)
 constexpr int kUnroll = 4;        // K/V row loads each lane issues before using any
 constexpr float kLog2e = 1.4426950408889634f;
@@ -83,18 +85,6 @@ __device__ __forceinline__ void raw_to_f32(const typename RawVec<N>::type& raw, 
     dst[2 * i] = f.x;
     dst[2 * i + 1] = f.y;
   }
-}
-
-__device__ __forceinline__ float warp_max(float x) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(kFullMask, x, off));
-  return x;
-}
-
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(kFullMask, x, off);
-  return x;
 }
 
 // grid (n_tokens, n_kv_heads, n_parts), kThreads threads.
@@ -313,40 +303,91 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Merges the partitions of one (token, head): out = sum_p acc_p 2^(m_p - M) /
-// sum_p l_p 2^(m_p - M). grid (n_tokens, n_heads), kThreads threads.
-__global__ void __launch_bounds__(kThreads)
+// sum_p l_p 2^(m_p - M). grid (n_tokens, n_heads), kCombineThreads threads.
+// partition_size > 0: the partitions at or before the token's own slot were
+// written; 0 (the run kernel's run-time split): all n_parts were, the empty
+// ones with max -inf. Entries with max -inf have weight 0 and their acc is
+// never used (an empty one's acc is unwritten). M and the sum of weights are
+// reduced across the CTA; for acc, kCombineThreads / head_dim thread groups
+// take every group-th partition (kCombineUnroll loads in flight per thread:
+// a serial loop over 128 partitions of L2 loads took ~6 us) and add their
+// group sums in group order. So the f32 summation order differs from a
+// sequential loop over p; the terms are the same.
+constexpr int kCombineThreads = 256;
+constexpr int kCombineUnroll = 8;
+static_assert(kMaxHeadDim <= kCombineThreads, "a thread per dim in one group at least");
+
+__global__ void __launch_bounds__(kCombineThreads)
     combine_kernel(const float* workspace, const int32_t* token_slot, int32_t n_heads,
                    int32_t head_dim, int32_t n_parts, int32_t partition_size, bf16* out,
                    int64_t out_stride) {
   pdl_begin();
+  __shared__ float s_w[kCombineThreads];    // weights of one chunk of partitions
+  __shared__ float s_acc[kCombineThreads];  // [group][head_dim] group sums
+  __shared__ float s_red[kRowWarp];         // block_max / block_sum scratch
   const int32_t t = blockIdx.x;
   const int32_t head = blockIdx.y;
+  const int tid = threadIdx.x;
   const int32_t own_slot = token_slot[t];
-  // Partitions the main kernel wrote: those starting at or before own_slot.
-  const int32_t n_used = own_slot < 0 ? 0 : min(n_parts, own_slot / partition_size + 1);
+  const int32_t n_used = partition_size == 0 ? n_parts
+                         : own_slot < 0      ? 0
+                                             : min(n_parts, own_slot / partition_size + 1);
   const float* entry = workspace + workspace_entry(t, head, 0, n_heads, n_parts, head_dim);
   const int64_t entry_floats = head_dim + 2;
   bf16* o = out + t * out_stride + static_cast<int64_t>(head) * head_dim;
 
   float m = -INFINITY;
-  for (int32_t p = 0; p < n_used; ++p) m = fmaxf(m, entry[p * entry_floats + head_dim]);
+  for (int32_t p = tid; p < n_used; p += kCombineThreads) {
+    m = fmaxf(m, entry[p * entry_floats + head_dim]);
+  }
+  m = block_max(m, s_red);
   if (m == -INFINITY) {  // no visible key at all
-    for (int d = threadIdx.x; d < head_dim; d += kThreads) o[d] = __float2bfloat16(0.0f);
+    for (int d = tid; d < head_dim; d += kCombineThreads) o[d] = __float2bfloat16(0.0f);
     return;
   }
   float l = 0.0f;  // >= 1: the partition holding the max has a term exp2(0)
-  for (int32_t p = 0; p < n_used; ++p) {
+  for (int32_t p = tid; p < n_used; p += kCombineThreads) {
     const float* e = entry + p * entry_floats;
-    l += e[head_dim + 1] * exp2f(e[head_dim] - m);
+    if (e[head_dim] != -INFINITY) l += e[head_dim + 1] * exp2f(e[head_dim] - m);
   }
-  const float inv = 1.0f / l;
-  for (int d = threadIdx.x; d < head_dim; d += kThreads) {
-    float acc = 0.0f;
-    for (int32_t p = 0; p < n_used; ++p) {
-      const float* e = entry + p * entry_floats;
-      acc += e[d] * exp2f(e[head_dim] - m);
+  const float inv = 1.0f / block_sum(l, s_red);
+
+  // head_dim <= kCombineThreads (kMaxHeadDim): thread tid owns dim d of group g.
+  const int groups = kCombineThreads / head_dim;
+  const int g = tid / head_dim;
+  const int d = tid % head_dim;
+  float acc = 0.0f;
+  for (int32_t p0 = 0; p0 < n_used; p0 += kCombineThreads) {
+    const int32_t n_chunk = min(kCombineThreads, n_used - p0);
+    if (tid < n_chunk) {
+      const float mp = entry[(p0 + tid) * entry_floats + head_dim];
+      s_w[tid] = mp == -INFINITY ? 0.0f : exp2f(mp - m);
     }
-    o[d] = __float2bfloat16(acc * inv);
+    __syncthreads();
+    if (g < groups) {
+      for (int32_t p = g; p < n_chunk; p += groups * kCombineUnroll) {
+        float v[kCombineUnroll];
+#pragma unroll
+        for (int u = 0; u < kCombineUnroll; ++u) {  // loads first (an empty entry's is junk)
+          const int32_t q = p + u * groups;
+          v[u] = q < n_chunk ? entry[(p0 + q) * entry_floats + d] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < kCombineUnroll; ++u) {
+          const int32_t q = p + u * groups;
+          const float w = q < n_chunk ? s_w[q] : 0.0f;
+          acc += w != 0.0f ? v[u] * w : 0.0f;
+        }
+      }
+    }
+    __syncthreads();  // s_w is restaged by the next chunk
+  }
+  if (g < groups) s_acc[tid] = acc;
+  __syncthreads();
+  if (tid < head_dim) {
+    float total = 0.0f;
+    for (int k = 0; k < groups; ++k) total += s_acc[k * head_dim + tid];
+    o[tid] = __float2bfloat16(total * inv);
   }
 }
 
@@ -392,8 +433,9 @@ int32_t paged_attention_partition_size(int32_t n_tokens, int32_t n_kv_heads) {
 }
 
 size_t paged_attention_workspace_floats(int32_t n_tokens, int32_t n_heads, int32_t head_dim,
-                                        int32_t max_context, int32_t partition_size) {
-  const int32_t n_parts = num_partitions(max_context, partition_size);
+                                        int32_t max_context, int32_t partition_size,
+                                        int32_t run_split) {
+  const int32_t n_parts = std::max(num_partitions(max_context, partition_size), run_split);
   if (n_parts == 1 || n_tokens <= 0) return 0;  // one partition writes out directly
   return static_cast<size_t>(n_tokens) * static_cast<size_t>(n_heads) *
          static_cast<size_t>(n_parts) * static_cast<size_t>(head_dim + 2);
@@ -415,8 +457,21 @@ void paged_attention(const PagedAttentionArgs& a, cudaStream_t stream) {
   if (n_parts > 1) SS_CHECK(a.workspace != nullptr);
   int32_t partition = a.partition_size;
   int32_t parts = n_parts;
-  if (a.token_run != nullptr && run_attention_supported(a.head_dim) && a.partition_size % 64 == 0) {
+  const bool run_kernel =
+      a.token_run != nullptr && run_attention_supported(a.head_dim) && a.partition_size % 64 == 0;
+  if (run_kernel && a.run_split > 0) {
+    // Run-time split: every CTA writes an entry; the combine reads them all.
+    SS_CHECK_MSG(a.run_split >= 2 && a.run_split <= 65535 &&
+                     int64_t{a.run_split} * kRunMaxPartition >= a.max_context,
+                 "paged_attention: run_split must be in [2, 65535] and cover max_context in "
+                 "ranges of at most 1024 keys (run_attention_split)");
+    SS_CHECK(a.workspace != nullptr);
+    partition = 0;
+    parts = a.run_split;
+    launch_run_attention(a, parts, stream);
+  } else if (run_kernel) {
     PagedAttentionArgs r = a;
+    r.run_split = 0;
     r.partition_size = partition = run_attention_partition_size(a);
     parts = num_partitions(a.max_context, partition);  // <= n_parts: the workspace fits
     launch_run_attention(r, parts, stream);
@@ -425,7 +480,7 @@ void paged_attention(const PagedAttentionArgs& a, cudaStream_t stream) {
   }
   if (parts > 1) {
     const dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_heads));
-    launch_pdl(combine_kernel, grid, kThreads, 0, stream, true, a.workspace, a.token_slot,
+    launch_pdl(combine_kernel, grid, kCombineThreads, 0, stream, true, a.workspace, a.token_slot,
                a.n_heads, a.head_dim, parts, partition, a.out, a.out_stride);
   }
 }

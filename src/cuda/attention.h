@@ -67,6 +67,17 @@ struct PagedAttentionArgs {
   // occupy the scheduler (H100, 0.5B draft graph of 64 rows at a 1.1K sparse
   // context: 32 partitions' grid, 3968 of 4096 CTAs empty).
   int32_t run_grid_parts = 0;
+  // > 0: the run kernel splits each run's keys evenly over this many CTAs per
+  // (run, kv head) at run time (flash-decoding): the run's 64-key tiles are
+  // dealt out in contiguous ranges of floor or ceil(tiles / run_split), so a
+  // short context and a long one both spread over the GPU whatever
+  // max_context a graph was captured for. Every CTA writes its
+  // partials (an empty range writes max = -inf) and the combine merges all
+  // run_split of them. Takes precedence over run_partition_size /
+  // run_grid_parts; needs run_split * kRunMaxPartition >= max_context
+  // (run_attention_split chooses it). Same math as fixed partitions up to the
+  // f32 summation order of the merge.
+  int32_t run_split = 0;
   bf16* out = nullptr;  // head h of token t at out[t * out_stride + h * head_dim]
   int64_t out_stride = 0;
   float* workspace = nullptr;  // paged_attention_workspace_floats(...) floats
@@ -75,10 +86,12 @@ struct PagedAttentionArgs {
   bool pdl = true;
 };
 
-// Floats of workspace paged_attention needs for these sizes.
+// Floats of workspace paged_attention needs for these sizes (run_split: the
+// run kernel's run-time split, PagedAttentionArgs::run_split).
 size_t paged_attention_workspace_floats(int32_t n_tokens, int32_t n_heads, int32_t head_dim,
                                         int32_t max_context,
-                                        int32_t partition_size = kPartitionSize);
+                                        int32_t partition_size = kPartitionSize,
+                                        int32_t run_split = 0);
 
 // The partition size that gives a step of n_tokens queries enough CTAs to
 // fill the GPU (the model's choice; any valid size computes the same).

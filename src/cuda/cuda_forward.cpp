@@ -13,6 +13,7 @@
 #include "cuda/rope_kv.h"
 #include "cuda/row_scatter.h"
 #include "cuda/sampling.h"
+#include "cuda/verify_attention.h"
 
 namespace specstack::cuda {
 
@@ -208,9 +209,14 @@ void CudaModel::forward(const ForwardBatch& batch, KvCache& kv_base, Tensor& log
   if (meta.n_paged > 0) {
     meta.paged_partition =
         paged_attention_partition_size(meta.n_paged, static_cast<int32_t>(config_.n_kv_heads));
+    meta.paged_run_split =
+        meta.paged_run != nullptr
+            ? run_attention_split(meta.paged_n_runs, static_cast<int32_t>(config_.n_kv_heads),
+                                  meta.paged_max_context)
+            : 0;
     attn_workspace_.reserve(paged_attention_workspace_floats(
         meta.n_paged, static_cast<int32_t>(config_.n_heads), static_cast<int32_t>(config_.head_dim),
-        meta.paged_max_context, meta.paged_partition));
+        meta.paged_max_context, meta.paged_partition, meta.paged_run_split));
     meta.attn_workspace = attn_workspace_.data();
     if (meta.paged_begin < 0) {
       compact_q_.reserve(size_t(meta.n_paged) * q_width);
@@ -480,6 +486,7 @@ Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv,
     a.n_runs = meta.paged_n_runs;
     a.run_partition_size = meta.paged_run_partition;
     a.run_grid_parts = meta.paged_run_grid_parts;
+    a.run_split = meta.paged_run_split;
     a.n_tokens = meta.n_paged;
     a.n_heads = n_heads;
     a.n_kv_heads = n_kv_heads;

@@ -65,9 +65,15 @@ std::unique_ptr<CudaModel::Graph> CudaModel::capture_graph(CudaKvCache& kv, int3
       batch_size, static_cast<int32_t>(config_.n_kv_heads), graph->step.paged_partition);
   graph->step.paged_run_grid_parts =
       run_attention_graph_grid_parts(batch_size, static_cast<int32_t>(config_.n_kv_heads));
+  // Few (row, kv head) groups: split each row's keys at replay time over
+  // enough CTAs for the context the step has, not the capacity.
+  graph->step.paged_run_split =
+      graph->step.paged_run != nullptr
+          ? run_attention_split(batch_size, static_cast<int32_t>(config_.n_kv_heads), max_context)
+          : 0;
   graph->attn_workspace.resize(paged_attention_workspace_floats(
       batch_size, static_cast<int32_t>(config_.n_heads), static_cast<int32_t>(config_.head_dim),
-      max_context, graph->step.paged_partition));
+      max_context, graph->step.paged_partition, graph->step.paged_run_split));
   graph->step.attn_workspace = graph->attn_workspace.data();
   if (with_capture) {
     graph->captured.resize(size_t(batch_size) * config_.n_layers * config_.n_heads *

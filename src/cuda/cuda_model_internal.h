@@ -47,6 +47,7 @@ struct CudaModel::StepMeta {
   int32_t paged_n_runs = 0;          // runs in paged_run
   int32_t paged_run_partition = 0;   // the run kernel's partition (0: by the step's context)
   int32_t paged_run_grid_parts = 0;  // the run kernel's CTAs along partitions (0: one each)
+  int32_t paged_run_split = 0;       // the run kernel's run-time split (run_attention_split)
   // Flash jobs; their q_slot / q_pos are the step's token arrays at row0.
   int32_t* token_slot = nullptr;  // [n_tokens]
   std::vector<FlashJob> flash;

@@ -16,6 +16,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/elementwise.h"
 #include "cuda/pdl.h"
+#include "cuda/row_reduce.cuh"
 
 namespace specstack::cuda {
 namespace {
@@ -128,28 +129,6 @@ __device__ __forceinline__ void copy_bf16(const bf16* src, bf16* dst) {
   }
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset /= 2)
-    v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// Sum over the CTA; every thread gets the total. blockDim.x is a multiple of
-// 32; `partials` is [32] shared floats, free again when this returns.
-__device__ float block_sum(float v, float* partials) {
-  v = warp_sum(v);
-  const int lane = threadIdx.x % kWarp;
-  const int warp = threadIdx.x / kWarp;
-  if (lane == 0) partials[warp] = v;
-  __syncthreads();
-  const int n_warps = blockDim.x / kWarp;
-  // Every warp reduces the partials itself: no second broadcast barrier.
-  float total = warp_sum(lane < n_warps ? partials[lane] : 0.0f);
-  __syncthreads();  // all reads of `partials` done before anyone reuses it
-  return total;
-}
-
 // ---- embedding ---------------------------------------------------------------
 
 template <int W>
@@ -167,17 +146,6 @@ __global__ void embedding_kernel(const bf16* table, const int32_t* ids, int32_t 
 }
 
 // ---- rmsnorm / add_rmsnorm ---------------------------------------------------
-
-// Threads for a row of `dim` elements read W at a time: one vector per
-// thread, a whole number of warps, at most 1024. A decode step's norms are a
-// few rows each on one SM, so their time is latency: with four vectors per
-// thread each thread's loads were four dependent round trips (ncu, H100,
-// 0.5B draft at 64 rows: 5.1 us per norm, 49 per forward).
-int row_threads(int32_t dim, int w) {
-  const int64_t vectors = (static_cast<int64_t>(dim) + w - 1) / w;
-  const int64_t threads = (vectors + kWarp - 1) / kWarp * kWarp;
-  return static_cast<int>(std::clamp<int64_t>(threads, kWarp, 1024));
-}
 
 // One CTA per output row i, reading input row r = row_ids ? row_ids[i] : i.
 // W = 4: float4 loads of x and w, 8-byte stores of y.

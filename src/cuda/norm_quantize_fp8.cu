@@ -4,6 +4,7 @@
 #include "cuda/fp8_device.cuh"
 #include "cuda/norm_quantize_fp8.h"
 #include "cuda/pdl.h"
+#include "cuda/row_reduce.cuh"
 
 namespace specstack::cuda {
 
@@ -12,54 +13,6 @@ namespace {
 using bf16 = __nv_bfloat16;
 constexpr int kWarp = 32;
 constexpr int kW = 4;  // elements per thread and step, as rmsnorm_kernel<4>
-
-// rmsnorm's launch shape (elementwise.cu row_threads(dim, 4)): one 4-wide
-// vector per thread, whole warps, at most 1024. The sum of squares is only
-// bit-identical to rmsnorm's with the same threads.
-int norm_threads(int32_t dim) {
-  const int64_t vectors = (static_cast<int64_t>(dim) + kW - 1) / kW;
-  const int64_t threads = (vectors + kWarp - 1) / kWarp * kWarp;
-  return static_cast<int>(std::clamp<int64_t>(threads, kWarp, 1024));
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset /= 2)
-    v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset /= 2)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
-
-// elementwise.cu's block_sum, step for step (the same float additions in
-// the same order), so inv_rms matches rmsnorm's bit for bit.
-__device__ float block_sum(float v, float* partials) {
-  v = warp_sum(v);
-  const int lane = threadIdx.x % kWarp;
-  const int warp = threadIdx.x / kWarp;
-  if (lane == 0) partials[warp] = v;
-  __syncthreads();
-  const int n_warps = blockDim.x / kWarp;
-  float total = warp_sum(lane < n_warps ? partials[lane] : 0.0f);
-  __syncthreads();
-  return total;
-}
-
-// max is exact in any order; every thread gets the row's amax.
-__device__ float block_max(float v, float* partials) {
-  v = warp_max(v);
-  const int lane = threadIdx.x % kWarp;
-  const int warp = threadIdx.x / kWarp;
-  if (lane == 0) partials[warp] = v;
-  __syncthreads();
-  const int n_warps = blockDim.x / kWarp;
-  return warp_max(lane < n_warps ? partials[lane] : 0.0f);
-}
 
 // One CTA per row. Pass 1 (as add_rmsnorm_kernel<4> with kAdd, else as
 // rmsnorm_kernel<4>): the sum of squares. Pass 2: the bf16 normalized row
@@ -149,7 +102,7 @@ void rmsnorm_quantize_fp8(const float* x, const float* w, float eps, int32_t row
   if (rows <= 0) return;
   check_operands("rmsnorm_quantize_fp8", x, w, dim);
   const size_t smem = static_cast<size_t>(dim) * sizeof(bf16);
-  launch_pdl(norm_quantize_kernel<false>, rows, norm_threads(dim), smem, stream, true,
+  launch_pdl(norm_quantize_kernel<false>, rows, row_threads(dim, kW), smem, stream, true,
              const_cast<float*>(x), static_cast<const bf16*>(nullptr),
              static_cast<const float*>(nullptr), static_cast<const float*>(nullptr), w, eps, dim, q,
              q_scale);
@@ -168,7 +121,7 @@ void add_rmsnorm_quantize_fp8(float* x, const bf16* delta, const Fp8Scales& delt
     fail_cuda("add_rmsnorm_quantize_fp8", "delta scales need both row and column scales", __FILE__,
               __LINE__);
   }
-  launch_pdl(norm_quantize_kernel<true>, rows, norm_threads(dim), smem, stream, true, x, delta,
+  launch_pdl(norm_quantize_kernel<true>, rows, row_threads(dim, kW), smem, stream, true, x, delta,
              delta_scales.row, delta_scales.col, w, eps, dim, q, q_scale);
 }
 

@@ -47,6 +47,26 @@ int32_t run_attention_graph_partition_size(int32_t n_runs, int32_t n_kv_heads,
 // GPU while a short one launches few CTAs that find no keys.
 int32_t run_attention_graph_grid_parts(int32_t n_runs, int32_t n_kv_heads);
 
+// PagedAttentionArgs::run_split for n_runs runs at contexts up to
+// max_context: about kRunSplitCtas CTAs in all when n_runs x n_kv_heads is
+// too few to fill the GPU with fixed partitions (batch-1 decode: 4 kv heads
+// on the 7B, 2 on the 0.5B), at most kRunSplitMaxParts per (run, kv head)
+// (the combine reads every one) and never more than max_context has tiles,
+// but always enough that no CTA's range exceeds kRunMaxPartition; 0 (fixed
+// partitions) from kRunSplitMaxGroups groups up, or when one CTA would do.
+// H100 (session 25, docs/benchmarks.md): a batch-1 decode step's attention
+// is latency (ncu: one 64-key tile per CTA on 40 CTAs took 10.7 us, as 4
+// CTAs of 256 keys did), so the split pays through fewer serial tiles at
+// small batches; 64-128 CTAs per group lost (7B batch 1 at 4K, 0.5B at 8K:
+// 3% slower steps), hence the cap; and at 32 groups (7B batch 8) 256 CTAs
+// of 1-2 tiles were 3-5% slower steps than main's 96 at a 576-key context
+// (7% faster at 4K), hence fixed partitions from 32 groups up until the
+// choice accounts for waves and the CTAs PDL makes resident beside them.
+constexpr int32_t kRunSplitCtas = 256;      // ~2 CTAs per SM on a 132-SM part
+constexpr int32_t kRunSplitMaxParts = 32;   // per (run, kv head), unless ranges need more
+constexpr int32_t kRunSplitMaxGroups = 32;  // fixed partitions from here up (see above)
+int32_t run_attention_split(int32_t n_runs, int32_t n_kv_heads, int32_t max_context);
+
 // Head dims the run kernel supports (others use the per-row kernel).
 bool run_attention_supported(int32_t head_dim);
 

@@ -93,6 +93,7 @@ struct AttnCase {
   int32_t verify_rows = 0;
   int32_t run_partition_size = 0;  // the run kernel's own partition (0: its default)
   int32_t run_grid_parts = 0;      // the run kernel's CTAs along partitions (0: one each)
+  int32_t run_split = 0;           // the run kernel's run-time split; -1: run_attention_split's
 };
 
 // Verify runs, decode rows and prefill chunks interleaved as a step lays
@@ -198,9 +199,24 @@ void run_paged_case(const AttnCase& c, uint32_t seed) {
   auto d_tpos = upload(token_pos);
   DeviceBuffer<bf16> d_out(static_cast<size_t>(n_tokens) * out_stride);
   d_out.fill_bytes(0xFF);
-  DeviceBuffer<float> d_ws(std::max<size_t>(
-      1, paged_attention_workspace_floats(n_tokens, n_heads, hd, max_context, c.partition_size)));
-  d_ws.fill_bytes(0xFF);
+  std::vector<int32_t> token_run(token_seq.size());
+  int32_t n_runs = 0;
+  if (c.verify_rows > 0) {
+    const int32_t longest = paged_attention_runs(token_seq.data(), token_slot.data(), n_tokens,
+                                                 c.group, token_run.data());
+    EXPECT_GE(longest, std::min(c.verify_rows, kRunMaxQueries / c.group));
+    n_runs = static_cast<int32_t>(
+        std::count_if(token_run.begin(), token_run.end(), [](int32_t r) { return r > 0; }));
+  }
+  const int32_t run_split =
+      c.run_split >= 0 ? c.run_split : run_attention_split(n_runs, c.n_kv_heads, max_context);
+  if (c.run_split < 0) {
+    EXPECT_GE(run_split, 2) << "the case should take the split";
+  }
+  DeviceBuffer<float> d_ws(
+      std::max<size_t>(1, paged_attention_workspace_floats(n_tokens, n_heads, hd, max_context,
+                                                           c.partition_size, run_split)));
+  d_ws.fill_bytes(0xFF);  // NaN: an entry the combine reads unwritten shows
 
   PagedAttentionArgs args;
   args.q = d_q.data();
@@ -224,15 +240,12 @@ void run_paged_case(const AttnCase& c, uint32_t seed) {
   args.partition_size = c.partition_size;
   args.run_partition_size = c.run_partition_size;
   args.run_grid_parts = c.run_grid_parts;
+  args.run_split = run_split;
   args.out = d_out.data();
   args.out_stride = out_stride;
   args.workspace = d_ws.data();
-  std::vector<int32_t> token_run(token_seq.size());
   DeviceBuffer<int32_t> d_run;
   if (c.verify_rows > 0) {
-    const int32_t longest = paged_attention_runs(token_seq.data(), token_slot.data(), n_tokens,
-                                                 c.group, token_run.data());
-    EXPECT_GE(longest, std::min(c.verify_rows, kRunMaxQueries / c.group));
     d_run = upload(token_run);
     args.token_run = d_run.data();
   }
@@ -362,6 +375,63 @@ TEST(CudaAttention, RunsMatchCpu) {
   }
   EXPECT_EQ(run_attention_graph_grid_parts(64, 2), 8);
   EXPECT_EQ(run_attention_graph_grid_parts(1, 4), 256);
+}
+
+AttnCase split_case(int32_t hd, int32_t group, int32_t n_kv, int32_t block, int32_t window,
+                    std::vector<int32_t> lens, int32_t extra, int32_t rows, int32_t split) {
+  AttnCase c{hd, group, n_kv, block, window, std::move(lens), extra, kPartitionSize, rows};
+  c.run_split = split;
+  return c;
+}
+
+// The run kernel's run-time split (flash-decoding: each CTA an even range of
+// the run's keys in whole tiles, every CTA an entry, empty ones marked):
+// decode rows (runs of one, the batch-1 case it is for) and verify runs,
+// odd lengths ending mid-tile, shuffled blocks of odd sizes, GQA 1-16, head
+// dims 64 / 128, windows, graph capacity far past the contexts (most CTAs
+// empty), splits of 2 up to more CTAs than tiles, and run_attention_split's
+// own choice. Outputs and workspace are poisoned (NaN) first.
+TEST(CudaAttention, RunTimeSplitMatchesCpu) {
+  SS_REQUIRE_GPU();
+  uint32_t seed = 900;
+  for (int32_t hd : {64, 128}) {
+    for (int32_t group : {1, 7, 16}) {
+      for (int32_t rows : {1, 5}) {
+        for (int32_t split : {2, 7, 40}) {
+          const int32_t n_kv = 1 + static_cast<int32_t>(seed % 3);
+          const int32_t window = seed % 4 == 0 ? 100 : 0;
+          run_paged_case(
+              split_case(hd, group, n_kv, 16, window, {1000, 9, 300, 257, 64, 65}, 0, rows, split),
+              seed++);
+        }
+      }
+    }
+  }
+  // Odd block sizes, one-slot sequences, spare capacity (most CTAs empty).
+  run_paged_case(split_case(128, 7, 4, 5, 0, {613, 1, 2, 129}, 3000, 1, 64), seed++);
+  run_paged_case(split_case(64, 7, 2, 3, 31, {577, 1, 63}, 1000, 1, 16), seed++);
+  run_paged_case(split_case(128, 4, 2, 16, 0, {4100, 33}, 0, 1, 5), seed++);  // ~832-key ranges
+  // run_attention_split's choice for batch-1-like shapes (7B: 4 kv heads,
+  // 0.5B: 2) at short and long contexts.
+  run_paged_case(split_case(128, 7, 4, 16, 0, {577}, 63, 1, -1), seed++);
+  run_paged_case(split_case(64, 7, 2, 16, 0, {8193}, 0, 1, -1), seed++);
+  run_paged_case(split_case(64, 7, 2, 16, 0, {700, 1200}, 2000, 1, -1), seed++);
+}
+
+// The host-side choice of the run-time split.
+TEST(CudaAttention, RunTimeSplitChoice) {
+  EXPECT_EQ(run_attention_split(1, 4, 640), 10);   // capped at the capacity's tiles
+  EXPECT_EQ(run_attention_split(1, 4, 4224), 32);  // capped per group
+  EXPECT_EQ(run_attention_split(1, 2, 8192), 32);
+  EXPECT_EQ(run_attention_split(8, 2, 8192), 16);  // 256 CTAs in all
+  EXPECT_EQ(run_attention_split(7, 4, 8192), 10);
+  EXPECT_EQ(run_attention_split(8, 4, 8192), 0);  // 32 groups: fixed partitions
+  EXPECT_EQ(run_attention_split(2, 2, 8192), 32);
+  EXPECT_EQ(run_attention_split(1, 4, 65536), 64);      // ranges of at most 1024 keys
+  EXPECT_EQ(run_attention_split(1, 1, 1 << 20), 1024);  // ranges of at most 1024 keys
+  EXPECT_EQ(run_attention_split(16, 4, 8192), 0);       // enough groups: fixed partitions
+  EXPECT_EQ(run_attention_split(1, 4, 64), 0);          // one tile: one CTA
+  EXPECT_EQ(run_attention_split(1, 4, 100), 2);
 }
 
 // The host-side run split (no GPU needed).
