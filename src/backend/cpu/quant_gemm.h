@@ -10,7 +10,7 @@
 // dequantize + sgemm (f32 activations).
 //
 // Tiles exist for the 32-blocks (Q8_0, Q4_0, Q5_0) on AVX2 (4 x 2) and
-// AVX-512 VNNI (4 x 3); the K-quants and the scalar isa have none
+// AVX-512 VNNI (5 x 3, on operands packed once per call); the K-quants and the scalar isa have none
 // (quant_tile(...).fn == nullptr) and prefill dequantizes tiles of weight
 // rows for sgemm (cpu_matmul.h).
 #pragma once
@@ -49,6 +49,26 @@ struct QuantTile {
   void (*scales)(const void* rows, int64_t row_stride, int64_t n_rows, int64_t block_bytes,
                  int64_t n_blocks, float* out, int64_t out_row_stride,
                  int64_t out_block_stride) = nullptr;
+
+  // The packed form (AVX-512 VNNI; fn_scaled and scales are null there, and
+  // these null on AVX2): operands rearranged once per call so that the
+  // tile's inner loop is only the one-row kernel's four ops per (pair,
+  // block pair) (quant_tile_avx512.cpp says how, and why it stays bit-equal).
+  // A packed row of n_blocks blocks holds n_pairs = ceil(n_blocks / 2) block
+  // pairs of w_pair_bytes (weights) / a_pair_bytes (Q8_0 activations) bytes
+  // and 2 n_pairs f32 scales; rows are consecutive in both arrays.
+  int64_t w_pair_bytes = 0;
+  int64_t a_pair_bytes = 0;
+  void (*pack_w)(const void* w, int64_t w_stride, int64_t n_rows, int64_t n_blocks, uint8_t* out,
+                 float* out_scales) = nullptr;
+  void (*pack_a)(const void* a, int64_t a_stride, int64_t n_rows, int64_t n_blocks, uint8_t* out,
+                 float* out_scales) = nullptr;
+  // out[c * out_stride + r] = dot(weight row r, activation row c) bit for
+  // bit, for r < n_rows <= rows and c < n_cols <= cols packed rows (ragged
+  // edges too), n_pairs block pairs.
+  void (*fn_packed)(const uint8_t* pw, const float* pw_scales, const uint8_t* pa,
+                    const float* pa_scales, int64_t n_pairs, int n_rows, int n_cols, float* out,
+                    int64_t out_stride) = nullptr;
 };
 
 // The tile for weights of `dtype` on `isa`; fn null where there is none.
