@@ -231,13 +231,13 @@ TEST(QuantGemm, PrefillPathFollowsTheVariable) {
   EXPECT_NE(note.find("SPECSTACK_QUANT_PREFILL=fast ignored"), std::string::npos) << note;
 }
 
-// kAuto: the tiles up to the isa's row limit (AVX2 32, AVX-512 VNNI 64),
+// kAuto: the tiles up to the isa's row limit (AVX2 32, AVX-512 VNNI 256),
 // dequantize + sgemm beyond and for types without tiles; the pinned paths
 // hold at every count.
 TEST(QuantGemm, PrefillPathByRowCount) {
   EXPECT_EQ(quant_tiled_max_rows(Isa::kAvx2), 32);
   EXPECT_EQ(quant_tiled_max_rows(Isa::kScalar), 0);
-  EXPECT_EQ(quant_tiled_max_rows(Isa::kAvx512Vnni), 64);
+  EXPECT_EQ(quant_tiled_max_rows(Isa::kAvx512Vnni), 256);
   for (Isa isa : {Isa::kAvx2, Isa::kAvx512Vnni}) {
     if (!quant_isa_available(isa)) continue;
     const int64_t limit = quant_tiled_max_rows(isa);

@@ -253,7 +253,7 @@ void matmul_quant_tiled(ThreadPool& pool, const Tensor& x, const Tensor& w, cons
 int64_t quant_tiled_max_rows(Isa isa) {
   switch (isa) {
     case Isa::kAvx512Vnni:
-      return 64;
+      return 256;
     case Isa::kAvx2:
       return 32;
     default:

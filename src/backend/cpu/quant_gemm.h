@@ -87,13 +87,16 @@ void matmul_quant_tiled(ThreadPool& pool, const Tensor& x, const Tensor& w, cons
 enum class QuantPrefill : uint8_t { kAuto, kInt8, kSgemm };
 
 // Up to this many x rows the int8 tiles, beyond that dequantize + sgemm,
-// for the tiles of `isa` under kAuto (docs/benchmarks.md "session 24: int8
-// tiles, faster", Q8_0 8192 x 2048, tiles / sgemm speed):
-// AVX-512 VNNI 64 (device Xeon, 2 threads: 1.95x at 17 rows, 1.45x at 32,
-// 1.09x at 64, 0.70x at 512); AVX2 32 (EPYC dev VM, 1 thread: 1.22x at 32,
-// 0.98-1.02x at 48, 0.85x at 64, Q5_0 0.95x at 32; the Xeon's AVX2 1.00x at
-// 32). Without VNNI an int8 block dot costs maddubs + madd, two integer
-// multiplies per 16 products, against one f32 FMA per 8 in sgemm.
+// for the tiles of `isa` under kAuto (tiles / sgemm speed, 2 threads):
+// AVX-512 VNNI 256 (docs/benchmarks.md "session 25: int8 tiles at prompt
+// length", device Xeon, packed 5 x 3 tiles, Q8_0 / Q4_0 8192 x 2048: 2.2 /
+// 2.6x at 17 rows, 1.3-1.8x at 64, 1.06-1.74x at 128, 1.00-1.51x at 256,
+// 0.83-1.13x at 512, so 512-row chunks are a draw and stay on sgemm); AVX2
+// 32 (docs/benchmarks.md "session 24: int8 tiles, faster", EPYC dev VM, 1
+// thread: 1.22x at 32, 0.98-1.02x at 48, 0.85x at 64, Q5_0 0.95x at 32;
+// the Xeon's AVX2 1.00x at 32). Without VNNI an int8 block dot costs
+// maddubs + madd, two integer multiplies per 16 products, against one f32
+// FMA per 8 in sgemm.
 int64_t quant_tiled_max_rows(Isa isa);
 
 // The environment variable that pins the prefill path for A/B runs:
