@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <random>
 #include <string>
 #include <tuple>
@@ -86,6 +87,61 @@ TEST_P(QuantGemmTest, TileEqualsOneRowBitForBit) {
   }
 }
 
+// The packed tiles (AVX-512 VNNI: QuantTile::pack_w / pack_a / fn_packed)
+// at every shape matmul_quant_tiled uses, the full tile and each ragged
+// edge (1 .. rows x 1 .. cols), on packed rows taken from every other row
+// of the originals, equal dot for every pair, for odd block counts (the
+// zero-partner pair) and even ones; and nothing is written past the edge.
+TEST_P(QuantGemmTest, PackedTileEdgesEqualOneRowBitForBit) {
+  const Isa isa = this->isa();
+  const DType dtype = this->dtype();
+  const QuantTile tile = quant_tile(dtype, isa);
+  if (tile.fn_packed == nullptr)
+    GTEST_SKIP() << isa_name(isa) << " has no packed tile (its tiles read the blocks as stored)";
+  ASSERT_NE(tile.pack_w, nullptr);
+  ASSERT_NE(tile.pack_a, nullptr);
+  const QuantKernel k = quant_kernel(dtype, isa);
+  std::mt19937 rng(970 + 7 * static_cast<int>(isa) + static_cast<int>(dtype));
+  for (int64_t n_blocks : {1, 2, 3, 6, 7, 64, 65}) {
+    const int64_t in = n_blocks * 32, n_pairs = (n_blocks + 1) / 2;
+    Tensor w = random_quantized(rng, dtype, 2 * tile.rows, in);
+    Tensor x = activations(rng, 2 * tile.cols, in);
+    const std::unique_ptr<uint8_t[]> act = [&] {
+      ThreadPool pool(1);
+      return quantize_activation_rows(pool, k, x);
+    }();
+    const int64_t w_bytes = int64_t(dtype_bytes(dtype, in));
+    const int64_t a_bytes = n_blocks * int64_t(k.act_block_bytes);
+    const auto* wb = static_cast<const uint8_t*>(w.raw());
+    std::vector<uint8_t> pw(size_t(tile.rows * n_pairs * tile.w_pair_bytes));
+    std::vector<uint8_t> pa(size_t(tile.cols * n_pairs * tile.a_pair_bytes));
+    std::vector<float> pws(size_t(tile.rows * 2 * n_pairs)), pas(size_t(tile.cols * 2 * n_pairs));
+    tile.pack_w(wb, 2 * w_bytes, tile.rows, n_blocks, pw.data(), pws.data());
+    tile.pack_a(act.get(), 2 * a_bytes, tile.cols, n_blocks, pa.data(), pas.data());
+    for (int rows = 1; rows <= tile.rows; ++rows) {
+      for (int cols = 1; cols <= tile.cols; ++cols) {
+        const int64_t out_stride = tile.rows + 2;
+        std::vector<float> out(size_t(tile.cols * out_stride), -1.0f);
+        tile.fn_packed(pw.data(), pws.data(), pa.data(), pas.data(), n_pairs, rows, cols,
+                       out.data(), out_stride);
+        for (int c = 0; c < tile.cols; ++c) {
+          for (int r = 0; r < out_stride; ++r) {
+            const float got = out[size_t(c * out_stride + r)];
+            if (c >= cols || r >= rows) {
+              ASSERT_EQ(got, -1.0f) << "wrote past the " << rows << " x " << cols << " edge";
+              continue;
+            }
+            const float one = k.dot(wb + 2 * r * w_bytes, act.get() + 2 * c * a_bytes, n_blocks);
+            ASSERT_EQ(float_bits(got), float_bits(one))
+                << isa_name(isa) << " " << dtype_name(dtype) << " n_blocks=" << n_blocks << " tile "
+                << rows << " x " << cols << " r=" << r << " c=" << c;
+          }
+        }
+      }
+    }
+  }
+}
+
 // matmul_quant_tiled equals matmul_quant (the one- and four-row kernels,
 // themselves equal to dot: quant_matmul_test) bit for bit, bias included,
 // for weight row counts around the register and cache tiles and activation
@@ -96,11 +152,12 @@ TEST_P(QuantGemmTest, MatmulTiledEqualsMatmulQuantBitForBit) {
   const QuantTile tile = quant_tile(dtype, isa);
   ThreadPool pool(3);
   std::mt19937 rng(950 + 7 * static_cast<int>(isa) + static_cast<int>(dtype));
-  for (int64_t out : {1, 3, 4, 5, 7, 31, 33, 70}) {
+  // 41, 83: the packed path's 40-row cache tiles and a ragged last one.
+  for (int64_t out : {1, 3, 4, 5, 7, 31, 33, 41, 70, 83}) {
     for (int64_t n : {int64_t{1}, int64_t{tile.cols - 1}, int64_t{tile.cols}, int64_t{5},
                       int64_t{17}, int64_t{40}}) {
       if (n < 1) continue;
-      const int64_t in = (out % 2 ? 3 : 6) * 32;
+      const int64_t in = (out == 41 ? 1 : out % 2 ? 3 : 6) * 32;
       Tensor w = random_quantized(rng, dtype, out, in);
       Tensor x = activations(rng, n, in);
       Tensor bias = random_f32(rng, {out});
@@ -113,6 +170,28 @@ TEST_P(QuantGemmTest, MatmulTiledEqualsMatmulQuantBitForBit) {
             << i / out << "," << i % out;
       }
     }
+  }
+}
+
+// Long rows, many activation rows: the packed path splits the activation
+// rows into chunks of ~1 MB packed (here 16384-wide rows: 30 rows a chunk,
+// so 70 rows are 30 + 30 + 10, the last chunk ragged in the tile's columns)
+// and packs the weights again per chunk; the outputs stay bit-equal.
+TEST_P(QuantGemmTest, MatmulTiledAcrossActivationChunksBitForBit) {
+  const Isa isa = this->isa();
+  const DType dtype = this->dtype();
+  ThreadPool pool(2);
+  std::mt19937 rng(990 + 7 * static_cast<int>(isa) + static_cast<int>(dtype));
+  const int64_t out = 13, n = 70, in = 16384;
+  Tensor w = random_quantized(rng, dtype, out, in);
+  Tensor x = activations(rng, n, in);
+  Tensor bias = random_f32(rng, {out});
+  Tensor y = Tensor::zeros(DType::kF32, {n, out}), ref = Tensor::zeros(DType::kF32, {n, out});
+  matmul_quant_tiled(pool, x, w, &bias, y, isa);
+  matmul_quant(pool, x, w, &bias, ref, isa);
+  for (int64_t i = 0; i < n * out; ++i) {
+    ASSERT_EQ(float_bits(y.f32()[i]), float_bits(ref.f32()[i]))
+        << isa_name(isa) << " " << dtype_name(dtype) << " at " << i / out << "," << i % out;
   }
 }
 
@@ -152,13 +231,13 @@ TEST(QuantGemm, PrefillPathFollowsTheVariable) {
   EXPECT_NE(note.find("SPECSTACK_QUANT_PREFILL=fast ignored"), std::string::npos) << note;
 }
 
-// kAuto: the tiles up to the isa's row limit (AVX2 32, AVX-512 VNNI 64),
+// kAuto: the tiles up to the isa's row limit (AVX2 32, AVX-512 VNNI 256),
 // dequantize + sgemm beyond and for types without tiles; the pinned paths
 // hold at every count.
 TEST(QuantGemm, PrefillPathByRowCount) {
   EXPECT_EQ(quant_tiled_max_rows(Isa::kAvx2), 32);
   EXPECT_EQ(quant_tiled_max_rows(Isa::kScalar), 0);
-  EXPECT_EQ(quant_tiled_max_rows(Isa::kAvx512Vnni), 64);
+  EXPECT_EQ(quant_tiled_max_rows(Isa::kAvx512Vnni), 256);
   for (Isa isa : {Isa::kAvx2, Isa::kAvx512Vnni}) {
     if (!quant_isa_available(isa)) continue;
     const int64_t limit = quant_tiled_max_rows(isa);

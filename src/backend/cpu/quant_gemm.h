@@ -10,7 +10,7 @@
 // dequantize + sgemm (f32 activations).
 //
 // Tiles exist for the 32-blocks (Q8_0, Q4_0, Q5_0) on AVX2 (4 x 2) and
-// AVX-512 VNNI (4 x 3); the K-quants and the scalar isa have none
+// AVX-512 VNNI (5 x 3, on operands packed once per call); the K-quants and the scalar isa have none
 // (quant_tile(...).fn == nullptr) and prefill dequantizes tiles of weight
 // rows for sgemm (cpu_matmul.h).
 #pragma once
@@ -49,6 +49,26 @@ struct QuantTile {
   void (*scales)(const void* rows, int64_t row_stride, int64_t n_rows, int64_t block_bytes,
                  int64_t n_blocks, float* out, int64_t out_row_stride,
                  int64_t out_block_stride) = nullptr;
+
+  // The packed form (AVX-512 VNNI; fn_scaled and scales are null there, and
+  // these null on AVX2): operands rearranged once per call so that the
+  // tile's inner loop is only the one-row kernel's four ops per (pair,
+  // block pair) (quant_tile_avx512.cpp says how, and why it stays bit-equal).
+  // A packed row of n_blocks blocks holds n_pairs = ceil(n_blocks / 2) block
+  // pairs of w_pair_bytes (weights) / a_pair_bytes (Q8_0 activations) bytes
+  // and 2 n_pairs f32 scales; rows are consecutive in both arrays.
+  int64_t w_pair_bytes = 0;
+  int64_t a_pair_bytes = 0;
+  void (*pack_w)(const void* w, int64_t w_stride, int64_t n_rows, int64_t n_blocks, uint8_t* out,
+                 float* out_scales) = nullptr;
+  void (*pack_a)(const void* a, int64_t a_stride, int64_t n_rows, int64_t n_blocks, uint8_t* out,
+                 float* out_scales) = nullptr;
+  // out[c * out_stride + r] = dot(weight row r, activation row c) bit for
+  // bit, for r < n_rows <= rows and c < n_cols <= cols packed rows (ragged
+  // edges too), n_pairs block pairs.
+  void (*fn_packed)(const uint8_t* pw, const float* pw_scales, const uint8_t* pa,
+                    const float* pa_scales, int64_t n_pairs, int n_rows, int n_cols, float* out,
+                    int64_t out_stride) = nullptr;
 };
 
 // The tile for weights of `dtype` on `isa`; fn null where there is none.
@@ -67,13 +87,16 @@ void matmul_quant_tiled(ThreadPool& pool, const Tensor& x, const Tensor& w, cons
 enum class QuantPrefill : uint8_t { kAuto, kInt8, kSgemm };
 
 // Up to this many x rows the int8 tiles, beyond that dequantize + sgemm,
-// for the tiles of `isa` under kAuto (docs/benchmarks.md "session 24: int8
-// tiles, faster", Q8_0 8192 x 2048, tiles / sgemm speed):
-// AVX-512 VNNI 64 (device Xeon, 2 threads: 1.95x at 17 rows, 1.45x at 32,
-// 1.09x at 64, 0.70x at 512); AVX2 32 (EPYC dev VM, 1 thread: 1.22x at 32,
-// 0.98-1.02x at 48, 0.85x at 64, Q5_0 0.95x at 32; the Xeon's AVX2 1.00x at
-// 32). Without VNNI an int8 block dot costs maddubs + madd, two integer
-// multiplies per 16 products, against one f32 FMA per 8 in sgemm.
+// for the tiles of `isa` under kAuto (tiles / sgemm speed, 2 threads):
+// AVX-512 VNNI 256 (docs/benchmarks.md "session 25: int8 tiles at prompt
+// length", device Xeon, packed 5 x 3 tiles, Q8_0 / Q4_0 8192 x 2048: 2.2 /
+// 2.6x at 17 rows, 1.3-1.8x at 64, 1.06-1.74x at 128, 1.00-1.51x at 256,
+// 0.83-1.13x at 512, so 512-row chunks are a draw and stay on sgemm); AVX2
+// 32 (docs/benchmarks.md "session 24: int8 tiles, faster", EPYC dev VM, 1
+// thread: 1.22x at 32, 0.98-1.02x at 48, 0.85x at 64, Q5_0 0.95x at 32;
+// the Xeon's AVX2 1.00x at 32). Without VNNI an int8 block dot costs
+// maddubs + madd, two integer multiplies per 16 products, against one f32
+// FMA per 8 in sgemm.
 int64_t quant_tiled_max_rows(Isa isa);
 
 // The environment variable that pins the prefill path for A/B runs:
