@@ -29,11 +29,13 @@
 #include <memory>
 #include <random>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/engine.h"
 #include "engine/grammar_stage.h"
 #include "engine/request_state.h"
+#include "engine/step_plan.h"
 #include "specdecode/spec_length_policy.h"
 
 namespace specstack {
@@ -117,6 +119,10 @@ class SpecDecodeStage {
   // sampling on the draft side, its grammar's mask applied); keeps q for
   // rejection sampling.
   int32_t draft_sample(Sequence* seq, DraftState& state, const float* logits, int32_t greedy_id);
+  // A device-greedy draft forward's grammar masks, for `rows` (a constrained
+  // drafting sequence and its logit row): those made already, then as many
+  // others as fit in about the forward's time.
+  void fill_draft_masks(StepPlan& plan, const std::vector<std::pair<Sequence*, size_t>>& rows);
   // Advances seq's speculative parser state by the newest draft token
   // (Sequence::draft_grammar); false when drafting must stop there.
   bool advance_grammar(Sequence& seq, DraftState& state) const;
@@ -127,6 +133,7 @@ class SpecDecodeStage {
   int32_t max_batched_tokens_;
   int64_t draft_vocab_;
   SpecLengthPolicy policy_;
+  double draft_step_seconds_ = 5e-4;  // a draft decode forward (the fastest, slowly forgotten)
   std::mt19937_64 emulation_rng_;
   std::unordered_map<Sequence*, std::unique_ptr<DraftState>> states_;
 };

@@ -46,6 +46,16 @@ constexpr size_t kMaxStackDepth = 1024;
 class GrammarMatcher {
  public:
   explicit GrammarMatcher(std::shared_ptr<const Grammar> grammar);
+  // A copy takes the state, not the scratch buffers (speculative decoding
+  // copies a matcher per draft token: SpecDecodeStage::advance_grammar).
+  GrammarMatcher(const GrammarMatcher& other) : grammar_(other.grammar_), stacks_(other.stacks_) {}
+  GrammarMatcher& operator=(const GrammarMatcher& other) {
+    grammar_ = other.grammar_;
+    stacks_ = other.stacks_;
+    return *this;
+  }
+  GrammarMatcher(GrammarMatcher&&) = default;
+  GrammarMatcher& operator=(GrammarMatcher&&) = default;
 
   // Advances by one byte; false (and the state unchanged) when no path admits it.
   bool accept_byte(uint8_t byte);
