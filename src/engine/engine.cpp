@@ -113,8 +113,11 @@ class EngineCore {
   // Appends generated tokens to one choice and streams them; stops at the
   // first that ends it (EOS, stop id, max_tokens, context). `logprob_rows`
   // [tokens.size(), vocab] raw logits when logprobs are asked for.
+  // The grammar state is already past the first `n_grammar_advanced`
+  // tokens (verified drafts, none completing the document but maybe the
+  // last: VerifyResult::grammar_ended, which on_verify handles).
   void emit(Sequence* seq, std::span<const int32_t> tokens, const float* logprob_rows,
-            Clock::time_point now);
+            Clock::time_point now, int32_t n_grammar_advanced = 0);
   // True when every row that wants logits can take the model's own argmax:
   // a GPU model, greedy without penalties, one choice, no logprobs.
   bool device_greedy_step(const ScheduleResult& scheduled) const;
@@ -503,7 +506,7 @@ void EngineCore::on_logits(Sequence* seq, float* logits, int32_t chosen) {
 }
 
 void EngineCore::emit(Sequence* s, std::span<const int32_t> tokens, const float* logprob_rows,
-                      Clock::time_point now) {
+                      Clock::time_point now, int32_t n_grammar_advanced) {
   Request& request = *s->request;
   const ModelConfig& config = model_.config();
   const SamplingParams& params = request.options.params;
@@ -512,7 +515,9 @@ void EngineCore::emit(Sequence* s, std::span<const int32_t> tokens, const float*
   for (size_t i = 0; i < tokens.size(); ++i) {
     const int32_t token = tokens[i];
     const auto accept_start = s->grammar ? Clock::now() : Clock::time_point{};
-    const GrammarOutcome grammar = grammar_.accept(*s, token);
+    const GrammarOutcome grammar = static_cast<int32_t>(i) < n_grammar_advanced
+                                       ? GrammarOutcome::kGrammarContinue
+                                       : grammar_.accept(*s, token);
     if (s->grammar) {
       counters_.grammar_accept_seconds_total +=
           std::chrono::duration<double>(Clock::now() - accept_start).count();
@@ -576,9 +581,9 @@ void EngineCore::on_verify(Sequence* seq, const float* rows, const int32_t* gree
     seq->request->stream->stats.speculative.draft_tokens += verified.n_drafted;
     seq->request->stream->stats.speculative.accepted_tokens += verified.n_accepted;
   }
-  emit(seq, verified.tokens, rows, Clock::now());
-  // The accepted draft tokens left the grammar where nothing may follow: a
-  // complete document ended the choice in emit(); a dead end ends it here.
+  emit(seq, verified.tokens, rows, Clock::now(), verified.n_grammar_advanced);
+  // The accepted draft tokens left the grammar where nothing may follow (a
+  // complete document or a dead end): the choice ends here, with "stop".
   if (verified.grammar_ended && !seq->finished) {
     finish(seq, FinishReason::kFinishStop, RequestEvent{seq->choice, {}, {}, {}});
   }

@@ -593,6 +593,11 @@ VerifyResult SpecDecodeStage::verify(Sequence* seq, const float* rows, const int
     }
   }
   result.n_accepted = static_cast<int32_t>(result.tokens.size()) - (result.grammar_ended ? 0 : 1);
+  if (seq->grammar && result.n_accepted > 0) {
+    // The state after the accepted drafts is the one drafting kept.
+    *seq->grammar = std::move(seq->draft_grammar[static_cast<size_t>(result.n_accepted - 1)]);
+    result.n_grammar_advanced = result.n_accepted;
+  }
   state.acceptance.observe(result.n_accepted, k);
   rollback_round(state, result.n_accepted);
   return result;

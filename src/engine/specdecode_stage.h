@@ -51,6 +51,11 @@ struct VerifyResult {
   // go on: `tokens` has no token after them. If they do not end the choice
   // themselves (a complete document does), the grammar's dead end does.
   bool grammar_ended = false;
+  // With a grammar: the sequence's parser state was moved past the first
+  // n_grammar_advanced tokens (the accepted drafts' states, kept from
+  // drafting, so emit() need not walk them again). None of them but the
+  // last can complete the document, and that case is grammar_ended.
+  int32_t n_grammar_advanced = 0;
 };
 
 class SpecDecodeStage {
