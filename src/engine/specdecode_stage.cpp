@@ -226,7 +226,8 @@ void SpecDecodeStage::fill_draft_masks(StepPlan& plan,
   // drafting there if the grammar refuses it. Exact either way: the
   // verifier masks every row.
   const auto start = Clock::now();
-  const double budget = 0.7 * draft_step_seconds_;  // the rest: lookups, the upload
+  // 0.7: the rest of the forward's time goes to the lookups and the upload.
+  const double budget = 0.7 * (draft_step_seconds_ > 0 ? draft_step_seconds_ : 5e-4);
   plan.masks.reset(plan.logit_rows.size(), draft_vocab_);
   std::vector<std::pair<Sequence*, size_t>> unknown;
   const auto keep = [&](MaskFill fill, size_t logit_row) {
@@ -419,7 +420,9 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
       policy_.observe_draft_step(static_cast<int32_t>(plan.n_tokens()), seconds_since(start));
       // The fastest recent step: mask walks that overran a forward must not
       // raise their own budget.
-      draft_step_seconds_ = std::min(draft_step_seconds_ * 1.02, seconds_since(start));
+      const double seconds = seconds_since(start);
+      draft_step_seconds_ =
+          draft_step_seconds_ > 0 ? std::min(draft_step_seconds_ * 1.02, seconds) : seconds;
     }
     if (step == 0) {
       for (Row& row : rows) {

@@ -138,7 +138,8 @@ class SpecDecodeStage {
   int32_t max_batched_tokens_;
   int64_t draft_vocab_;
   SpecLengthPolicy policy_;
-  double draft_step_seconds_ = 5e-4;  // a draft decode forward (the fastest, slowly forgotten)
+  // A draft decode forward: the fastest recent one, slowly forgotten (0: none yet).
+  double draft_step_seconds_ = 0;
   std::mt19937_64 emulation_rng_;
   std::unordered_map<Sequence*, std::unique_ptr<DraftState>> states_;
 };
