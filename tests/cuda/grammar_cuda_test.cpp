@@ -17,6 +17,7 @@
 #include "../engine/engine_test_util.h"
 #include "../engine/golden_run.h"
 #include "../engine/grammar_test_schemas.h"
+#include "../engine/json_bytes_grammar.h"
 #include "backend/cpu/cpu_backend.h"
 #include "cuda_test_util.h"
 #include "engine/engine.h"
@@ -52,21 +53,14 @@ std::unique_ptr<Fixture> make_fixture() {
   options.cuda_graphs = true;
   options.graph_max_context = 1024;
   f->model = testing::load_golden_model("llama-gqa", f->backend, options);
-  auto tok = Tokenizer::load_dir(testing::test_data("grammar/json-bytes-512"));
-  SS_CHECK_MSG(tok.ok(), tok.ok() ? "" : tok.message());
-  f->tokenizer = std::make_unique<Tokenizer>(std::move(tok).value());
-  f->vocabulary = std::make_shared<const grammar::TokenVocabulary>(
-      grammar::TokenVocabulary::from_tokenizer(*f->tokenizer));
+  testing::JsonBytesVocabulary v = testing::load_json_bytes_vocabulary();
+  f->tokenizer = std::move(v.tokenizer);
+  f->vocabulary = std::move(v.vocabulary);
   return f;
 }
 
 std::shared_ptr<grammar::TokenConstraint> constraint_for(const Fixture& f, const char* schema) {
-  auto text = grammar::json_schema_to_gbnf(Json::parse(schema));
-  SS_CHECK_MSG(text.ok(), text.ok() ? "" : text.message());
-  auto g = grammar::parse_gbnf(*text);
-  SS_CHECK_MSG(g.ok(), g.ok() ? "" : g.message());
-  return std::make_shared<grammar::TokenConstraint>(
-      std::make_shared<const grammar::Grammar>(std::move(g).value()), f.vocabulary);
+  return testing::schema_constraint(Json::parse(schema), f.vocabulary);
 }
 
 struct Output {

@@ -17,6 +17,7 @@
 #include "grammar/json_schema.h"
 #include "grammar/schema_check.h"
 #include "grammar_test_schemas.h"
+#include "json_bytes_grammar.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -41,23 +42,16 @@ Fixture& fixture() {
     ModelInstanceOptions options;
     options.kv_tokens = 64 * 1024;
     fx->model = testing::load_golden_model("llama-gqa", fx->backend, options);
-    auto tok = Tokenizer::load_dir(testing::test_data("grammar/json-bytes-512"));
-    SS_CHECK_MSG(tok.ok(), tok.ok() ? "" : tok.message());
-    fx->tokenizer = std::make_unique<Tokenizer>(std::move(tok).value());
-    fx->vocabulary = std::make_shared<const grammar::TokenVocabulary>(
-        grammar::TokenVocabulary::from_tokenizer(*fx->tokenizer));
+    testing::JsonBytesVocabulary v = testing::load_json_bytes_vocabulary();
+    fx->tokenizer = std::move(v.tokenizer);
+    fx->vocabulary = std::move(v.vocabulary);
     return fx;
   }();
   return *f;
 }
 
 std::shared_ptr<grammar::TokenConstraint> constraint_for(const Json& schema) {
-  auto text = grammar::json_schema_to_gbnf(schema);
-  SS_CHECK_MSG(text.ok(), text.ok() ? "" : text.message());
-  auto g = grammar::parse_gbnf(*text);
-  SS_CHECK_MSG(g.ok(), g.ok() ? "" : g.message());
-  return std::make_shared<grammar::TokenConstraint>(
-      std::make_shared<const grammar::Grammar>(std::move(g).value()), fixture().vocabulary);
+  return testing::schema_constraint(schema, fixture().vocabulary);
 }
 
 struct Output {

@@ -23,6 +23,7 @@
 #include "grammar/json_schema.h"
 #include "grammar/schema_check.h"
 #include "grammar_test_schemas.h"
+#include "json_bytes_grammar.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -51,23 +52,16 @@ Fixture& fixture() {
     fx->target = testing::load_golden_model("llama-gqa", fx->backend, options);
     fx->self_draft = testing::load_golden_model("llama-gqa", fx->backend, options);
     fx->other_draft = testing::load_golden_model("llama3-rope", fx->backend, options);
-    auto tok = Tokenizer::load_dir(testing::test_data("grammar/json-bytes-512"));
-    SS_CHECK_MSG(tok.ok(), tok.ok() ? "" : tok.message());
-    fx->tokenizer = std::make_unique<Tokenizer>(std::move(tok).value());
-    fx->vocabulary = std::make_shared<const grammar::TokenVocabulary>(
-        grammar::TokenVocabulary::from_tokenizer(*fx->tokenizer));
+    testing::JsonBytesVocabulary v = testing::load_json_bytes_vocabulary();
+    fx->tokenizer = std::move(v.tokenizer);
+    fx->vocabulary = std::move(v.vocabulary);
     return fx;
   }();
   return *f;
 }
 
 std::shared_ptr<grammar::TokenConstraint> constraint_for(const char* schema) {
-  auto text = grammar::json_schema_to_gbnf(Json::parse(schema));
-  SS_CHECK_MSG(text.ok(), text.ok() ? "" : text.message());
-  auto g = grammar::parse_gbnf(*text);
-  SS_CHECK_MSG(g.ok(), g.ok() ? "" : g.message());
-  return std::make_shared<grammar::TokenConstraint>(
-      std::make_shared<const grammar::Grammar>(std::move(g).value()), fixture().vocabulary);
+  return testing::schema_constraint(Json::parse(schema), fixture().vocabulary);
 }
 
 EngineOptions spec_options(ModelInstance* draft, int32_t k) {
