@@ -8,9 +8,14 @@
 // interleaved call by call (a shared machine drifts), median of the calls.
 // Prints microseconds per call and the weight bytes read per second.
 //   build/bench/quant_matmul_bench [--types q8_0,q4_k,q6_k] [--out 8192 --in 2048]
-//       [--rows 1,4] [-t 1,2] [--passes 1,4] [--min-mb 1024] [--calls 30] [--file-dir /tmp]
+//       [--rows 1,4] [-t 1,2] [--passes 1,4] [--acts prep,blocks] [--min-mb 1024] [--calls 30]
+//       [--file-dir /tmp]
 // --passes: weight rows per pass over an activation row (1: the one-row
 // kernel, 4: the four-row kernels), an A/B inside one process.
+// --acts: how the rows path hands the activations to the kernels: "prep"
+// (the kernel's prepared form where it has one: Q4_0 on AVX2 / AVX-512
+// VNNI) and/or "blocks" (the quantized blocks, as before session 25), an A/B
+// inside one process; the other types run the same code either way.
 // --paths: "rows" (matmul_quant, the decode path), "tiled" (the int8 GEMM
 // tiles of quant_gemm.h, Q8_0 only) and "sgemm" (matmul_large: dequantized
 // weight tiles + OpenBLAS, what prefill ran before), interleaved likewise;
@@ -76,6 +81,7 @@ struct Variant {
   cpu::Isa isa;
   int threads;
   int rows_per_pass;
+  cpu::QuantActForm form;
   std::string path;  // rows, tiled or sgemm
   bool file;
   std::vector<double> us;
@@ -89,6 +95,7 @@ int main(int argc, char** argv) {
   std::vector<int> thread_list = {1, 2};
   std::vector<int> pass_list = {1, 4};
   std::vector<std::string> path_list = {"rows"};
+  std::vector<std::string> acts_list = {"prep"};
   std::vector<std::string> memory_list = {"anon", "file"};
   int64_t out = 8192, in = 2048, min_mb = 1024, calls = 30;
   std::string file_dir = "/tmp";
@@ -101,6 +108,9 @@ int main(int argc, char** argv) {
   app.add_option("--passes", pass_list, "weight rows per pass: 1 and/or 4")
       ->delimiter(',')
       ->check(CLI::IsMember({1, 4}));
+  app.add_option("--acts", acts_list, "prep and/or blocks (the rows path)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"prep", "blocks"}));
   app.add_option("--paths", path_list, "rows, tiled and/or sgemm")
       ->delimiter(',')
       ->check(CLI::IsMember({"rows", "tiled", "sgemm"}));
@@ -152,17 +162,22 @@ int main(int argc, char** argv) {
           if (path == "tiled" && cpu::quant_tile(*dtype, isa).fn == nullptr) continue;
           for (int t : thread_list) {
             for (int passes : path == "rows" ? pass_list : std::vector<int>{4}) {
-              for (const std::string& memory : memory_list) {
-                const bool from_file = memory == "file";
-                variants.push_back(
-                    {std::string(cpu::isa_name(isa)) + " " + path + " t" + std::to_string(t) +
-                         (path == "rows" ? " x" + std::to_string(passes) : "") + " " + memory,
-                     isa,
-                     t,
-                     passes,
-                     path,
-                     from_file,
-                     {}});
+              for (const std::string& acts :
+                   path == "rows" ? acts_list : std::vector<std::string>{"prep"}) {
+                for (const std::string& memory : memory_list) {
+                  const bool from_file = memory == "file";
+                  variants.push_back(
+                      {std::string(cpu::isa_name(isa)) + " " + path + " t" + std::to_string(t) +
+                           (path == "rows" ? " x" + std::to_string(passes) + " " + acts : "") +
+                           " " + memory,
+                       isa,
+                       t,
+                       passes,
+                       acts == "prep" ? cpu::QuantActForm::kPrepared : cpu::QuantActForm::kBlocks,
+                       path,
+                       from_file,
+                       {}});
+                }
               }
             }
           }
@@ -185,7 +200,7 @@ int main(int argc, char** argv) {
           } else if (v.path == "sgemm") {
             cpu::matmul_large(pool, x, w, nullptr, y);
           } else {
-            cpu::matmul_quant(pool, x, w, nullptr, y, v.isa, v.rows_per_pass);
+            cpu::matmul_quant(pool, x, w, nullptr, y, v.isa, v.rows_per_pass, v.form);
           }
           const auto t1 = std::chrono::steady_clock::now();
           if (c >= 0) v.us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
@@ -194,7 +209,7 @@ int main(int argc, char** argv) {
       for (Variant& v : variants) {
         std::sort(v.us.begin(), v.us.end());
         const double us = v.us[v.us.size() / 2];
-        std::printf("%-5s %lldx%lld rows %lld %-28s %10.1f us %7.2f GB/s %7.1f Gop/s\n",
+        std::printf("%-5s %lldx%lld rows %lld %-34s %10.1f us %7.2f GB/s %7.1f Gop/s\n",
                     type.c_str(), static_cast<long long>(out), static_cast<long long>(in),
                     static_cast<long long>(rows), v.name.c_str(), us,
                     static_cast<double>(matrix_bytes) / us / 1e3,

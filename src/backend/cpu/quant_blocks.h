@@ -61,6 +61,40 @@ struct BlockQ8_K {
   int16_t bsums[kQkK / 16];
 };
 
+// A Q8_0 activation row re-laid out once per matmul for the Q4_0 kernels'
+// pair loop (quant_q4_0_avx2.cpp / quant_q4_0_avx512.cpp), three arrays in
+// one buffer of kQ4_0ActBytesPerBlock bytes per block:
+//   qs  [32 n] int8: each pair of blocks b, b + 1 (b even) as
+//       [b 0-15 | b+1 0-15 | b 16-31 | b+1 16-31], the order the two weight
+//       blocks' nibbles take when their 32 bytes are unpacked together (low
+//       nibbles, then high); an odd last block as it is;
+//   off [8 n] int32: -8 x the sum of each 4 consecutive values of qs: the
+//       weights' -8 offset moved onto the activations (Σ (q - 8) a =
+//       Σ q a - 8 Σ a over each 4 values: exact integers), so the kernel
+//       multiplies the nibbles as they are, unsigned, with no sign trick;
+//   d   [n] f32: the block scales, converted from f16 once.
+constexpr int64_t kQ4_0ActBytesPerBlock = kQk + 8 * 4 + 4;
+struct Q4_0Act {
+  int8_t* qs;
+  int32_t* off;
+  float* d;
+};
+struct Q4_0ActView {
+  const int8_t* qs;
+  const int32_t* off;
+  const float* d;
+};
+static inline Q4_0Act q4_0_act(void* row, int64_t n_blocks) {
+  auto* p = static_cast<uint8_t*>(row);
+  return {reinterpret_cast<int8_t*>(p), reinterpret_cast<int32_t*>(p + kQk * n_blocks),
+          reinterpret_cast<float*>(p + 2 * kQk * n_blocks)};
+}
+static inline Q4_0ActView q4_0_act_view(const void* row, int64_t n_blocks) {
+  const auto* p = static_cast<const uint8_t*>(row);
+  return {reinterpret_cast<const int8_t*>(p), reinterpret_cast<const int32_t*>(p + kQk * n_blocks),
+          reinterpret_cast<const float*>(p + 2 * kQk * n_blocks)};
+}
+
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22);
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);

@@ -211,8 +211,12 @@ QuantKernel quant_kernel(DType dtype, Isa isa) {
   SS_CHECK_MSG(quant_isa_available(isa),
                std::string("quantized kernels: isa not available here: ") + isa_name(isa));
   const bool k = dtype_block_elements(dtype) == kQkK;
-  QuantKernel kernel{k ? QuantAct::kQ8_K : QuantAct::kQ8_0, k ? kQkK : kQk,
-                     k ? sizeof(BlockQ8_K) : sizeof(BlockQ8_0), nullptr, nullptr};
+  QuantKernel kernel{k ? QuantAct::kQ8_K : QuantAct::kQ8_0,
+                     k ? kQkK : kQk,
+                     k ? sizeof(BlockQ8_K) : sizeof(BlockQ8_0),
+                     nullptr,
+                     nullptr,
+                     {}};
 #if SS_QUANT_AVX2 && SS_QUANT_AVX512
 #define SS_PICK(fn)                                                   \
   kernel.dot = isa == Isa::kAvx512Vnni ? quant_avx512vnni::dot_##fn   \
@@ -249,6 +253,15 @@ QuantKernel quant_kernel(DType dtype, Isa isa) {
       SS_CHECK_MSG(false, std::string("no quantized kernel for ") + dtype_name(dtype));
   }
 #undef SS_PICK
+#if SS_QUANT_AVX2 && SS_QUANT_AVX512
+  if (dtype == DType::kQ4_0 && isa != Isa::kScalar) {
+    const bool vnni = isa == Isa::kAvx512Vnni;
+    kernel.prepared = {
+        kQ4_0ActBytesPerBlock, quant_avx2::prepare_q4_0,
+        vnni ? quant_avx512vnni::dot_q4_0_prepared : quant_avx2::dot_q4_0_prepared,
+        vnni ? quant_avx512vnni::dot4_q4_0_prepared : quant_avx2::dot4_q4_0_prepared};
+  }
+#endif
   return kernel;
 }
 

@@ -25,6 +25,22 @@ namespace specstack::cpu {
 
 enum class QuantAct : uint8_t { kQ8_0, kQ8_K };
 
+// A kernel's own form of an activation row, made from the quantized blocks
+// once per matmul and read by every weight row: where the blocks' layout
+// costs the kernel work per weight block that depends on the activations
+// only. Q4_0 on AVX2 / AVX-512 VNNI has one (quant_blocks.h Q4_0Act: the
+// activations in the unpacked nibbles' order, the weights' -8 offset as
+// -8 Σa per int32 lane, the scales in f32; quant_q4_0_avx2.cpp says why
+// that is faster). dot / dot4 on the prepared row give the same floats as
+// QuantKernel::dot / dot4 on the blocks, bit for bit.
+struct QuantPrepared {
+  int64_t bytes_per_block = 0;  // 0: the kernel has no prepared form
+  void (*prepare)(const void* act_row, int64_t n_blocks, void* out) = nullptr;
+  float (*dot)(const void* w_row, const void* prep_row, int64_t n_blocks) = nullptr;
+  void (*dot4)(const void* w, int64_t w_stride, const void* prep_row, int64_t n_blocks,
+               float* out) = nullptr;
+};
+
 struct QuantKernel {
   QuantAct act;                // how activations are quantized for this weight type
   int64_t act_block_elements;  // 32 or 256
@@ -39,6 +55,7 @@ struct QuantKernel {
   // device Xeon, docs/benchmarks.md) and loads each activation block once.
   // The scalar isa runs the one-row reference four times.
   void (*dot4)(const void* w, int64_t w_stride, const void* act_row, int64_t n_blocks, float* out);
+  QuantPrepared prepared{};  // none for most types and for the scalar isa
 };
 
 // Whether `dtype` has a quantized kernel (Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K).
@@ -119,6 +136,12 @@ void dot4_q5_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks,
 void dot4_q4_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out);
 void dot4_q5_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out);
 void dot4_q6_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out);
+// Q4_0 on prepared activations (quant_q4_0_avx2.cpp); prepare_q4_0 serves
+// the AVX-512 VNNI twin too (the layout is the same).
+void prepare_q4_0(const void* act_row, int64_t n_blocks, void* out);
+float dot_q4_0_prepared(const void* w, const void* prep, int64_t n_blocks);
+void dot4_q4_0_prepared(const void* w, int64_t w_stride, const void* prep, int64_t n_blocks,
+                        float* out);
 }  // namespace quant_avx2
 #endif
 
@@ -136,6 +159,10 @@ void dot4_q5_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks,
 void dot4_q4_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out);
 void dot4_q5_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out);
 void dot4_q6_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out);
+float dot_q4_0_prepared(const void* w, const void* prep,
+                        int64_t n_blocks);  // quant_q4_0_avx512.cpp
+void dot4_q4_0_prepared(const void* w, int64_t w_stride, const void* prep, int64_t n_blocks,
+                        float* out);
 }  // namespace quant_avx512vnni
 #endif
 

@@ -1,6 +1,7 @@
 #include "backend/cpu/quant_matmul.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -40,6 +41,32 @@ gguf::GgmlType ggml_type(DType dtype) {
   return gguf::GgmlType::kF32;
 }
 
+// Activation rows as a kernel reads them: the quantized blocks, or the
+// kernel's prepared form of each (QuantPrepared), made here once for all
+// weight rows. Rows of the prepared form start 64-byte aligned, so the
+// kernels' 32- and 64-byte loads of them do not straddle cache lines.
+struct KernelActs {
+  const uint8_t* rows;
+  int64_t row_bytes;
+  std::unique_ptr<uint8_t[]> storage;
+};
+
+KernelActs prepare_rows(const QuantKernel& k, const uint8_t* act, int64_t act_row_bytes, int64_t n,
+                        int64_t n_blocks) {
+  constexpr int64_t kAlign = 64;
+  KernelActs out{act, act_row_bytes, nullptr};
+  if (k.prepared.prepare == nullptr) return out;
+  out.row_bytes = (n_blocks * k.prepared.bytes_per_block + kAlign - 1) / kAlign * kAlign;
+  out.storage.reset(new uint8_t[size_t(n * out.row_bytes + kAlign)]);
+  const auto addr = reinterpret_cast<uintptr_t>(out.storage.get());
+  auto* base = reinterpret_cast<uint8_t*>((addr + kAlign - 1) / kAlign * kAlign);
+  for (int64_t i = 0; i < n; ++i) {
+    k.prepared.prepare(act + i * act_row_bytes, n_blocks, base + i * out.row_bytes);
+  }
+  out.rows = base;
+  return out;
+}
+
 }  // namespace
 
 void dequantize_rows(const Tensor& w, int64_t row_begin, int64_t row_end, float* out) {
@@ -70,7 +97,7 @@ std::unique_ptr<uint8_t[]> quantize_activation_rows(ThreadPool& pool, const Quan
 }
 
 void matmul_quant(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
-                  Isa isa, int rows_per_pass) {
+                  Isa isa, int rows_per_pass, QuantActForm form) {
   SS_CHECK(x.device() == Device::kCpu && w.device() == Device::kCpu && y.device() == Device::kCpu);
   SS_CHECK(x.dim() == 2 && w.dim() == 2 && y.dim() == 2);
   const int64_t n = x.size(0), in = x.size(1), out = w.size(0);
@@ -82,13 +109,17 @@ void matmul_quant(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tens
   SS_CHECK_MSG(rows_per_pass == 1 || rows_per_pass == 4,
                "matmul_quant rows_per_pass must be 1 or 4, got " + std::to_string(rows_per_pass));
   if (n == 0 || out == 0) return;
-  const QuantKernel k = quant_kernel(w.dtype(), isa);
+  QuantKernel k = quant_kernel(w.dtype(), isa);
+  if (form == QuantActForm::kBlocks) k.prepared = QuantPrepared{};
   SS_CHECK_EQ(in % k.act_block_elements, 0);  // rows are whole weight blocks
   const int64_t n_blocks = in / k.act_block_elements;
-  const int64_t act_row_bytes = n_blocks * int64_t(k.act_block_bytes);
   const int64_t w_row_bytes = int64_t(dtype_bytes(w.dtype(), in));
 
   const std::unique_ptr<uint8_t[]> act = quantize_activation_rows(pool, k, x);
+  const KernelActs acts =
+      prepare_rows(k, act.get(), n_blocks * int64_t(k.act_block_bytes), n, n_blocks);
+  const auto dot = k.prepared.prepare ? k.prepared.dot : k.dot;
+  const auto dot4 = k.prepared.prepare ? k.prepared.dot4 : k.dot4;
 
   const auto* w_data = static_cast<const uint8_t*>(w.raw());
   const float* b = bias ? bias->f32() : nullptr;
@@ -98,18 +129,18 @@ void matmul_quant(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tens
     for (int64_t o0 = begin; o0 < end; o0 += kTileRows) {
       const int64_t o1 = std::min(o0 + kTileRows, end);
       for (int64_t i = 0; i < n; ++i) {
-        const uint8_t* a = act.get() + i * act_row_bytes;
+        const uint8_t* a = acts.rows + i * acts.row_bytes;
         float* y_row = y_data + i * out;
         // Four weight rows per pass (four DRAM streams a core), the last
         // o1 - o0 mod 4 one at a time: both give the same floats per row.
         int64_t o = o0;
         for (; rows_per_pass == 4 && o + 4 <= o1; o += 4) {
           float dots[4];
-          k.dot4(w_data + o * w_row_bytes, w_row_bytes, a, n_blocks, dots);
+          dot4(w_data + o * w_row_bytes, w_row_bytes, a, n_blocks, dots);
           for (int r = 0; r < 4; ++r) y_row[o + r] = dots[r] + (b ? b[o + r] : 0.0f);
         }
         for (; o < o1; ++o) {
-          y_row[o] = k.dot(w_data + o * w_row_bytes, a, n_blocks) + (b ? b[o] : 0.0f);
+          y_row[o] = dot(w_data + o * w_row_bytes, a, n_blocks) + (b ? b[o] : 0.0f);
         }
       }
     }

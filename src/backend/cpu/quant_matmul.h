@@ -18,13 +18,20 @@
 
 namespace specstack::cpu {
 
+// How the activation rows reach the kernels: kPrepared, in the kernel's own
+// form where it has one (QuantKernel::prepared: Q4_0 on AVX2 / AVX-512 VNNI),
+// made once per call; kBlocks, always as the quantized blocks (the
+// kernels before session 25, kept for quant_matmul_bench's A/B and the
+// tests). The same floats either way.
+enum class QuantActForm : uint8_t { kPrepared, kBlocks };
+
 // x [n, in] f32, w [out, in] quantized, bias [out] f32 or null, y [n, out] f32.
 // isa: Isa::kScalar, kAvx2 or kAvx512Vnni (checked against CPUID).
 // rows_per_pass: weight rows per pass over an activation row, 4 (the
 // four-row kernels, QuantKernel::dot4) or 1 (the one-row kernel only, kept
 // for quant_matmul_bench's A/B); the results are the same bit for bit.
 void matmul_quant(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
-                  Isa isa, int rows_per_pass = 4);
+                  Isa isa, int rows_per_pass = 4, QuantActForm form = QuantActForm::kPrepared);
 
 // act [n, in / k.act_block_elements] activation blocks of x [n, in]'s rows,
 // quantized in parallel: once per matmul, for every output feature.
