@@ -420,6 +420,7 @@ int32_t EngineCore::fill_device_masks(ScheduleResult& scheduled, std::vector<uin
       const size_t r = row + static_cast<size_t>(i);
       switch (grammar_.fill_mask(*chunk.seq, *state, masks.add(r))) {
         case MaskFill::kMaskNone:
+        case MaskFill::kMaskUnknown:  // (fill_mask makes every mask)
           masks.drop_last(r);
           break;
         case MaskFill::kMaskFilled:
