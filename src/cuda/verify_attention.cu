@@ -395,52 +395,37 @@ __device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const
 // Run-time split with counters (PagedAttentionArgs::run_split_counters):
 // counts this CTA in for its (run, kv head) group once its entries are
 // written; true in the last CTA to arrive, which then owns the merge. The
-// barrier orders every thread's entry writes before thread 0's fence and
-// count (the release pattern CUTLASS's semaphore uses); the fence after the
-// count in the last CTA orders its reads of the others' entries after their
-// counts. All n_parts CTAs have arrived when the last one sees the count, so
-// it resets the counter at once (zero again for the next launch). One
-// thread fences, not all 128: a fence per thread was measurably slower.
+// fence before the count publishes this CTA's entries device-wide; the one
+// after it (in the last CTA) orders its reads of the others' entries after
+// their counts. All n_parts CTAs have arrived when the last one sees the
+// count, so it resets the counter at once (zero again for the next launch).
 __device__ __forceinline__ bool arrive_last(int32_t* counter, int32_t n_parts) {
   __shared__ int s_last;
+  __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence();
     const bool last = atomicAdd(counter, 1) == n_parts - 1;
-    if (last) {
-      *counter = 0;
-      __threadfence();
-    }
+    if (last) *counter = 0;
     s_last = last;
   }
   __syncthreads();
-  return s_last != 0;
+  const bool last = s_last != 0;
+  if (last) __threadfence();
+  return last;
 }
 
 // The last CTA of a group merges its n_parts entries for every query vector
 // of the run (combine_kernel's math: out = sum_p acc_p 2^(m_p - M) / sum_p
 // l_p 2^(m_p - M), entries with max -inf weigh 0 and their acc is not read),
-// the terms summed in partition order. Entries are read through L2 (__ldcg:
-// the other CTAs wrote them) as float2 (an entry is head_dim + 2 floats, so
-// 8-byte aligned), with as many loads in flight as the registers allow: the
-// merge is a few dependent L2 round trips at the tail of the kernel, and a
-// first version that walked 8 partitions of one element at a time took
-// ~11 us a layer on the 7B at batch 1 (ncu), twice the combine kernel.
-// smem (the K/V stages, free after the partition loop): max then weights
-// [n_q][n_parts], sums [n_q][n_parts], 1 / sum [n_q] f32.
+// the terms summed in partition order. Entries are read through L2 (__ldcg):
+// the other CTAs wrote them. smem: the K/V stages, free after the partition
+// loop, hold the weights [n_q][n_parts] f32 and 1 / sum [n_q].
 template <int kHeadDim>
 __device__ void merge_split_entries(const PagedAttentionArgs& a, const Cta& c, unsigned char* smem,
                                     int32_t n_parts) {
-  constexpr int kPairs = kHeadDim / 2;  // float2 pairs of an acc
-  constexpr int kItems = 2;             // (query vector, pair) items per thread and round
-  constexpr int kLoads = 16;            // partitions per item and round
-  static_assert(
-      (2 * kRunMaxQueries * kRunSplitMergeMaxParts + kRunMaxQueries) * 4 <= Smem<kHeadDim>::kFlat,
-      "the merge's weights fit the K/V stages");
-  const int32_t n_w = c.n_q * n_parts;
+  constexpr int kLoads = 8;  // entry loads in flight per thread
   auto* s_w = reinterpret_cast<float*>(smem);
-  float* s_l = s_w + n_w;
-  float* s_inv = s_l + n_w;
+  float* s_inv = s_w + c.n_q * n_parts;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int64_t entry_floats = kHeadDim + 2;
@@ -448,84 +433,48 @@ __device__ void merge_split_entries(const PagedAttentionArgs& a, const Cta& c, u
     return a.workspace +
            workspace_entry(c.t0 + m / c.g, c.kvh * c.g + m % c.g, 0, a.n_heads, n_parts, kHeadDim);
   };
-  // Every entry's (max, sum) in one round of loads.
-  for (int32_t i = threadIdx.x; i < n_w; i += kThreads) {
-    const int32_t m = i / n_parts;
-    const int32_t p = i % n_parts;
-    const float2 ms =
-        __ldcg(reinterpret_cast<const float2*>(entry(m) + p * entry_floats + kHeadDim));
-    s_w[i] = ms.x;
-    s_l[i] = ms.y;
-  }
-  __syncthreads();
-  // Weights and 1 / sum, one warp per query vector, from shared memory.
+  // Weights and the sum, one warp per query vector.
   for (int32_t m = warp; m < c.n_q; m += kWarps) {
-    float* w = s_w + m * n_parts;
-    const float* l_p = s_l + m * n_parts;
+    const float* e = entry(m);
     float mx = -INFINITY;
-    for (int32_t p = lane; p < n_parts; p += 32) mx = fmaxf(mx, w[p]);
+    for (int32_t p = lane; p < n_parts; p += 32)
+      mx = fmaxf(mx, __ldcg(e + p * entry_floats + kHeadDim));
     mx = warp_max(mx);
     float l = 0.0f;
     for (int32_t p = lane; p < n_parts; p += 32) {
-      const float mp = w[p];
-      const float wp = mp == -INFINITY ? 0.0f : exp2f(mp - mx);
-      w[p] = wp;
-      if (mp != -INFINITY) l += l_p[p] * wp;
+      const float mp = __ldcg(e + p * entry_floats + kHeadDim);
+      const float w = mp == -INFINITY ? 0.0f : exp2f(mp - mx);
+      s_w[m * n_parts + p] = w;
+      if (mp != -INFINITY) l += __ldcg(e + p * entry_floats + kHeadDim + 1) * w;
     }
     l = warp_sum(l);
     // No visible key at all (mx -inf): every weight 0, the output 0.
     if (lane == 0) s_inv[m] = l > 0.0f ? 1.0f / l : 0.0f;
   }
   __syncthreads();
-  // acc: kItems (m, pair) items per thread, kLoads partitions each per round.
-  const int32_t n_items = c.n_q * kPairs;
-  for (int32_t i0 = threadIdx.x; i0 < n_items; i0 += kThreads * kItems) {
-    float2 acc[kItems];
-    const float2* e[kItems];
-    const float* w[kItems];
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      const int32_t i = min(i0 + k * kThreads, n_items - 1);  // a clamped item is not written
-      const int32_t m = i / kPairs;
-      e[k] = reinterpret_cast<const float2*>(entry(m) + (i % kPairs) * 2);
-      w[k] = s_w + m * n_parts;
-      acc[k] = make_float2(0.0f, 0.0f);
-    }
+  for (int i = threadIdx.x; i < c.n_q * kHeadDim; i += kThreads) {
+    const int32_t m = i / kHeadDim;
+    const int d = i % kHeadDim;
+    const float* e = entry(m) + d;
+    const float* w = s_w + m * n_parts;
+    float acc = 0.0f;
     for (int32_t p0 = 0; p0 < n_parts; p0 += kLoads) {
-      float2 v[kItems][kLoads];
+      float v[kLoads];
 #pragma unroll
-      for (int k = 0; k < kItems; ++k) {
-#pragma unroll
-        for (int u = 0; u < kLoads; ++u) {  // loads first; an empty entry's acc is never read
-          const int32_t p = p0 + u;
-          v[k][u] = p < n_parts && w[k][p] != 0.0f ? __ldcg(e[k] + p * entry_floats / 2)
-                                                   : make_float2(0.0f, 0.0f);
-        }
+      for (int u = 0; u < kLoads; ++u) {  // loads first; an empty entry's acc is never read
+        const int32_t p = p0 + u;
+        v[u] = p < n_parts && w[p] != 0.0f ? __ldcg(e + p * entry_floats) : 0.0f;
       }
 #pragma unroll
-      for (int k = 0; k < kItems; ++k) {
-#pragma unroll
-        for (int u = 0; u < kLoads; ++u) {
-          const int32_t p = p0 + u;
-          if (p < n_parts && w[k][p] != 0.0f) {
-            acc[k].x += v[k][u].x * w[k][p];
-            acc[k].y += v[k][u].y * w[k][p];
-          }
-        }
+      for (int u = 0; u < kLoads; ++u) {
+        const int32_t p = p0 + u;
+        if (p < n_parts && w[p] != 0.0f) acc += v[u] * w[p];
       }
     }
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      const int32_t i = i0 + k * kThreads;
-      if (i >= n_items) continue;
-      const int32_t m = i / kPairs;
-      const int32_t t = c.t0 + m / c.g;
-      const int32_t head = c.kvh * c.g + m % c.g;
-      const float inv = s_inv[m];
-      *reinterpret_cast<__nv_bfloat162*>(a.out + t * a.out_stride +
-                                         static_cast<int64_t>(head) * kHeadDim + (i % kPairs) * 2) =
-          __floats2bfloat162_rn(acc[k].x * inv, acc[k].y * inv);
-    }
+    const int32_t t = c.t0 + m / c.g;
+    const int32_t head = c.kvh * c.g + m % c.g;
+    a.out[t * a.out_stride + static_cast<int64_t>(head) * kHeadDim + d] =
+        __float2bfloat16(acc * s_inv[m]);
   }
 }
 

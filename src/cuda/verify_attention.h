@@ -68,11 +68,11 @@ constexpr int32_t kRunSplitMaxGroups = 32;  // fixed partitions from here up (se
 int32_t run_attention_split(int32_t n_runs, int32_t n_kv_heads, int32_t max_context);
 
 // The most run_split entries per (run, kv head) the run kernel merges
-// itself (PagedAttentionArgs::run_split_counters): the last CTA stages two
-// floats per (query vector, entry), up to 2 x 64 x 64 (32 KB), in the shared
-// memory its K/V stages used (54 KB at head_dim 64). Longer splits (contexts
-// past 64K keys at batch 1) go through the combine kernel.
-constexpr int32_t kRunSplitMergeMaxParts = 64;
+// itself (PagedAttentionArgs::run_split_counters): the last CTA stages one
+// weight per (query vector, entry), up to 64 x 128 floats (32 KB), in the
+// shared memory its K/V stages used. Longer splits (contexts past 128K keys
+// at batch 1) go through the combine kernel.
+constexpr int32_t kRunSplitMergeMaxParts = 128;
 
 // Whether paged_attention merges the run-time split inside the run kernel
 // for these args (run_split in [2, kRunSplitMergeMaxParts] with counters).

@@ -467,8 +467,8 @@ TEST(CudaAttention, RunTimeSplitMergedInKernelMatchesCpu) {
   run_paged_case(merged(split_case(64, 7, 2, 3, 31, {577, 1, 63}, 1000, 1, 16)), seed++);
   run_paged_case(merged(split_case(128, 7, 4, 16, 0, {577}, 63, 1, -1)), seed++);
   run_paged_case(merged(split_case(64, 7, 2, 16, 0, {8193}, 0, 1, -1)), seed++);
-  run_paged_case(merged(split_case(64, 16, 1, 16, 0, {9000, 40}, 0, 4, 64)), seed++);  // 64 x 64
-  run_paged_case(merged(split_case(64, 7, 2, 16, 0, {9000, 3}, 0, 1, 65)), seed++);    // combine
+  run_paged_case(merged(split_case(64, 16, 1, 16, 0, {9000, 40}, 0, 4, 128)), seed++);  // 64 x 128
+  run_paged_case(merged(split_case(64, 7, 2, 16, 0, {9000, 3}, 0, 1, 129)), seed++);    // combine
 }
 
 // The host-side choice of the run-time split.
