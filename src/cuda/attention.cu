@@ -468,17 +468,10 @@ void paged_attention(const PagedAttentionArgs& a, cudaStream_t stream) {
     SS_CHECK(a.workspace != nullptr);
     partition = 0;
     parts = a.run_split;
-    if (run_split_merges_in_kernel(a)) {
-      launch_run_attention(a, parts, stream);
-      return;  // the last CTA of each group merged it: no combine
-    }
-    PagedAttentionArgs r = a;
-    r.run_split_counters = nullptr;  // too many entries to stage: the combine merges
-    launch_run_attention(r, parts, stream);
+    launch_run_attention(a, parts, stream);
   } else if (run_kernel) {
     PagedAttentionArgs r = a;
     r.run_split = 0;
-    r.run_split_counters = nullptr;
     r.partition_size = partition = run_attention_partition_size(a);
     parts = num_partitions(a.max_context, partition);  // <= n_parts: the workspace fits
     launch_run_attention(r, parts, stream);

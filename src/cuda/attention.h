@@ -78,14 +78,6 @@ struct PagedAttentionArgs {
   // (run_attention_split chooses it). Same math as fixed partitions up to the
   // f32 summation order of the merge.
   int32_t run_split = 0;
-  // Optional [n_tokens * n_kv_heads] counters, all zero on entry (the owner
-  // zeroes them once at allocation): with run_split, each CTA counts itself
-  // in for its (run head token, kv head) group after writing its entry and
-  // the last one to arrive merges the group's entries and writes out, so no
-  // combine kernel (and no launch / dependency gap) follows; that CTA puts
-  // the counter back to zero, so a graph replays with the same buffer. Used
-  // only while run_split <= kRunSplitMergeMaxParts (verify_attention.h).
-  int32_t* run_split_counters = nullptr;
   bf16* out = nullptr;  // head h of token t at out[t * out_stride + h * head_dim]
   int64_t out_stride = 0;
   float* workspace = nullptr;  // paged_attention_workspace_floats(...) floats
@@ -100,11 +92,6 @@ size_t paged_attention_workspace_floats(int32_t n_tokens, int32_t n_heads, int32
                                         int32_t max_context,
                                         int32_t partition_size = kPartitionSize,
                                         int32_t run_split = 0);
-
-// Counters PagedAttentionArgs::run_split_counters needs for n_tokens rows.
-inline size_t paged_attention_split_counters(int32_t n_tokens, int32_t n_kv_heads) {
-  return static_cast<size_t>(n_tokens) * static_cast<size_t>(n_kv_heads);
-}
 
 // The partition size that gives a step of n_tokens queries enough CTAs to
 // fill the GPU (the model's choice; any valid size computes the same).

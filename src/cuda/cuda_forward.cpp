@@ -218,14 +218,6 @@ void CudaModel::forward(const ForwardBatch& batch, KvCache& kv_base, Tensor& log
         meta.n_paged, static_cast<int32_t>(config_.n_heads), static_cast<int32_t>(config_.head_dim),
         meta.paged_max_context, meta.paged_partition, meta.paged_run_split));
     meta.attn_workspace = attn_workspace_.data();
-    const size_t counters =
-        paged_attention_split_counters(meta.n_paged, static_cast<int32_t>(config_.n_kv_heads));
-    if (meta.paged_run_split > 0 && counters > attn_counters_.size()) {
-      // Zeroed once, in stream order before any kernel that counts on them.
-      attn_counters_.resize(counters);
-      SS_CUDA_CHECK(cudaMemsetAsync(attn_counters_.data(), 0, attn_counters_.nbytes(), stream_));
-    }
-    meta.attn_counters = meta.paged_run_split > 0 ? attn_counters_.data() : nullptr;
     if (meta.paged_begin < 0) {
       compact_q_.reserve(size_t(meta.n_paged) * q_width);
       compact_out_.reserve(size_t(meta.n_paged) * q_width);
@@ -505,7 +497,6 @@ Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv,
     a.max_context = meta.paged_max_context;
     a.partition_size = meta.paged_partition;
     a.workspace = meta.attn_workspace;
-    a.run_split_counters = meta.attn_counters;
     a.pdl = compact || !after_copy;
     paged_attention(a, stream_);
     if (compact) {

@@ -75,14 +75,6 @@ std::unique_ptr<CudaModel::Graph> CudaModel::capture_graph(CudaKvCache& kv, int3
       batch_size, static_cast<int32_t>(config_.n_heads), static_cast<int32_t>(config_.head_dim),
       max_context, graph->step.paged_partition, graph->step.paged_run_split));
   graph->step.attn_workspace = graph->attn_workspace.data();
-  if (graph->step.paged_run_split > 0) {
-    // Zero once; each replay's kernels leave them zero again.
-    graph->attn_counters.resize(
-        paged_attention_split_counters(batch_size, static_cast<int32_t>(config_.n_kv_heads)));
-    SS_CUDA_CHECK(
-        cudaMemsetAsync(graph->attn_counters.data(), 0, graph->attn_counters.nbytes(), stream_));
-    graph->step.attn_counters = graph->attn_counters.data();
-  }
   if (with_capture) {
     graph->captured.resize(size_t(batch_size) * config_.n_layers * config_.n_heads *
                            config_.head_dim);

@@ -163,11 +163,8 @@ class CudaModel final : public ForwardModel {
   DeviceBuffer<int32_t> greedy_ids_;    // [rows] chosen tokens
   DeviceBuffer<uint32_t> masks_;        // [rows] row_mask, then [n_masks, ceil(vocab / 32)] bits
   DeviceBuffer<float> attn_workspace_;  // paged attention split-K partials
-  // [n_paged * n_kv_heads] the run-time split's arrival counters (zero
-  // between launches: zeroed when allocated, reset by the kernel).
-  DeviceBuffer<int32_t> attn_counters_;
-  DeviceBuffer<bf16> compact_q_;    // [n, H * D] paged-path queries when not a contiguous range
-  DeviceBuffer<bf16> compact_out_;  // [n, H * D]
+  DeviceBuffer<bf16> compact_q_;        // [n, H * D] paged-path queries when not a contiguous range
+  DeviceBuffer<bf16> compact_out_;      // [n, H * D]
   // MoE scratch.
   DeviceBuffer<float> router_logits_;   // [T, E]
   DeviceBuffer<int32_t> topk_ids_;      // [T, k]

@@ -54,8 +54,6 @@ struct CudaModel::StepMeta {
   std::vector<int32_t> capture_rows;  // host
   // Where paged attention's split-K partials go (eager or a graph's own).
   float* attn_workspace = nullptr;
-  // The run-time split's counters (PagedAttentionArgs::run_split_counters).
-  int32_t* attn_counters = nullptr;
   // Capture graphs: every row's queries land here per layer, device to
   // device inside the graph [n_tokens, n_layers, n_heads * head_dim] bf16.
   __nv_bfloat16* capture_device = nullptr;
@@ -66,7 +64,6 @@ struct CudaModel::Graph {
   cudaGraphExec_t exec = nullptr;
   DeviceBuffer<int32_t> meta;            // this graph's staged metadata
   DeviceBuffer<float> attn_workspace;    // split-K partials at graph capacity
-  DeviceBuffer<int32_t> attn_counters;   // the run-time split's counters (zeroed once)
   DeviceBuffer<__nv_bfloat16> captured;  // capture graphs: [batch, n_layers, q_width]
   StepMeta step;                         // device pointers into `meta`
   ~Graph() {

@@ -23,11 +23,7 @@
 //     whole;
 //  6. the warps of one M tile merge their key slices through shared memory;
 //     the result is written like paged_attention_kernel's: bf16 out with one
-//     partition, else (acc, max, sum) partials that combine_kernel merges;
-//  7. with a run-time split and arrival counters, the last CTA of each (run,
-//     kv head) group to finish merges the group's partials itself (no
-//     combine launch, and no dependency gap before it: a batch-1 7B step
-//     has 28 of each, ~4.6 us of combine apiece under ncu).
+//     partition, else (acc, max, sum) partials that combine_kernel merges.
 // The version before (S/P and O in fp32 shared memory, loads through
 // registers one sub-tile ahead, 8 warps, 4 barriers a sub-tile) streamed the
 // KV at ~0.9 TB/s at batch 32 x 16K.
@@ -40,7 +36,6 @@
 #include "base/check.h"
 #include "cuda/cuda_check.h"
 #include "cuda/pdl.h"
-#include "cuda/row_reduce.cuh"
 #include "cuda/verify_attention.h"
 
 namespace specstack::cuda {
@@ -392,92 +387,6 @@ __device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const
   }
 }
 
-// Run-time split with counters (PagedAttentionArgs::run_split_counters):
-// counts this CTA in for its (run, kv head) group once its entries are
-// written; true in the last CTA to arrive, which then owns the merge. The
-// fence before the count publishes this CTA's entries device-wide; the one
-// after it (in the last CTA) orders its reads of the others' entries after
-// their counts. All n_parts CTAs have arrived when the last one sees the
-// count, so it resets the counter at once (zero again for the next launch).
-__device__ __forceinline__ bool arrive_last(int32_t* counter, int32_t n_parts) {
-  __shared__ int s_last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const bool last = atomicAdd(counter, 1) == n_parts - 1;
-    if (last) *counter = 0;
-    s_last = last;
-  }
-  __syncthreads();
-  const bool last = s_last != 0;
-  if (last) __threadfence();
-  return last;
-}
-
-// The last CTA of a group merges its n_parts entries for every query vector
-// of the run (combine_kernel's math: out = sum_p acc_p 2^(m_p - M) / sum_p
-// l_p 2^(m_p - M), entries with max -inf weigh 0 and their acc is not read),
-// the terms summed in partition order. Entries are read through L2 (__ldcg):
-// the other CTAs wrote them. smem: the K/V stages, free after the partition
-// loop, hold the weights [n_q][n_parts] f32 and 1 / sum [n_q].
-template <int kHeadDim>
-__device__ void merge_split_entries(const PagedAttentionArgs& a, const Cta& c, unsigned char* smem,
-                                    int32_t n_parts) {
-  constexpr int kLoads = 8;  // entry loads in flight per thread
-  auto* s_w = reinterpret_cast<float*>(smem);
-  float* s_inv = s_w + c.n_q * n_parts;
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int64_t entry_floats = kHeadDim + 2;
-  auto entry = [&](int32_t m) {  // query vector m's entry of partition 0
-    return a.workspace +
-           workspace_entry(c.t0 + m / c.g, c.kvh * c.g + m % c.g, 0, a.n_heads, n_parts, kHeadDim);
-  };
-  // Weights and the sum, one warp per query vector.
-  for (int32_t m = warp; m < c.n_q; m += kWarps) {
-    const float* e = entry(m);
-    float mx = -INFINITY;
-    for (int32_t p = lane; p < n_parts; p += 32)
-      mx = fmaxf(mx, __ldcg(e + p * entry_floats + kHeadDim));
-    mx = warp_max(mx);
-    float l = 0.0f;
-    for (int32_t p = lane; p < n_parts; p += 32) {
-      const float mp = __ldcg(e + p * entry_floats + kHeadDim);
-      const float w = mp == -INFINITY ? 0.0f : exp2f(mp - mx);
-      s_w[m * n_parts + p] = w;
-      if (mp != -INFINITY) l += __ldcg(e + p * entry_floats + kHeadDim + 1) * w;
-    }
-    l = warp_sum(l);
-    // No visible key at all (mx -inf): every weight 0, the output 0.
-    if (lane == 0) s_inv[m] = l > 0.0f ? 1.0f / l : 0.0f;
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < c.n_q * kHeadDim; i += kThreads) {
-    const int32_t m = i / kHeadDim;
-    const int d = i % kHeadDim;
-    const float* e = entry(m) + d;
-    const float* w = s_w + m * n_parts;
-    float acc = 0.0f;
-    for (int32_t p0 = 0; p0 < n_parts; p0 += kLoads) {
-      float v[kLoads];
-#pragma unroll
-      for (int u = 0; u < kLoads; ++u) {  // loads first; an empty entry's acc is never read
-        const int32_t p = p0 + u;
-        v[u] = p < n_parts && w[p] != 0.0f ? __ldcg(e + p * entry_floats) : 0.0f;
-      }
-#pragma unroll
-      for (int u = 0; u < kLoads; ++u) {
-        const int32_t p = p0 + u;
-        if (p < n_parts && w[p] != 0.0f) acc += v[u] * w[p];
-      }
-    }
-    const int32_t t = c.t0 + m / c.g;
-    const int32_t head = c.kvh * c.g + m % c.g;
-    a.out[t * a.out_stride + static_cast<int64_t>(head) * kHeadDim + d] =
-        __float2bfloat16(acc * s_inv[m]);
-  }
-}
-
 // grid (n_tokens, n_kv_heads, n_parts or fewer: run_grid_parts): only CTAs of run heads
 // (token_run[t] > 0) work; the others return at once.
 template <int kHeadDim>
@@ -541,7 +450,7 @@ __global__ void __launch_bounds__(kThreads, 2)
           w[kHeadDim + 1] = 0.0f;
         }
       }
-      break;  // uniform; later partitions are empty too (a split has one per CTA)
+      return;
     }
     c.n_tiles = (c.n_keys + kTile - 1) / kTile;
 
@@ -583,12 +492,6 @@ __global__ void __launch_bounds__(kThreads, 2)
     // The next partition refills the slot tables and the K/V stages that
     // this one's merge scratch occupies (run_partition drained its copies).
     __syncthreads();
-  }
-  // With counters, a run-time split (one partition per CTA) merges itself.
-  if (a.run_split > 0 && a.run_split_counters != nullptr &&
-      arrive_last(a.run_split_counters + static_cast<int64_t>(c.t0) * a.n_kv_heads + c.kvh,
-                  n_parts)) {
-    merge_split_entries<kHeadDim>(a, c, smem, n_parts);
   }
 }
 
@@ -660,11 +563,6 @@ int32_t run_attention_split(int32_t n_runs, int32_t n_kv_heads, int32_t max_cont
       std::min<int64_t>(kRunSplitMaxParts, (kRunSplitCtas + groups - 1) / groups);
   const int64_t split = std::max(longest, std::min(tiles, wanted));
   return split >= 2 ? static_cast<int32_t>(std::min<int64_t>(split, 65535)) : 0;
-}
-
-bool run_split_merges_in_kernel(const PagedAttentionArgs& a) {
-  return a.run_split >= 2 && a.run_split <= kRunSplitMergeMaxParts &&
-         a.run_split_counters != nullptr;
 }
 
 bool run_attention_supported(int32_t head_dim) {

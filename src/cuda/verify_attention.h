@@ -67,17 +67,6 @@ constexpr int32_t kRunSplitMaxParts = 32;   // per (run, kv head), unless ranges
 constexpr int32_t kRunSplitMaxGroups = 32;  // fixed partitions from here up (see above)
 int32_t run_attention_split(int32_t n_runs, int32_t n_kv_heads, int32_t max_context);
 
-// The most run_split entries per (run, kv head) the run kernel merges
-// itself (PagedAttentionArgs::run_split_counters): the last CTA stages one
-// weight per (query vector, entry), up to 64 x 128 floats (32 KB), in the
-// shared memory its K/V stages used. Longer splits (contexts past 128K keys
-// at batch 1) go through the combine kernel.
-constexpr int32_t kRunSplitMergeMaxParts = 128;
-
-// Whether paged_attention merges the run-time split inside the run kernel
-// for these args (run_split in [2, kRunSplitMergeMaxParts] with counters).
-bool run_split_merges_in_kernel(const PagedAttentionArgs& args);
-
 // Head dims the run kernel supports (others use the per-row kernel).
 bool run_attention_supported(int32_t head_dim);
 

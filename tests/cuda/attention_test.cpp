@@ -94,9 +94,6 @@ struct AttnCase {
   int32_t run_partition_size = 0;  // the run kernel's own partition (0: its default)
   int32_t run_grid_parts = 0;      // the run kernel's CTAs along partitions (0: one each)
   int32_t run_split = 0;           // the run kernel's run-time split; -1: run_attention_split's
-  // With run_split: arrival counters, so the last CTA of each group merges
-  // in the kernel (no combine); launched twice, the counters checked zero.
-  bool merge_in_kernel = false;
 };
 
 // Verify runs, decode rows and prefill chunks interleaved as a step lays
@@ -252,24 +249,8 @@ void run_paged_case(const AttnCase& c, uint32_t seed) {
     d_run = upload(token_run);
     args.token_run = d_run.data();
   }
-  DeviceBuffer<int32_t> d_counters;
-  if (c.merge_in_kernel) {
-    d_counters =
-        upload(std::vector<int32_t>(paged_attention_split_counters(n_tokens, c.n_kv_heads), 0));
-    args.run_split_counters = d_counters.data();
-    EXPECT_EQ(run_split_merges_in_kernel(args), run_split <= kRunSplitMergeMaxParts);
-  }
-  // Twice with counters: the first launch must leave them zero for the
-  // second (a graph replay), whose output is the one compared.
-  for (int launch = 0; launch < (c.merge_in_kernel ? 2 : 1); ++launch) {
-    d_out.fill_bytes(0xFF);
-    d_ws.fill_bytes(0xFF);
-    paged_attention(args, nullptr);
-    SS_CUDA_CHECK(cudaDeviceSynchronize());
-    if (c.merge_in_kernel) {
-      for (int32_t v : d_counters.download()) ASSERT_EQ(v, 0) << "launch " << launch;
-    }
-  }
+  paged_attention(args, nullptr);
+  SS_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<float> gpu_full = to_f32(d_out.download());
 
   // Per token, so one wrong query cannot hide in the batch norm.
@@ -435,40 +416,6 @@ TEST(CudaAttention, RunTimeSplitMatchesCpu) {
   run_paged_case(split_case(128, 7, 4, 16, 0, {577}, 63, 1, -1), seed++);
   run_paged_case(split_case(64, 7, 2, 16, 0, {8193}, 0, 1, -1), seed++);
   run_paged_case(split_case(64, 7, 2, 16, 0, {700, 1200}, 2000, 1, -1), seed++);
-}
-
-// The run-time split merged by the last CTA of each (run, kv head) group
-// (PagedAttentionArgs::run_split_counters) instead of the combine kernel:
-// the same shapes as RunTimeSplitMatchesCpu (decode rows and verify runs,
-// GQA 1-16, head dims 64 / 128, windows, empty CTAs from spare capacity),
-// against the CPU twin, with the counters zero after each of two launches.
-// A split past kRunSplitMergeMaxParts takes the combine kernel.
-TEST(CudaAttention, RunTimeSplitMergedInKernelMatchesCpu) {
-  SS_REQUIRE_GPU();
-  uint32_t seed = 1900;
-  auto merged = [](AttnCase c) {
-    c.merge_in_kernel = true;
-    return c;
-  };
-  for (int32_t hd : {64, 128}) {
-    for (int32_t group : {1, 7, 16}) {
-      for (int32_t rows : {1, 5}) {
-        for (int32_t split : {2, 7, 40}) {
-          const int32_t n_kv = 1 + static_cast<int32_t>(seed % 3);
-          const int32_t window = seed % 4 == 0 ? 100 : 0;
-          run_paged_case(merged(split_case(hd, group, n_kv, 16, window, {1000, 9, 300, 257, 64, 65},
-                                           0, rows, split)),
-                         seed++);
-        }
-      }
-    }
-  }
-  run_paged_case(merged(split_case(128, 7, 4, 5, 0, {613, 1, 2, 129}, 3000, 1, 64)), seed++);
-  run_paged_case(merged(split_case(64, 7, 2, 3, 31, {577, 1, 63}, 1000, 1, 16)), seed++);
-  run_paged_case(merged(split_case(128, 7, 4, 16, 0, {577}, 63, 1, -1)), seed++);
-  run_paged_case(merged(split_case(64, 7, 2, 16, 0, {8193}, 0, 1, -1)), seed++);
-  run_paged_case(merged(split_case(64, 16, 1, 16, 0, {9000, 40}, 0, 4, 128)), seed++);  // 64 x 128
-  run_paged_case(merged(split_case(64, 7, 2, 16, 0, {9000, 3}, 0, 1, 129)), seed++);    // combine
 }
 
 // The host-side choice of the run-time split.
