@@ -11,15 +11,7 @@ namespace {
 
 // 4 warps per block as in gemv.cu (a 3584-row matrix fills the last wave).
 constexpr int kWarpsPerBlock = 4;
-// 16-byte weight loads in flight per lane and weight row: a round of loads
-// is issued (predicated at the row's end) before any is used. A 7B row of
-// 3584 e4m3 is 7 vectors per lane at kSplit 1 (gate/up), 1184 vectors of the
-// down row are 9-10 per lane at kSplit 4: with 4 loads and a one-load
-// remainder loop those took 4 and 3-4 dependent round trips to memory per
-// row, and the FP8 GEMVs streamed at 2.3-2.7 TB/s where the bf16 ones (twice
-// the bytes per round) reach 3.0 (ncu, issue 11 session 26).
-constexpr int kUnroll = 8;
-constexpr int kPrefetch = 4;  // vectors per lane prefetched before the PDL wait (L2 room)
+constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane
 
 // 16 e4m3 weights (one 16-byte load) to f32.
 __device__ inline void fp8x16_to_float(const uint4& packed, float (&w)[16]) {
@@ -50,62 +42,47 @@ __device__ inline float dot16(const float (&w)[16], const uint4* __restrict__ x,
   return sum;
 }
 
-// kRows dot products of x's rows with each of kWRows weight rows (16-byte
-// vectors of 16 weights; kWRows = 2: the gate and up rows of a SiLU GEMV,
-// whose loads then share a round), this warp's share of kSplit, warp-reduced
-// into sum[][] (every lane). Each lane adds its vectors in ascending order,
-// one dot16 each, so the sums do not depend on kUnroll or kWRows.
-template <int kRows, int kSplit, int kWRows>
+// kRows dot products of x's rows with one weight row (16-byte vectors of 16
+// weights), this warp's share of kSplit, warp-reduced into sum[] (every lane).
+template <int kRows, int kSplit>
 __device__ inline void row_dots(const __nv_bfloat16* __restrict__ x, int64_t ldx,
-                                const uint4* const (&w_rows)[kWRows], int64_t vectors, int part,
-                                int lane, float (&sum)[kWRows][kRows]) {
+                                const uint4* __restrict__ w_row, int64_t vectors, int part,
+                                int lane, float (&sum)[kRows]) {
   constexpr int64_t kStride = 32 * kSplit;
-  // Lanes leave the loop at different rounds only at the row's end; no
-  // shuffle inside it.
-  for (int64_t v = int64_t(part) * 32 + lane; v < vectors; v += kStride * kUnroll) {
-    uint4 wv[kWRows][kUnroll] = {};
-#pragma unroll
-    for (int j = 0; j < kWRows; ++j) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (v + kStride * u < vectors) wv[j][u] = __ldcs(w_rows[j] + v + kStride * u);  // once
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kWRows; ++j) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (v + kStride * u >= vectors) continue;
-        float w[16];
-        fp8x16_to_float(wv[j][u], w);
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          sum[j][r] = dot16(w, reinterpret_cast<const uint4*>(x + r * ldx) + 2 * (v + kStride * u),
-                            sum[j][r]);
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kWRows; ++j) {
+  int64_t v = int64_t(part) * 32 + lane;
+  auto consume = [&](const uint4& packed, int64_t at) {
+    float w[16];
+    fp8x16_to_float(packed, w);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
+      sum[r] = dot16(w, reinterpret_cast<const uint4*>(x + r * ldx) + 2 * at, sum[r]);
+    }
+  };
+  for (; v + kStride * (kUnroll - 1) < vectors; v += kStride * kUnroll) {
+    uint4 wv[kUnroll];
 #pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2) {
-        sum[j][r] += __shfl_xor_sync(0xffffffffu, sum[j][r], offset);
-      }
+    for (int u = 0; u < kUnroll; ++u) wv[u] = __ldcs(w_row + v + kStride * u);  // streamed once
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) consume(wv[u], v + kStride * u);
+  }
+  for (; v < vectors; v += kStride) consume(__ldcs(w_row + v), v);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], offset);
     }
   }
 }
 
-// Before pdl_begin: L2 prefetch of the first kPrefetch weight vectors of
-// each lane (as gemv.cu's prefetch_first; cuda/pdl.h says why it is safe).
+// Before pdl_begin: L2 prefetch of the first unrolled iteration's weight
+// vectors (as gemv.cu's prefetch_first; cuda/pdl.h says why it is safe).
 template <int kSplit>
 __device__ inline void prefetch_first(const uint4* w_row, int64_t vectors, int part, int lane) {
   constexpr int64_t kStride = 32 * kSplit;
   const int64_t v0 = int64_t(part) * 32 + lane;
 #pragma unroll
-  for (int u = 0; u < kPrefetch; ++u) {
+  for (int u = 0; u < kUnroll; ++u) {
     if (v0 + kStride * u < vectors) prefetch_l2(w_row + v0 + kStride * u);
   }
 }
@@ -126,21 +103,21 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
                            lane);
   }
   pdl_begin();
-  constexpr int kWRows = kSilu ? 2 : 1;  // gate and up rows, or the one row
-  constexpr int kValues = kWRows * kRows;
+  constexpr int kValues = kSilu ? 2 * kRows : kRows;
   float sum[kValues] = {};
   if (valid) {
-    const uint4* w_rows[kWRows];
+    const int part = warp % kSplit;
+    float first[kRows] = {};
+    row_dots<kRows, kSplit>(x, ldx, reinterpret_cast<const uint4*>(w8 + row * in), in / 16, part,
+                            lane, first);
 #pragma unroll
-    for (int j = 0; j < kWRows; ++j) {
-      w_rows[j] = reinterpret_cast<const uint4*>(w8 + (j * out + row) * in);
-    }
-    float dots[kWRows][kRows] = {};
-    row_dots<kRows, kSplit, kWRows>(x, ldx, w_rows, in / 16, warp % kSplit, lane, dots);
+    for (int r = 0; r < kRows; ++r) sum[r] = first[r];
+    if constexpr (kSilu) {
+      float second[kRows] = {};
+      row_dots<kRows, kSplit>(x, ldx, reinterpret_cast<const uint4*>(w8 + (out + row) * in),
+                              in / 16, part, lane, second);
 #pragma unroll
-    for (int j = 0; j < kWRows; ++j) {
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) sum[j * kRows + r] = dots[j][r];
+      for (int r = 0; r < kRows; ++r) sum[kRows + r] = second[r];
     }
   }
   reduce_parts<kWarpsPerBlock, kSplit>(sum, warp, lane);
