@@ -1,4 +1,4 @@
-#include <cstdint>
+#include <cuda_fp16.h>
 
 #include "cuda/cuda_check.h"
 #include "cuda/fp8_gemv.h"
@@ -13,32 +13,15 @@ namespace {
 constexpr int kWarpsPerBlock = 4;
 constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane
 
-// 16 e4m3 weights (one 16-byte load) to f32 with integer ops and one
-// multiply each, not the conversion unit: cvt e4m3x2 -> f16x2 -> 2 x f32 is
-// three conversions per 2 weights, and conversions issue at a fraction of
-// the FP32 / integer rate, so at 16 weights per 16 bytes they, not memory,
-// bounded the FP8 GEMVs (2.3-2.7 TB/s against the bf16 GEMVs' 3.0; ncu,
-// issue 11, session 26). The byte's sign goes to bit 31 and its 7 exponent
-// and mantissa bits to bits 20-26 (the f32 exponent field's low 4 bits and
-// the mantissa's top 3): that f32 is the e4m3 value times 2^-120, for
-// normals (2^(e-127) 1.m) and subnormals (2^-126 0.m) alike, and times
-// 2^120 it is exact (a power of two, no overflow: |w| <= 448). NaN codes
-// (0x7f / 0xff) come out as 2^-120 * 480 finite, where cvt gives NaN: the
-// quantizer saturates to +-448 and never writes them.
-__device__ inline float e4m3_to_float(uint32_t bits) {  // bits: the code in bits 20-27
-  constexpr float k2p120 = 1.329227995784916e36f;       // 2^120
-  const uint32_t f = ((bits << 4) & 0x80000000u) | (bits & 0x07f00000u);
-  return __uint_as_float(f) * k2p120;
-}
-
+// 16 e4m3 weights (one 16-byte load) to f32.
 __device__ inline void fp8x16_to_float(const uint4& packed, float (&w)[16]) {
-  const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
+  const auto* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&packed);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {  // byte k of word i is weight 4 i + k
-    w[4 * i] = e4m3_to_float(words[i] << 20);
-    w[4 * i + 1] = e4m3_to_float(words[i] << 12);
-    w[4 * i + 2] = e4m3_to_float(words[i] << 4);
-    w[4 * i + 3] = e4m3_to_float(words[i] >> 4);
+  for (int i = 0; i < 8; ++i) {
+    const __half2 h = __half2(__nv_cvt_fp8x2_to_halfraw2(pairs[i], __NV_E4M3));
+    const float2 f = __half22float2(h);
+    w[2 * i] = f.x;
+    w[2 * i + 1] = f.y;
   }
 }
 
