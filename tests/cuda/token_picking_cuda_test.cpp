@@ -102,9 +102,7 @@ TEST(CudaTokenPicking, SampledLawEqualsHostSampling) {
     return options;
   };
   const auto cell_of = [&](const std::vector<int32_t>& tokens) {
-    const auto first =
-        static_cast<size_t>(std::find(top.begin(), top.end(), tokens[0]) - top.begin());
-    return first * 2 + static_cast<size_t>(tokens[1] % 2);
+    return testing::first_two_cell(top, tokens);
   };
   expect_same_law(make, 3000, cell_of, 22);
 }
@@ -112,7 +110,7 @@ TEST(CudaTokenPicking, SampledLawEqualsHostSampling) {
 TEST(CudaTokenPicking, ConstrainedSampledLawEqualsHostSampling) {
   SS_REQUIRE_GPU();
   Fixture& f = fixture();
-  auto g = grammar::parse_gbnf("root ::= [abc] [de] [fgh]\n");
+  auto g = grammar::parse_gbnf(testing::kThreePositionGrammar);
   ASSERT_TRUE(g.ok()) << g.message();
   const auto constraint = std::make_shared<grammar::TokenConstraint>(
       std::make_shared<const grammar::Grammar>(std::move(g).value()), f.vocabulary);
@@ -122,14 +120,9 @@ TEST(CudaTokenPicking, ConstrainedSampledLawEqualsHostSampling) {
     return options;
   };
   const auto cell_of = [&](const std::vector<int32_t>& tokens) {
-    const std::string text = f.tokenizer->decode(tokens, true);
-    const bool valid = text.size() == 3 && text[0] >= 'a' && text[0] <= 'c' && text[1] >= 'd' &&
-                       text[1] <= 'e' && text[2] >= 'f' && text[2] <= 'h';
-    EXPECT_TRUE(valid) << text;
-    if (!valid) return size_t{18};
-    return size_t((text[0] - 'a') * 6 + (text[1] - 'd') * 3 + (text[2] - 'f'));
+    return testing::three_position_cell(f.tokenizer->decode(tokens, true));
   };
-  expect_same_law(make, 3000, cell_of, 19);
+  expect_same_law(make, 3000, cell_of, testing::kThreePositionCells);
 }
 
 // The kernel is deterministic and each row's uniform is its own request's:

@@ -5,10 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "base/check.h"
@@ -66,6 +68,27 @@ inline std::vector<int64_t> sample_cells(
     }
   }
   return counts;
+}
+
+// A grammar whose three positions admit different characters, so each
+// position's mask differs: its documents fall in 18 cells ("adf" .. "ceh"),
+// anything else (a failure, also reported here) in cell 18.
+inline constexpr const char* kThreePositionGrammar = "root ::= [abc] [de] [fgh]\n";
+inline constexpr size_t kThreePositionCells = 19;
+inline size_t three_position_cell(const std::string& text) {
+  const bool valid = text.size() == 3 && text[0] >= 'a' && text[0] <= 'c' && text[1] >= 'd' &&
+                     text[1] <= 'e' && text[2] >= 'f' && text[2] <= 'h';
+  EXPECT_TRUE(valid) << text;
+  if (!valid) return 18;
+  return static_cast<size_t>((text[0] - 'a') * 6 + (text[1] - 'd') * 3 + (text[2] - 'f'));
+}
+
+// Unconstrained two-token outputs: the first token's index in `top` (its
+// size = "other") times the second token's parity: 2 * (top.size() + 1) cells.
+inline size_t first_two_cell(const std::vector<int32_t>& top, const std::vector<int32_t>& tokens) {
+  const auto first =
+      static_cast<size_t>(std::find(top.begin(), top.end(), tokens.at(0)) - top.begin());
+  return first * 2 + static_cast<size_t>(tokens.at(1) % 2);
 }
 
 }  // namespace specstack::testing

@@ -206,9 +206,7 @@ TEST(TokenPicking, SampledLawEqualsHostSampling) {
     return options;
   };
   const auto cell_of = [&](const std::vector<int32_t>& tokens) {
-    const size_t first =
-        static_cast<size_t>(std::find(top.begin(), top.end(), tokens[0]) - top.begin());
-    return first * 2 + static_cast<size_t>(tokens[1] % 2);
+    return testing::first_two_cell(top, tokens);
   };
   expect_same_law(make, 3000, cell_of, 22);
 }
@@ -217,7 +215,7 @@ TEST(TokenPicking, SampledLawEqualsHostSampling) {
 // picked row must be masked with its own parser state.
 TEST(TokenPicking, ConstrainedSampledLawEqualsHostSampling) {
   Fixture& f = fixture();
-  const auto constraint = gbnf_constraint("root ::= [abc] [de] [fgh]\n");
+  const auto constraint = gbnf_constraint(testing::kThreePositionGrammar);
   const auto make = [&](uint64_t seed) {
     RequestOptions options = request(kPrompts[0], 8, 1.0f, seed);
     options.params.ignore_eos = false;
@@ -225,14 +223,9 @@ TEST(TokenPicking, ConstrainedSampledLawEqualsHostSampling) {
     return options;
   };
   const auto cell_of = [&](const std::vector<int32_t>& tokens) {
-    const std::string text = f.tokenizer->decode(tokens, true);
-    const bool valid = text.size() == 3 && text[0] >= 'a' && text[0] <= 'c' && text[1] >= 'd' &&
-                       text[1] <= 'e' && text[2] >= 'f' && text[2] <= 'h';
-    EXPECT_TRUE(valid) << text;
-    if (!valid) return size_t{18};
-    return size_t((text[0] - 'a') * 6 + (text[1] - 'd') * 3 + (text[2] - 'f'));
+    return testing::three_position_cell(f.tokenizer->decode(tokens, true));
   };
-  expect_same_law(make, 3000, cell_of, 19);
+  expect_same_law(make, 3000, cell_of, testing::kThreePositionCells);
 }
 
 }  // namespace
