@@ -1,8 +1,8 @@
 // fp8_bench: the pieces of --quantization fp8 at the qwen2.5-7b shapes on the
 // GPU, to place the GEMV / GEMM crossover and see where prefill time goes.
-//   1. the one-row FP8 GEMV per shape, split (warps per output row) and output
-//      rows per warp group (--gemv-only: this and the default one-row fp8 and
-//      bf16 GEMVs, nothing else);
+//   1. the one-row FP8 GEMV per shape and split (warps per output row)
+//      (--gemv-only: this and the default one-row fp8 and bf16 GEMVs, nothing
+//      else);
 //   2. decode rows 1..8 and 16: FP8 GEMV vs quantize + FP8 GEMM (Gemm with
 //      the crossover forced) vs the bf16 path, per call;
 //   3. 8192 rows (prefill): bf16 cuBLAS vs the whole FP8 path, and its parts
@@ -215,18 +215,15 @@ int main(int argc, char** argv) {
     };
     // 1. One row, each split.
     for (int split : {1, 2, 4}) {
-      for (int out_rows : {1, 2}) {
-        if (s.silu && out_rows == 2) continue;
-        const double us = time_us(
-            w.copies,
-            [&](int c) {
-              fp8_gemv_one_row(x.data(), w.e4m3(c).w8, w.e4m3(c).scale, s.out, s.in, y.data(),
-                               s.silu, split, out_rows, stream);
-            },
-            stream);
-        std::printf("| %s | fp8 gemv split %d, %d rows per warp group | 1 | %.1f | %.0f |\n",
-                    s.name, split, out_rows, us, w8_bytes / us / 1e3);
-      }
+      const double us = time_us(
+          w.copies,
+          [&](int c) {
+            fp8_gemv_one_row(x.data(), w.e4m3(c).w8, w.e4m3(c).scale, s.out, s.in, y.data(), s.silu,
+                             split, stream);
+          },
+          stream);
+      std::printf("| %s | fp8 gemv split %d | 1 | %.1f | %.0f |\n", s.name, split, us,
+                  w8_bytes / us / 1e3);
     }
     // The bf16 GEMV at its default split (the weight rows' bytes at 2 a weight).
     if (gemv_only) {

@@ -35,12 +35,9 @@ void fp8_gemv(const __nv_bfloat16* x, int64_t ldx, const fp8* w8, const float* w
 void fp8_gemv_silu_mul(const __nv_bfloat16* x, int64_t ldx, const fp8* w8, const float* w_scale,
                        int64_t n, int64_t width, int64_t in, __nv_bfloat16* y, cudaStream_t stream);
 
-// One input row with `split` (1, 2 or 4) warps per output row, each warp
-// group computing `out_rows` (1, or 2 without silu) consecutive output rows,
-// for bench/fp8_bench's sweep and the tests (fp8_gemv picks by the output
-// count).
+// One input row with `split` (1, 2 or 4) warps per output row, for
+// bench/fp8_bench's sweep (fp8_gemv picks by the output count).
 void fp8_gemv_one_row(const __nv_bfloat16* x, const fp8* w8, const float* w_scale, int64_t out,
-                      int64_t in, __nv_bfloat16* y, bool silu, int split, int out_rows,
-                      cudaStream_t stream);
+                      int64_t in, __nv_bfloat16* y, bool silu, int split, cudaStream_t stream);
 
 }  // namespace specstack::cuda
