@@ -44,6 +44,7 @@ struct BenchServeFlags {
   float top_p = 1.0f;
   int32_t top_k = 0;
   float repetition_penalty = 1.0f;
+  int32_t top_logprobs = -1;  // >= 0: every request asks for logprobs
 };
 
 struct RequestPlan {
@@ -116,7 +117,7 @@ ModeResult run_mode(ModelInstance& model, const BenchServeFlags& f,
     params.seed = f.seed + i;
     params.ignore_eos = true;
     params.max_tokens = plans[i].output_len;
-    auto stream = engine.submit(RequestOptions{plans[i].prompt, params, 1, -1, {}});
+    auto stream = engine.submit(RequestOptions{plans[i].prompt, params, 1, f.top_logprobs, {}});
     SS_CHECK_MSG(stream.ok(), stream.ok() ? "" : stream.message());
     result.traces[i].arrival = since_start();
     readers.emplace_back([&, i, s = *stream] {
@@ -332,6 +333,10 @@ std::function<int()> add_bench_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   serve->add_option("--top-p", flags->top_p, "nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
   serve->add_option("--top-k", flags->top_k, "top-k (0: all)")->check(CLI::NonNegativeNumber);
+  serve
+      ->add_option("--top-logprobs", flags->top_logprobs,
+                   "every request asks for logprobs with this many alternatives (-1: none)")
+      ->check(CLI::Range(-1, 20));
   serve
       ->add_option("--repetition-penalty", flags->repetition_penalty,
                    "repetition penalty (not 1: the host samples from downloaded logits)")

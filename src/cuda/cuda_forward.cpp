@@ -9,6 +9,7 @@
 #include "cuda/cuda_model_internal.h"
 #include "cuda/elementwise.h"
 #include "cuda/flash_attention.h"
+#include "cuda/logprobs.h"
 #include "cuda/norm_quantize_fp8.h"
 #include "cuda/rope_kv.h"
 #include "cuda/row_scatter.h"
@@ -271,6 +272,7 @@ void CudaModel::finish_step(const ForwardBatch& batch, int32_t n_rows, Tensor& l
     SS_CUDA_CHECK(cudaMemcpyAsync(batch.picked_tokens->data(), picked_ids_.data(),
                                   size_t(n_rows) * sizeof(int32_t), cudaMemcpyDeviceToHost,
                                   stream_));
+    if (in.max_top_logprobs >= 0) queue_logprobs(n_rows, in);
     grow_pinned(reinterpret_cast<void**>(&logits_host_), &logits_host_capacity_,
                 n_host * row_bytes);
     // Runs of consecutive host rows in one copy each.
@@ -285,6 +287,9 @@ void CudaModel::finish_step(const ForwardBatch& batch, int32_t n_rows, Tensor& l
     }
   }
   SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (n_rows > 0 && batch.logprobs != nullptr && !batch.top_logprobs.empty()) {
+    collect_logprobs(batch, n_rows);
+  }
   logits = Tensor();
   if (n_host > 0) {
     logits = Tensor::zeros(DType::kF32, {static_cast<int64_t>(n_host), vocab});
@@ -294,7 +299,8 @@ void CudaModel::finish_step(const ForwardBatch& batch, int32_t n_rows, Tensor& l
 
 CudaModel::PickInputs CudaModel::upload_pick_inputs(const ForwardBatch& batch, int32_t n_rows) {
   // One staging copy, 4-byte words: temperature, top_p, min_p, uniform,
-  // top_k [n_rows] each, then (masked steps) row_mask [n_rows] and the bits.
+  // top_k, top_logprobs [n_rows] each, then (masked steps) row_mask [n_rows]
+  // and the bits.
   const LogitMasks* masks = batch.masks;
   const bool masked = masks != nullptr && !masks->empty();
   if (masked) {
@@ -303,11 +309,19 @@ CudaModel::PickInputs CudaModel::upload_pick_inputs(const ForwardBatch& batch, i
   }
   SS_CHECK(batch.sampling.empty() || batch.sampling.size() == size_t(n_rows));
   const auto n = size_t(n_rows);
-  const size_t words = 5 * n + (masked ? n + masks->bits.size() : 0);
+  const size_t words = 6 * n + (masked ? n + masks->bits.size() : 0);
   grow_pinned(reinterpret_cast<void**>(&pick_host_), &pick_host_capacity_,
               words * sizeof(uint32_t));
   auto* f = reinterpret_cast<float*>(pick_host_);
   auto* k = reinterpret_cast<int32_t*>(pick_host_ + 4 * n);
+  auto* top = reinterpret_cast<int32_t*>(pick_host_ + 5 * n);
+  SS_CHECK(batch.top_logprobs.empty() || batch.top_logprobs.size() == n);
+  PickInputs in;
+  for (size_t r = 0; r < n; ++r) {
+    top[r] = batch.top_logprobs.empty() ? -1 : batch.top_logprobs[r];
+    SS_CHECK_LE(top[r], kMaxTopLogprobs);
+    in.max_top_logprobs = std::max(in.max_top_logprobs, top[r]);
+  }
   for (size_t r = 0; r < n; ++r) {
     const RowSampling s = batch.sampling.empty() ? RowSampling{} : batch.sampling[r];
     f[r] = s.temperature;
@@ -317,25 +331,64 @@ CudaModel::PickInputs CudaModel::upload_pick_inputs(const ForwardBatch& batch, i
     k[r] = s.top_k;
   }
   if (masked) {
-    std::memcpy(pick_host_ + 5 * n, masks->row_mask.data(), n * sizeof(int32_t));
-    std::memcpy(pick_host_ + 6 * n, masks->bits.data(), masks->bits.size() * sizeof(uint32_t));
+    std::memcpy(pick_host_ + 6 * n, masks->row_mask.data(), n * sizeof(int32_t));
+    std::memcpy(pick_host_ + 7 * n, masks->bits.data(), masks->bits.size() * sizeof(uint32_t));
   }
   pick_inputs_.reserve(words);
   // The staging is reused next step only after finish_step's stream sync.
   SS_CUDA_CHECK(cudaMemcpyAsync(pick_inputs_.data(), pick_host_, words * sizeof(uint32_t),
                                 cudaMemcpyHostToDevice, stream_));
   const uint32_t* d = pick_inputs_.data();
-  PickInputs in;
   in.temperature = reinterpret_cast<const float*>(d);
   in.top_p = reinterpret_cast<const float*>(d + n);
   in.min_p = reinterpret_cast<const float*>(d + 2 * n);
   in.uniform = reinterpret_cast<const float*>(d + 3 * n);
   in.top_k = reinterpret_cast<const int32_t*>(d + 4 * n);
+  in.top_logprobs = reinterpret_cast<const int32_t*>(d + 5 * n);
   if (masked) {
-    in.mask.row_mask = reinterpret_cast<const int32_t*>(d + 5 * n);
-    in.mask.bits = d + 6 * n;
+    in.mask.row_mask = reinterpret_cast<const int32_t*>(d + 6 * n);
+    in.mask.bits = d + 7 * n;
   }
   return in;
+}
+
+void CudaModel::queue_logprobs(int32_t n_rows, const PickInputs& in) {
+  // Rows without logprobs are skipped by the kernel; their slots stay unread.
+  const auto width = size_t(1 + in.max_top_logprobs);
+  logprob_values_.reserve(size_t(n_rows) * width);
+  logprob_ids_.reserve(std::max<size_t>(1, size_t(n_rows) * size_t(in.max_top_logprobs)));
+  token_logprobs(logits_.data(), n_rows, static_cast<int32_t>(config_.vocab_size),
+                 config_.vocab_size, picked_ids_.data(), in.top_logprobs, in.max_top_logprobs,
+                 logprob_values_.data(), logprob_ids_.data(), stream_);
+  const size_t value_bytes = size_t(n_rows) * width * sizeof(float);
+  const size_t id_bytes = size_t(n_rows) * size_t(in.max_top_logprobs) * sizeof(int32_t);
+  grow_pinned(reinterpret_cast<void**>(&logprobs_host_), &logprobs_host_capacity_,
+              value_bytes + id_bytes);
+  SS_CUDA_CHECK(cudaMemcpyAsync(logprobs_host_, logprob_values_.data(), value_bytes,
+                                cudaMemcpyDeviceToHost, stream_));
+  if (id_bytes > 0) {
+    SS_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<uint8_t*>(logprobs_host_) + value_bytes,
+                                  logprob_ids_.data(), id_bytes, cudaMemcpyDeviceToHost, stream_));
+  }
+  logprobs_width_ = in.max_top_logprobs;
+}
+
+void CudaModel::collect_logprobs(const ForwardBatch& batch, int32_t n_rows) {
+  // After the stream sync: the staged [rows, 1 + w] values, then [rows, w] ids.
+  const int32_t w = logprobs_width_;
+  const float* values = logprobs_host_;
+  const auto* ids = reinterpret_cast<const int32_t*>(values + size_t(n_rows) * size_t(1 + w));
+  batch.logprobs->assign(size_t(n_rows), RowLogprobs{});
+  for (int32_t r = 0; r < n_rows; ++r) {
+    const int32_t top = batch.top_logprobs[size_t(r)];
+    if (top < 0) continue;
+    RowLogprobs& out = (*batch.logprobs)[size_t(r)];
+    const float* row = values + size_t(r) * size_t(1 + w);
+    out.logprob = row[0];
+    const int32_t n = std::min<int32_t>(top, static_cast<int32_t>(config_.vocab_size));
+    for (int32_t j = 0; j < n; ++j)
+      out.top.emplace_back(ids[size_t(r) * size_t(w) + size_t(j)], row[1 + j]);
+  }
 }
 
 void CudaModel::run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_safe) {

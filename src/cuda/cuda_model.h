@@ -133,16 +133,22 @@ class CudaModel final : public ForwardModel {
   void finish_step(const ForwardBatch& batch, int32_t n_rows, Tensor& logits);
   // The sampling kernel's per-row inputs on the device.
   struct PickInputs {
-    const float* temperature = nullptr;  // [rows]
-    const int32_t* top_k = nullptr;      // [rows]
-    const float* top_p = nullptr;        // [rows]
-    const float* min_p = nullptr;        // [rows]
-    const float* uniform = nullptr;      // [rows]
-    TokenMaskRows mask;                  // empty when no row is masked
+    const float* temperature = nullptr;     // [rows]
+    const int32_t* top_k = nullptr;         // [rows]
+    const float* top_p = nullptr;           // [rows]
+    const float* min_p = nullptr;           // [rows]
+    const float* uniform = nullptr;         // [rows]
+    const int32_t* top_logprobs = nullptr;  // [rows] -1: no logprobs
+    int32_t max_top_logprobs = -1;          // over the rows; -1: no row wants logprobs
+    TokenMaskRows mask;                     // empty when no row is masked
   };
   // The step's row sampling (ForwardBatch::sampling; empty: argmax) and
   // grammar masks (ForwardBatch::masks) to the device in one copy on the stream.
   PickInputs upload_pick_inputs(const ForwardBatch& batch, int32_t n_rows);
+  // The picked tokens' logprobs (cuda/logprobs.h) computed and queued for
+  // the host; collect_logprobs, after the stream sync, fills batch.logprobs.
+  void queue_logprobs(int32_t n_rows, const PickInputs& in);
+  void collect_logprobs(const ForwardBatch& batch, int32_t n_rows);
 
   ModelConfig config_;
   CudaModelOptions options_;
@@ -172,6 +178,9 @@ class CudaModel final : public ForwardModel {
   // [5 * rows] sampling parameters, then [rows] row_mask and [n_masks, ceil(vocab / 32)]
   // bits (upload_pick_inputs)
   DeviceBuffer<uint32_t> pick_inputs_;
+  DeviceBuffer<float> logprob_values_;  // [rows, 1 + logprobs_width_] picked token's, then top
+  DeviceBuffer<int32_t> logprob_ids_;   // [rows, logprobs_width_] top tokens
+  int32_t logprobs_width_ = 0;          // the step's largest top_logprobs
   DeviceBuffer<float> attn_workspace_;  // paged attention split-K partials
   DeviceBuffer<bf16> compact_q_;        // [n, H * D] paged-path queries when not a contiguous range
   DeviceBuffer<bf16> compact_out_;      // [n, H * D]
@@ -196,6 +205,8 @@ class CudaModel final : public ForwardModel {
   size_t capture_host_capacity_ = 0;
   uint32_t* pick_host_ = nullptr;  // pinned staging of pick_inputs_
   size_t pick_host_capacity_ = 0;
+  float* logprobs_host_ = nullptr;  // pinned: logprob_values_ then logprob_ids_
+  size_t logprobs_host_capacity_ = 0;
   // Decode graphs by batch size.
   std::map<int32_t, std::unique_ptr<Graph>> graphs_;
   // The same with query capture, for SpecPrefill's draft lookahead steps

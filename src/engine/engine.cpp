@@ -106,18 +106,23 @@ class EngineCore {
   void step();
   // logits [vocab] of the sequence's last row, or (device greedy) null and
   // the token the model already chose (-1: the grammar admitted nothing).
-  void on_logits(Sequence* seq, float* logits, int32_t chosen = -1);
+  // (With chosen: `logprobs` are the chosen token's when the request asks
+  // for them, computed by the model.)
+  void on_logits(Sequence* seq, float* logits, int32_t chosen = -1,
+                 const RowLogprobs* logprobs = nullptr);
   // A verification chunk's rows: [1 + n_draft, vocab] raw logits, or null and
   // the model's greedy ids.
   void on_verify(Sequence* seq, const float* rows, const int32_t* greedy_ids);
   // Appends generated tokens to one choice and streams them; stops at the
   // first that ends it (EOS, stop id, max_tokens, context). `logprob_rows`
-  // [tokens.size(), vocab] raw logits when logprobs are asked for.
+  // [tokens.size(), vocab] raw logits when logprobs are asked for, or
+  // picked_logprobs: the one token's, computed by the model.
   // The grammar state is already past the first `n_grammar_advanced`
   // tokens (verified drafts, none completing the document but maybe the
   // last: VerifyResult::grammar_ended, which on_verify handles).
   void emit(Sequence* seq, std::span<const int32_t> tokens, const float* logprob_rows,
-            Clock::time_point now, int32_t n_grammar_advanced = 0);
+            Clock::time_point now, int32_t n_grammar_advanced = 0,
+            const RowLogprobs* picked_logprobs = nullptr);
   // How the step's logit rows get their tokens. With a model that picks
   // tokens (a GPU) and a row it may pick: plan.tokens_on_device, each row's
   // RowSampling (a sampled row's uniform drawn now from its sequence's own
@@ -393,18 +398,19 @@ void EngineCore::retire_finished_requests() {
 
 namespace {
 
-// A logit row the host samples itself, from its logits: penalties and
-// logprobs need them, the row n > 1 choices fork from is sampled once per
-// choice, and sampled speculative verification compares whole distributions.
+// A logit row the host samples itself, from its logits: penalties need
+// them, the row n > 1 choices fork from is sampled once per choice, sampled
+// speculative verification compares whole distributions, and a
+// verification's logprobs are of the tokens it accepts. (A picked row's
+// logprobs come with its token: ForwardBatch::top_logprobs.)
 bool needs_host_logits(const ScheduledChunk& chunk) {
   const Sequence& seq = *chunk.seq;
   const RequestOptions& o = seq.request->options;
   const SamplingParams& p = o.params;
-  if (o.top_logprobs >= 0 || p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
-      p.frequency_penalty != 0.0f) {
+  if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
     return true;
   }
-  if (chunk.n_logit_rows > 1 && !seq.sampler->greedy()) return true;
+  if (chunk.n_logit_rows > 1 && (!seq.sampler->greedy() || o.top_logprobs >= 0)) return true;
   return o.n > 1 && seq.n_generated == 0 && seq.request->sequences.size() == 1 && seq.choice == 0;
 }
 
@@ -438,6 +444,11 @@ void EngineCore::plan_token_picking(ScheduleResult& scheduled) {
       // A picked sampled chunk has one row (sampled verifications are host
       // rows); a greedy one, every row included, takes the argmax.
       plan.sampling[row] = chunk.seq->sampler->device_draw();
+      const int32_t top_logprobs = chunk.seq->request->options.top_logprobs;
+      if (top_logprobs >= 0) {  // one row: verifications with logprobs are host rows
+        if (plan.top_logprobs.empty()) plan.top_logprobs.assign(plan.logit_rows.size(), -1);
+        plan.top_logprobs[row] = top_logprobs;
+      }
     }
     row += static_cast<size_t>(chunk.n_logit_rows);
   }
@@ -483,7 +494,8 @@ int32_t EngineCore::fill_device_masks(ScheduleResult& scheduled, std::vector<uin
   return n_masked;
 }
 
-void EngineCore::on_logits(Sequence* seq, float* logits, int32_t chosen) {
+void EngineCore::on_logits(Sequence* seq, float* logits, int32_t chosen,
+                           const RowLogprobs* logprobs) {
   Request& request = *seq->request;
   const bool first_of_prompt = seq->n_generated == 0 && request.sequences.size() == 1 &&
                                request.options.n > 1 && seq->choice == 0;
@@ -546,12 +558,14 @@ void EngineCore::on_logits(Sequence* seq, float* logits, int32_t chosen) {
       continue;
     }
     const int32_t token = logits == nullptr ? chosen : s->sampler->sample(row);
-    emit(s, std::span<const int32_t>(&token, 1), raw.empty() ? nullptr : raw.data(), now);
+    emit(s, std::span<const int32_t>(&token, 1), raw.empty() ? nullptr : raw.data(), now, 0,
+         logprobs);
   }
 }
 
 void EngineCore::emit(Sequence* s, std::span<const int32_t> tokens, const float* logprob_rows,
-                      Clock::time_point now, int32_t n_grammar_advanced) {
+                      Clock::time_point now, int32_t n_grammar_advanced,
+                      const RowLogprobs* picked_logprobs) {
   Request& request = *s->request;
   const ModelConfig& config = model_.config();
   const SamplingParams& params = request.options.params;
@@ -573,7 +587,10 @@ void EngineCore::emit(Sequence* s, std::span<const int32_t> tokens, const float*
       finish(s, FinishReason::kFinishStop, std::move(event));
       return;
     }
-    if (request.options.top_logprobs >= 0) {
+    if (request.options.top_logprobs >= 0 && picked_logprobs != nullptr) {
+      SS_CHECK_EQ(tokens.size(), size_t{1});
+      event.logprobs.push_back(to_token_logprob(token, *picked_logprobs));
+    } else if (request.options.top_logprobs >= 0) {
       SS_CHECK(logprob_rows != nullptr);
       event.logprobs.push_back(compute_logprobs(logprob_rows + static_cast<int64_t>(i) * vocab_,
                                                 vocab_, token, request.options.top_logprobs));
@@ -707,7 +724,8 @@ void EngineCore::step() {
     if (chunk.n_logit_rows > 1) {
       on_verify(chunk.seq, logits, logits != nullptr ? nullptr : output.picked_tokens.data() + row);
     } else if (logits == nullptr) {
-      on_logits(chunk.seq, nullptr, dead_rows_[r] != 0 ? -1 : output.picked_tokens[r]);
+      const RowLogprobs* logprobs = output.logprobs.empty() ? nullptr : &output.logprobs[r];
+      on_logits(chunk.seq, nullptr, dead_rows_[r] != 0 ? -1 : output.picked_tokens[r], logprobs);
     } else {
       on_logits(chunk.seq, logits);
     }

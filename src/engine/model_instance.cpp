@@ -102,7 +102,7 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create(const ModelInstance
   instance->kv_manager_ = std::make_unique<KvManager>(*instance->kv_);
   instance->startup_times_.kv_reserve_s = seconds_since(kv_start);
   instance->runner_ =
-      std::make_unique<ModelRunner>(*instance->model_, *instance->kv_, options.host_token_picking);
+      std::make_unique<ModelRunner>(*instance->model_, *instance->kv_, options.token_picking);
   return instance;
 }
 
@@ -141,7 +141,7 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create_tensor_parallel(
   instance->kv_manager_ = std::make_unique<KvManager>(*instance->kv_);
   instance->startup_times_.kv_reserve_s = seconds_since(kv_start);
   instance->runner_ =
-      std::make_unique<ModelRunner>(*instance->model_, *instance->kv_, options.host_token_picking);
+      std::make_unique<ModelRunner>(*instance->model_, *instance->kv_, options.token_picking);
   return instance;
 }
 
@@ -188,7 +188,7 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create_on_gpu(
   };
   instance->kv_manager_ = std::make_unique<KvManager>(*instance->kv_);
   instance->runner_ =
-      std::make_unique<ModelRunner>(*instance->model_, *instance->kv_, options.host_token_picking);
+      std::make_unique<ModelRunner>(*instance->model_, *instance->kv_, options.token_picking);
   return instance;
 #else
   (void)config;

@@ -5,8 +5,8 @@
 
 namespace specstack {
 
-ModelRunner::ModelRunner(ForwardModel& model, KvCache& kv, bool host_token_picking)
-    : model_(model), kv_(kv), host_token_picking_(host_token_picking) {}
+ModelRunner::ModelRunner(ForwardModel& model, KvCache& kv, TokenPicking picking)
+    : model_(model), kv_(kv), picking_(picking) {}
 
 void ModelRunner::check_plan(const StepPlan& plan) const {
   const size_t n = plan.token_ids.size();
@@ -37,13 +37,14 @@ void ModelRunner::check_plan(const StepPlan& plan) const {
   if (!plan.fill_masks) check_masks(plan);
   if (plan.tokens_on_device) {
     SS_CHECK(plan.sampling.empty() || plan.sampling.size() == plan.logit_rows.size());
+    SS_CHECK(plan.top_logprobs.empty() || plan.top_logprobs.size() == plan.logit_rows.size());
     for (size_t i = 0; i < plan.host_rows.size(); ++i) {
       SS_CHECK_LE(0, plan.host_rows[i]);
       SS_CHECK_LT(plan.host_rows[i], static_cast<int32_t>(plan.logit_rows.size()));
       if (i > 0) SS_CHECK_LT(plan.host_rows[i - 1], plan.host_rows[i]);
     }
   } else {
-    SS_CHECK(plan.sampling.empty() && plan.host_rows.empty());
+    SS_CHECK(plan.sampling.empty() && plan.host_rows.empty() && plan.top_logprobs.empty());
   }
   for (size_t i = 1; i < plan.logit_rows.size(); ++i) {
     SS_CHECK_LT(plan.logit_rows[i - 1], plan.logit_rows[i]);
@@ -89,6 +90,8 @@ StepOutput ModelRunner::run(const StepPlan& plan) {
     batch.picked_tokens = &output.picked_tokens;
     batch.sampling = plan.sampling;
     batch.host_rows = plan.host_rows;
+    batch.top_logprobs = plan.top_logprobs;
+    batch.logprobs = &output.logprobs;
     batch.masks = &plan.masks;
     batch.prepare_masks = &prepare_masks;
   }
@@ -108,8 +111,16 @@ void ModelRunner::pick_on_host(const StepPlan& plan, StepOutput& output) const {
   output.picked_tokens.resize(n_rows);
   for (size_t r = 0; r < n_rows; ++r) {
     const RowSampling sampling = plan.sampling.empty() ? RowSampling{} : plan.sampling[r];
-    output.picked_tokens[r] = sample_row(output.logits.f32() + static_cast<int64_t>(r) * vocab,
-                                         vocab, sampling, &plan.masks, r);
+    const float* row = output.logits.f32() + static_cast<int64_t>(r) * vocab;
+    output.picked_tokens[r] = sample_row(row, vocab, sampling, &plan.masks, r);
+  }
+  if (!plan.top_logprobs.empty()) {
+    output.logprobs.assign(n_rows, RowLogprobs{});
+    for (size_t r = 0; r < n_rows; ++r) {
+      if (plan.top_logprobs[r] < 0) continue;
+      output.logprobs[r] = row_logprobs(output.logits.f32() + static_cast<int64_t>(r) * vocab,
+                                        vocab, output.picked_tokens[r], plan.top_logprobs[r]);
+    }
   }
   if (plan.host_rows.empty()) {
     output.logits = Tensor();

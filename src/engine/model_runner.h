@@ -17,22 +17,33 @@ struct StepOutput {
   // [plan.capture_rows.size(), n_layers, n_heads * head_dim] f32 (if asked)
   Tensor captured_queries;
   std::vector<int32_t> picked_tokens;  // [plan.logit_rows.size()] with plan.tokens_on_device
+  // [plan.logit_rows.size()] with plan.top_logprobs: the picked tokens'
+  // logprobs where plan.top_logprobs[row] >= 0 (other rows' stay empty).
+  std::vector<RowLogprobs> logprobs;
+};
+
+// Who picks the tokens of a step's logit rows (ModelRunner::picks_tokens).
+enum class TokenPicking {
+  kAuto,    // the model, where it runs on a device (logits would cross to the host)
+  kAlways,  // also a host model's steps: the runner picks by the device's rule
+            // (model/row_sampling.h), so the GPU's engine path runs without a GPU
+  kNever,   // every row's logits come back and the engine's Sampler picks
+            // (the path before device picking, for comparisons)
 };
 
 class ModelRunner {
  public:
-  // host_token_picking: a host model's steps may still be planned with
-  // tokens_on_device (picks_tokens() is true); this runner then picks the
-  // tokens by the device's rule (model/row_sampling.h), so the GPU's
-  // engine path runs, and is tested, without a GPU.
-  ModelRunner(ForwardModel& model, KvCache& kv, bool host_token_picking = false);
+  ModelRunner(ForwardModel& model, KvCache& kv, TokenPicking picking = TokenPicking::kAuto);
 
   StepOutput run(const StepPlan& plan);
 
   ForwardModel& model() { return model_; }
   // Whether steps should let the model pick tokens (StepPlan::tokens_on_device):
   // worth it where logits would otherwise cross to the host (a GPU).
-  bool picks_tokens() const { return model_.device() != Device::kCpu || host_token_picking_; }
+  bool picks_tokens() const {
+    return picking_ == TokenPicking::kAlways ||
+           (picking_ == TokenPicking::kAuto && model_.device() != Device::kCpu);
+  }
   KvCache& kv() { return kv_; }
 
  private:
@@ -42,7 +53,7 @@ class ModelRunner {
 
   ForwardModel& model_;
   KvCache& kv_;
-  bool host_token_picking_ = false;
+  TokenPicking picking_ = TokenPicking::kAuto;
 };
 
 }  // namespace specstack

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/logit_masks.h"
+#include "model/row_logprobs.h"
 #include "model/row_sampling.h"
 
 namespace specstack {
@@ -31,10 +32,14 @@ struct StepPlan {
   // With tokens_on_device, per logit row [logit_rows.size()]: how its token
   // is picked (model/row_sampling.h). Empty: every row takes its argmax.
   std::vector<RowSampling> sampling;
+  // With tokens_on_device, per logit row [logit_rows.size()] (empty: none):
+  // how many alternatives' logprobs come back with the picked token's
+  // (StepOutput::logprobs, model/row_logprobs.h); -1: none for this row.
+  std::vector<int32_t> top_logprobs;
   // With tokens_on_device: ascending indices into logit_rows whose logits
   // come back too (StepOutput::logits [host_rows.size(), vocab]), for rows
-  // the host samples itself (penalties, logprobs, n > 1 forks, sampled
-  // speculative verification); their picked tokens are not used.
+  // the host samples itself (penalties, n > 1 forks, sampled speculative
+  // verification); their picked tokens are not used.
   std::vector<int32_t> host_rows;
   // With tokens_on_device: the grammar masks of constrained logit rows
   // (engine/grammar_stage.h), applied where the model picks the token (on

@@ -12,6 +12,7 @@
 #include "kv/kv_cache.h"
 #include "model/config.h"
 #include "model/logit_masks.h"
+#include "model/row_logprobs.h"
 #include "model/row_sampling.h"
 #include "model/weights.h"
 #include "tensor/tensor.h"
@@ -35,6 +36,12 @@ struct ForwardBatch {
   std::vector<int32_t>* picked_tokens = nullptr;
   std::span<const RowSampling> sampling;  // [logit_rows.size()]; empty: argmax
   std::span<const int32_t> host_rows;     // ascending indices into logit_rows
+  // With picked_tokens: per logit row, -1 or the number of alternatives whose
+  // logprobs come back with the picked token's into *logprobs
+  // ([logit_rows.size()]; empty or null: none). A model that leaves
+  // picked_tokens empty leaves these to ModelRunner too.
+  std::span<const int32_t> top_logprobs;
+  std::vector<RowLogprobs>* logprobs = nullptr;
   // With picked_tokens: the tokens each logit row may take (null: all),
   // valid only once prepare_masks (when set) has been called: a model calls
   // it after queuing the forward, before it picks the tokens (calls after

@@ -108,6 +108,8 @@ void TensorParallelModel::forward(const ForwardBatch& batch, KvCache& kv, Tensor
     rank.batch.picked_tokens = nullptr;  // every row's logits come back (see below)
     rank.batch.sampling = {};
     rank.batch.host_rows = {};
+    rank.batch.top_logprobs = {};
+    rank.batch.logprobs = nullptr;
     rank.batch.masks = nullptr;
     rank.batch.prepare_masks = nullptr;
     rank.batch.captured_queries = batch.captured_queries != nullptr ? &rank.captured : nullptr;

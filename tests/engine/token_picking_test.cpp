@@ -1,14 +1,14 @@
 // The engine's tokens_on_device path (StepPlan::tokens_on_device, as on a
-// GPU) without a GPU: a model loaded with host_token_picking has its steps
+// GPU) without a GPU: a model loaded with TokenPicking::kAlways has its steps
 // planned as a GPU's, and the runner picks tokens by the device's rule
 // (model/row_sampling.h). Against an engine on the same weights that samples
 // every row on the host: greedy output is equal token for token (constrained
 // too); sampled output is distributed the same (chi-square homogeneity,
 // unconstrained with every filter and under a position-dependent grammar);
 // a seeded request gives the same tokens alone and inside a batch of other
-// requests; rows the host must sample (logprobs, penalties, the row n > 1
-// choices fork from) share steps with picked rows and keep their output;
-// every KV block comes back.
+// requests; picked rows with logprobs get them from the model; rows the host
+// must sample (penalties, the row n > 1 choices fork from) share steps with
+// picked rows and keep their output; every KV block comes back.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -36,7 +36,7 @@ using Json = nlohmann::ordered_json;
 struct Fixture {
   CpuBackend backend{CpuBackendOptions{2}};
   std::unique_ptr<ModelInstance> host;    // samples every row from its logits
-  std::unique_ptr<ModelInstance> picker;  // plans steps as a GPU (host_token_picking)
+  std::unique_ptr<ModelInstance> picker;  // plans steps as a GPU (TokenPicking::kAlways)
   std::unique_ptr<Tokenizer> tokenizer;
   std::shared_ptr<const grammar::TokenVocabulary> vocabulary;
 };
@@ -47,7 +47,7 @@ Fixture& fixture() {
     ModelInstanceOptions options;
     options.kv_tokens = 64 * 1024;
     fx->host = testing::load_golden_model("llama-gqa", fx->backend, options);
-    options.host_token_picking = true;
+    options.token_picking = TokenPicking::kAlways;
     fx->picker = testing::load_golden_model("llama-gqa", fx->backend, options);
     testing::JsonBytesVocabulary v = testing::load_json_bytes_vocabulary();
     fx->tokenizer = std::move(v.tokenizer);
@@ -131,31 +131,44 @@ TEST(TokenPicking, SeededOutputIsTheSameAloneAndInABatch) {
   testing::expect_engine_drained(picker);
 }
 
-// Rows the host samples keep doing so inside picked steps: with the same
-// neighbours and seeds, their tokens and logprobs equal the host engine's
-// (logprobs to the last bits the batching may move).
-TEST(TokenPicking, HostRowsInPickedStepsKeepTheirOutput) {
+// Picked rows bring their logprobs with them (computed by the model, not
+// from downloaded logits) and rows the host samples keep doing so inside
+// picked steps: with the same neighbours and seeds, greedy logprobs rows give
+// the host engine's tokens and logprobs (to the last bits the batching may
+// move) and penalised sampled rows its tokens.
+TEST(TokenPicking, LogprobsComeWithPickedTokensAndHostRowsKeepTheirOutput) {
   Fixture& f = fixture();
   Engine host(*f.host, EngineOptions{});
   Engine picker(*f.picker, EngineOptions{});
   std::vector<RequestOptions> batch;
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < 9; ++i) {
     RequestOptions options = request(kPrompts[i % 3], 16, 0.8f, 300 + static_cast<uint64_t>(i));
-    if (i % 3 == 0) options.top_logprobs = 3;                // host: logprobs
+    if (i % 3 == 0) {  // picked, with logprobs (0, 3, 20 alternatives)
+      options.params.temperature = 0.0f;
+      options.top_logprobs = i == 0 ? 0 : i == 3 ? 3 : 20;
+    }
     if (i % 3 == 1) options.params.presence_penalty = 0.7f;  // host: penalties
-    batch.push_back(std::move(options));                     // i % 3 == 2: picked
+    batch.push_back(std::move(options));                     // i % 3 == 2: picked, sampled
   }
   const std::vector<RequestOutput> want = run_all(host, batch);
   const std::vector<RequestOutput> got = run_all(picker, batch);
   for (size_t i = 0; i < batch.size(); ++i) {
     if (i % 3 == 2) continue;
-    EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
-    ASSERT_EQ(got[i].logprobs.size(), want[i].logprobs.size());
-    EXPECT_EQ(got[i].logprobs[0].size(), i % 3 == 0 ? 16u : 0u);
+    SCOPED_TRACE(::testing::Message() << "request " << i);
+    EXPECT_EQ(got[i].tokens, want[i].tokens);
+    ASSERT_EQ(got[i].logprobs[0].size(), i % 3 == 0 ? 16u : 0u);
+    ASSERT_EQ(want[i].logprobs[0].size(), got[i].logprobs[0].size());
     for (size_t t = 0; t < got[i].logprobs[0].size(); ++t) {
-      // Steps may batch differently (the loop starts on the first request),
-      // and the CPU's sums with them in the last bits.
-      EXPECT_NEAR(got[i].logprobs[0][t].logprob, want[i].logprobs[0][t].logprob, 1e-4);
+      const TokenLogprob& g = got[i].logprobs[0][t];
+      const TokenLogprob& w = want[i].logprobs[0][t];
+      EXPECT_EQ(g.token, got[i].tokens[0][t]);
+      EXPECT_NEAR(g.logprob, w.logprob, 1e-4);
+      ASSERT_EQ(g.top.size(), size_t(batch[i].top_logprobs));
+      ASSERT_EQ(w.top.size(), g.top.size());
+      for (size_t k = 0; k < g.top.size(); ++k) {
+        EXPECT_EQ(g.top[k].first, w.top[k].first);
+        EXPECT_NEAR(g.top[k].second, w.top[k].second, 1e-4);
+      }
     }
   }
   testing::expect_engine_drained(picker);
