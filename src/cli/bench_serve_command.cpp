@@ -17,6 +17,7 @@
 #include "cli/bench_spec_command.h"
 #include "cli/bench_ttft_command.h"
 #include "cli/commands.h"
+#include "cli/draft_model_flags.h"
 #include "engine/engine.h"
 
 namespace specstack::cli {
@@ -45,6 +46,8 @@ struct BenchServeFlags {
   int32_t top_k = 0;
   float repetition_penalty = 1.0f;
   int32_t top_logprobs = -1;  // >= 0: every request asks for logprobs
+  DraftModelFlags draft;      // with --spec-decode: every request speculates
+  SpecDecodeFlags spec;
 };
 
 struct RequestPlan {
@@ -90,7 +93,7 @@ std::vector<RequestPlan> make_workload(const BenchServeFlags& f, int64_t vocab) 
   return plans;
 }
 
-ModeResult run_mode(ModelInstance& model, const BenchServeFlags& f,
+ModeResult run_mode(ModelInstance& model, ModelInstance* draft, const BenchServeFlags& f,
                     const std::vector<RequestPlan>& plans, bool static_batching) {
   EngineOptions options;
   options.max_num_seqs = f.max_num_seqs;
@@ -99,6 +102,7 @@ ModeResult run_mode(ModelInstance& model, const BenchServeFlags& f,
   options.record_steps = true;
   options.max_queue = f.num_requests + 1;
   options.enable_prefix_caching = false;  // random prompts; keep the modes comparable
+  options.specdecode = f.spec.engine_options(draft);
   Engine engine(model, options);
   ModeResult result;
   result.mode = static_batching ? "static" : "continuous";
@@ -261,6 +265,13 @@ void plot(const std::string& prefix, const std::vector<ModeResult>& results) {
 }
 
 int run_bench_serve(const BenchServeFlags& f) {
+  if (Status status = f.spec.validate(f.draft.has_draft()); !status.ok()) {
+    return report_error(status.message());
+  }
+  if (f.draft.has_draft()) {
+    if (Status status = f.draft.validate(f.model); !status.ok())
+      return report_error(status.message());
+  }
   auto options = f.model.instance_options(0);
   if (!options.ok()) return report_error(options.message());
   auto config =
@@ -273,10 +284,19 @@ int run_bench_serve(const BenchServeFlags& f) {
   CpuBackend backend(CpuBackendOptions{f.model.threads});
   auto instance = ModelInstance::create(*options, backend);
   if (!instance.ok()) return report_error(instance.message());
+  std::unique_ptr<ModelInstance> draft;
+  if (f.spec.enabled) {
+    auto loaded = load_draft_model(f.draft, f.model, options->kv_tokens,
+                                   options->max_tokens_per_step, backend);
+    if (!loaded.ok()) return report_error(loaded.message());
+    draft = std::move(loaded).value();
+  }
 
   std::vector<ModeResult> results;
-  results.push_back(run_mode(**instance, f, plans, /*static_batching=*/false));
-  if (!f.skip_static) results.push_back(run_mode(**instance, f, plans, /*static_batching=*/true));
+  results.push_back(run_mode(**instance, draft.get(), f, plans, /*static_batching=*/false));
+  if (!f.skip_static) {
+    results.push_back(run_mode(**instance, draft.get(), f, plans, /*static_batching=*/true));
+  }
   write_csvs(f.out_prefix, results);
   plot(f.out_prefix, results);
 
@@ -342,6 +362,8 @@ std::function<int()> add_bench_command(CLI::App& app) {
                    "repetition penalty (not 1: the host samples from downloaded logits)")
       ->check(CLI::PositiveNumber);
   serve->add_option("--out", flags->out_prefix, "output prefix for CSV / PNG files");
+  flags->draft.add_to(*serve);
+  flags->spec.add_to(*serve, "every request of the workload speculates");
   std::function<int()> run_ttft = add_bench_ttft_command(*bench);
   std::function<int()> run_spec = add_bench_spec_command(*bench);
   std::function<int()> run_soak = add_bench_soak_command(*bench);

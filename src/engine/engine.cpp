@@ -692,16 +692,6 @@ void EngineCore::step() {
   StepOutput output = model_.runner().run(scheduled.plan);
   const auto forward_end = Clock::now();
   if (scheduled.plan.tokens_on_device) mask_storage_ = std::move(scheduled.plan.masks);
-  // The k policy's cost line is of decode and verify steps (every row wants
-  // logits); a prefill chunk's rows cost differently and would bend it.
-  const bool decode_shaped =
-      std::all_of(scheduled.chunks.begin(), scheduled.chunks.end(),
-                  [](const ScheduledChunk& c) { return c.n_logit_rows == c.count; });
-  if (specdecode_ && decode_shaped) {
-    specdecode_->observe_target_step(
-        static_cast<int32_t>(scheduled.plan.n_tokens()),
-        std::chrono::duration<double>(forward_end - forward_start).count());
-  }
   scheduler_.commit(scheduled);
   ++counters_.steps_total;
   counters_.forward_seconds_total +=
@@ -711,6 +701,7 @@ void EngineCore::step() {
   int64_t host_row = 0;  // into output.logits
   int32_t n_emitting = 0;
   const bool picked = scheduled.plan.tokens_on_device;
+  double host_sampling_seconds = 0;  // rows sampled here from downloaded logits
   for (const ScheduledChunk& chunk : scheduled.chunks) {
     if (chunk.seq->n_generated == 0) counters_.prompt_tokens_total += chunk.count;
     if (!chunk.wants_logits) continue;
@@ -721,6 +712,7 @@ void EngineCore::step() {
       logits = output.logits.f32() + host_row * vocab_;
       host_row += chunk.n_logit_rows;
     }
+    const auto emit_start = Clock::now();
     if (chunk.n_logit_rows > 1) {
       on_verify(chunk.seq, logits, logits != nullptr ? nullptr : output.picked_tokens.data() + row);
     } else if (logits == nullptr) {
@@ -729,7 +721,23 @@ void EngineCore::step() {
     } else {
       on_logits(chunk.seq, logits);
     }
+    if (logits != nullptr) {
+      host_sampling_seconds += std::chrono::duration<double>(Clock::now() - emit_start).count();
+    }
     row += chunk.n_logit_rows;
+  }
+  // The k policy's cost line is of decode and verify steps (every row wants
+  // logits); a prefill chunk's rows cost differently and would bend it. A
+  // step's cost is its forward plus what the host spent sampling rows from
+  // downloaded logits (sampled verification at a large batch: many times
+  // the forward), so speculation that only pays on paper switches off.
+  const bool decode_shaped =
+      std::all_of(scheduled.chunks.begin(), scheduled.chunks.end(),
+                  [](const ScheduledChunk& c) { return c.n_logit_rows == c.count; });
+  if (specdecode_ && decode_shaped) {
+    specdecode_->observe_target_step(
+        static_cast<int32_t>(scheduled.plan.n_tokens()),
+        std::chrono::duration<double>(forward_end - forward_start).count() + host_sampling_seconds);
   }
   if (specdecode_) specdecode_->end_step();
   counters_.step_seconds_total += std::chrono::duration<double>(Clock::now() - step_start).count();

@@ -416,13 +416,13 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
     // The cost line is of draft steps (one row per sequence): the first
     // forward also carries catch-up rows, prompt chunks among them, whose
     // cost per row is another matter.
+    const double forward_seconds = seconds_since(start);
     if (step > 0) {
-      policy_.observe_draft_step(static_cast<int32_t>(plan.n_tokens()), seconds_since(start));
       // The fastest recent step: mask walks that overran a forward must not
       // raise their own budget.
-      const double seconds = seconds_since(start);
-      draft_step_seconds_ =
-          draft_step_seconds_ > 0 ? std::min(draft_step_seconds_ * 1.02, seconds) : seconds;
+      draft_step_seconds_ = draft_step_seconds_ > 0
+                                ? std::min(draft_step_seconds_ * 1.02, forward_seconds)
+                                : forward_seconds;
     }
     if (step == 0) {
       for (Row& row : rows) {
@@ -440,6 +440,7 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
       }
     }
     // Logit rows are in plan order; after the first forward, one per drafting sequence.
+    const auto sample_start = Clock::now();
     std::vector<Row*> next;
     for (size_t r = 0; r < drafting.size(); ++r) {
       Row& row = *drafting[r];
@@ -459,6 +460,15 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
       state.proposed.push_back(token);
       if (!advance_grammar(*row.seq, state)) continue;  // the grammar stops it here
       if (static_cast<int32_t>(state.proposed.size()) < state.k) next.push_back(&row);
+    }
+    if (step > 0) {
+      // The policy weighs what a draft step really costs the engine: with
+      // host-sampled rows (a sampling request's draft distribution) that is
+      // the forward plus downloading and sampling every row, which at a
+      // large batch outweighs the forward many times.
+      const double host_seconds = plan.tokens_on_device ? 0.0 : seconds_since(sample_start);
+      policy_.observe_draft_step(static_cast<int32_t>(plan.n_tokens()),
+                                 forward_seconds + host_seconds);
     }
     if (next.empty()) break;
     // Forward 2..k: each still-drafting sequence feeds its last draft token.

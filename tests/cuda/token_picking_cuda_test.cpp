@@ -91,7 +91,10 @@ TEST(CudaTokenPicking, SampledLawEqualsHostSampling) {
     probe.params.temperature = 0.0f;
     probe.top_logprobs = 10;
     Engine engine(*f.model, EngineOptions{});
-    for (const auto& [token, logprob] : testing::run_all(engine, {probe})[0].logprobs[0][0].top) {
+    // (The output held in a local: a range-for does not extend a temporary
+    // reached through a member of another.)
+    const testing::RequestOutput out = testing::run_all(engine, {probe})[0];
+    for (const auto& [token, logprob] : out.logprobs.at(0).at(0).top) {
       top.push_back(token);
     }
   }

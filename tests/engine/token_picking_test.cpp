@@ -206,7 +206,10 @@ TEST(TokenPicking, SampledLawEqualsHostSampling) {
     RequestOptions probe = request(kPrompts[0], 1, 0.0f, 1);
     probe.top_logprobs = 10;
     Engine host(*f.host, EngineOptions{});
-    for (const auto& [token, logprob] : run_all(host, {probe})[0].logprobs[0][0].top) {
+    // (The output held in a local: a range-for does not extend a temporary
+    // reached through a member of another.)
+    const testing::RequestOutput out = run_all(host, {probe})[0];
+    for (const auto& [token, logprob] : out.logprobs.at(0).at(0).top) {
       top.push_back(token);
     }
   }
