@@ -110,11 +110,8 @@ void matmul_quant(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tens
                "matmul_quant rows_per_pass must be 1 or 4, got " + std::to_string(rows_per_pass));
   if (n == 0 || out == 0) return;
   QuantKernel k = quant_kernel(w.dtype(), isa);
-  if (form == QuantActForm::kAuto) {
-    form = isa == Isa::kAvx512Vnni ? QuantActForm::kBlocks : QuantActForm::kPrepared;
-  }
-  if (form == QuantActForm::kBlocks) k.prepared = QuantPrepared{};
-  SS_CHECK_EQ(in % k.act_block_elements, 0);  // rows are whole weight blocks
+  if (form == QuantActForm::kBlocks) k.prepared = QuantPrepared{};  // kAuto: as kPrepared
+  SS_CHECK_EQ(in % k.act_block_elements, 0);                        // rows are whole weight blocks
   const int64_t n_blocks = in / k.act_block_elements;
   const int64_t w_row_bytes = int64_t(dtype_bytes(w.dtype(), in));
 
