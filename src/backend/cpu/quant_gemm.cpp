@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 
+#include "backend/cpu/quant_blocksum.h"
 #include "backend/cpu/quant_kernels.h"
 #include "backend/cpu/quant_matmul.h"
 
@@ -266,13 +267,21 @@ QuantPrefill choose_quant_prefill(const char* pinned, std::string* note) {
   if (pinned == nullptr || *pinned == '\0') return QuantPrefill::kAuto;
   if (std::strcmp(pinned, "int8") == 0) return QuantPrefill::kInt8;
   if (std::strcmp(pinned, "sgemm") == 0) return QuantPrefill::kSgemm;
+  if (std::strcmp(pinned, "blocksum") == 0) return QuantPrefill::kBlockSum;
   *note = std::string(kQuantPrefillEnv) + "=" + pinned +
-          " ignored: expected int8 or sgemm; choosing by row count";
+          " ignored: expected int8, blocksum or sgemm; choosing by row count";
   return QuantPrefill::kAuto;
+}
+
+bool quant_prefill_uses_blocksum(QuantPrefill path, DType dtype, Isa isa, int64_t n_rows) {
+  (void)n_rows;  // faster than the tiles from 17 rows on (quant_gemm.h)
+  return (path == QuantPrefill::kAuto || path == QuantPrefill::kBlockSum) &&
+         quant_blocksum_available(dtype, isa);
 }
 
 bool quant_prefill_uses_tiles(QuantPrefill path, DType dtype, Isa isa, int64_t n_rows) {
   if (path == QuantPrefill::kSgemm || quant_tile(dtype, isa).fn == nullptr) return false;
+  if (quant_prefill_uses_blocksum(path, dtype, isa, n_rows)) return false;
   return path == QuantPrefill::kInt8 || n_rows <= quant_tiled_max_rows(isa);
 }
 
