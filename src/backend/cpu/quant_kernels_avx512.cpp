@@ -73,8 +73,10 @@ inline void dot_32(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_
     const __m512i yv = join(load256(y[b].qs), load256(y[b + 1].qs));
     const float dy0 = f16(y[b].d), dy1 = f16(y[b + 1].d);
     for (int r = 0; r < R; ++r) {
-      if constexpr (R > 1) prefetch_block(&x[r][b], R * w_stride);
-      if constexpr (R > 1) prefetch_block(&x[r][b + 1], R * w_stride);
+      if constexpr (R > 1) {
+        prefetch_block(&x[r][b], prefetch_ahead<Block>(b, n_blocks, R * w_stride));
+        prefetch_block(&x[r][b + 1], prefetch_ahead<Block>(b + 1, n_blocks, R * w_stride));
+      }
       const __m512i xv = join(values(x[r][b]), values(x[r][b + 1]));
       const __m512 d = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(f16(x[r][b].d) * dy0),
                                             _mm512_set1_ps(f16(x[r][b + 1].d) * dy1));
@@ -137,7 +139,7 @@ void dot_k_nibbles(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_
   for (int64_t b = 0; b < n_blocks; ++b) {
     for (int r = 0; r < R; ++r) {
       const Block& x = reinterpret_cast<const Block*>(w + r * w_stride)[b];
-      if constexpr (R > 1) prefetch_block(&x, R * w_stride);
+      if constexpr (R > 1) prefetch_block(&x, prefetch_ahead<Block>(b, n_blocks, R * w_stride));
       __m256i sc;
       const __m128i min_dot = k4_scales_and_min_dot(x.scales, y[b].bsums, &sc);
       __m256i hbits = _mm256_setzero_si256();
@@ -186,7 +188,7 @@ void dot_q6_k_rows(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_
   for (int64_t b = 0; b < n_blocks; ++b) {
     for (int r = 0; r < R; ++r) {
       const BlockQ6_K& x = reinterpret_cast<const BlockQ6_K*>(w + r * w_stride)[b];
-      if constexpr (R > 1) prefetch_block(&x, R * w_stride);
+      if constexpr (R > 1) prefetch_block(&x, prefetch_ahead<BlockQ6_K>(b, n_blocks, R * w_stride));
       const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales));
       __m512i sumi = _mm512_setzero_si512();
       for (int half = 0; half < 2; ++half) {

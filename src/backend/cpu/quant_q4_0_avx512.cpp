@@ -54,7 +54,7 @@ void dot_rows(const uint8_t* w, int64_t w_stride, const void* prep, int64_t n_bl
     const __m512i off = _mm512_loadu_si512(a.off + 8 * b);
     for (int r = 0; r < R; ++r) {
       const BlockQ4_0* xb = x[r] + b;
-      if constexpr (R > 1) prefetch_pair(xb, R * w_stride);
+      if constexpr (R > 1) prefetch_pair(xb, prefetch_ahead<BlockQ4_0>(b, n_blocks, R * w_stride));
       const __m256i q = pair_qs(xb);
       const __m512i nib = _mm512_and_si512(
           _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1), m4);
