@@ -1,6 +1,8 @@
 // fp8_bench: the pieces of --quantization fp8 at the qwen2.5-7b shapes on the
 // GPU, to place the GEMV / GEMM crossover and see where prefill time goes.
-//   1. the one-row FP8 GEMV per shape and split (warps per output row);
+//   1. the one-row FP8 GEMV per shape and split (warps per output row)
+//      (--gemv-only: this and the default one-row fp8 and bf16 GEMVs, nothing
+//      else);
 //   2. decode rows 1..8 and 16: FP8 GEMV vs quantize + FP8 GEMM (Gemm with
 //      the crossover forced) vs the bf16 path, per call;
 //   3. 8192 rows (prefill): bf16 cuBLAS vs the whole FP8 path, and its parts
@@ -16,6 +18,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda/cuda_check.h"
@@ -172,7 +175,9 @@ void bench_fusions(cudaStream_t stream, std::mt19937& rng) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  // --gemv-only: section 1 and the one-row fp8 / bf16 GEMVs, nothing else.
+  const bool gemv_only = argc > 1 && std::string(argv[1]) == "--gemv-only";
   const std::vector<Shape> shapes = {{"7b qkv", 4608, 3584, false},
                                      {"7b o", 3584, 3584, false},
                                      {"7b gate_up", 18944, 3584, true},
@@ -201,6 +206,13 @@ int main() {
   for (const Shape& s : shapes) {
     Weights w = make_weights(s, rng, stream);
     const double w8_bytes = double(w.rows) * double(w.in);
+    auto run = [&](const LinearWeight& weight, int64_t n) {
+      if (s.silu) {
+        gemm.gate_up_silu(x.data(), s.in, weight, n, s.out, s.in, y.data(), act.data());
+      } else {
+        gemm.linear(x.data(), s.in, weight, n, s.out, s.in, y.data(), s.out);
+      }
+    };
     // 1. One row, each split.
     for (int split : {1, 2, 4}) {
       const double us = time_us(
@@ -213,14 +225,19 @@ int main() {
       std::printf("| %s | fp8 gemv split %d | 1 | %.1f | %.0f |\n", s.name, split, us,
                   w8_bytes / us / 1e3);
     }
+    // The bf16 GEMV at its default split (the weight rows' bytes at 2 a weight).
+    if (gemv_only) {
+      gemm.set_fp8_gemv_max_rows(kFp8GemvMaxRows);
+      const double us8 = time_us(
+          w.copies, [&](int c) { run(w.e4m3(c), 1); }, stream);
+      const double us16 = time_us(
+          w.copies, [&](int c) { run(w.bf16(c), 1); }, stream);
+      std::printf(
+          "| %s | decode 1 row: fp8 gemv (default) / bf16 gemv | 1 | %.1f / %.1f | %.0f / %.0f |\n",
+          s.name, us8, us16, w8_bytes / us8 / 1e3, 2 * w8_bytes / us16 / 1e3);
+      continue;
+    }
     // 2. Decode rows: the GEMV, the GEMM path, bf16.
-    auto run = [&](const LinearWeight& weight, int64_t n) {
-      if (s.silu) {
-        gemm.gate_up_silu(x.data(), s.in, weight, n, s.out, s.in, y.data(), act.data());
-      } else {
-        gemm.linear(x.data(), s.in, weight, n, s.out, s.in, y.data(), s.out);
-      }
-    };
     for (int64_t n : {1, 2, 4, 8, 16}) {
       gemm.set_fp8_gemv_max_rows(kFp8GemvMaxRows);
       const double us_gemv = n <= kFp8GemvMaxRows
@@ -305,7 +322,7 @@ int main() {
         tuning.candidates, tuning.first_us, tuning.chosen_us, us_scaled_untuned, us_scaled_tuned,
         static_cast<long long>(kPrefill));
   }
-  bench_fusions(stream, rng);
+  if (!gemv_only) bench_fusions(stream, rng);
   SS_CUDA_CHECK(cudaStreamSynchronize(stream));
   return 0;
 }

@@ -37,6 +37,14 @@ struct BenchServeFlags {
   int64_t kv_tokens = 0;  // 0: enough for every request at once
   bool skip_static = false;
   std::string out_prefix = "bench_serve";
+  // Every request's sampling (greedy by default). On a GPU sampled rows are
+  // picked on the device unless penalties (or logprobs) need their logits on
+  // the host: --repetition-penalty is the way to time that host path.
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  int32_t top_k = 0;
+  float repetition_penalty = 1.0f;
+  int32_t top_logprobs = -1;  // >= 0: every request asks for logprobs
 };
 
 struct RequestPlan {
@@ -102,10 +110,14 @@ ModeResult run_mode(ModelInstance& model, const BenchServeFlags& f,
     std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(
                                               std::chrono::duration<double>(plans[i].arrival)));
     SamplingParams params;
-    params.temperature = 0;
+    params.temperature = f.temperature;
+    params.top_p = f.top_p;
+    params.top_k = f.top_k;
+    params.repetition_penalty = f.repetition_penalty;
+    params.seed = f.seed + i;
     params.ignore_eos = true;
     params.max_tokens = plans[i].output_len;
-    auto stream = engine.submit(RequestOptions{plans[i].prompt, params, 1, -1, {}});
+    auto stream = engine.submit(RequestOptions{plans[i].prompt, params, 1, f.top_logprobs, {}});
     SS_CHECK_MSG(stream.ok(), stream.ok() ? "" : stream.message());
     result.traces[i].arrival = since_start();
     readers.emplace_back([&, i, s = *stream] {
@@ -317,6 +329,18 @@ std::function<int()> add_bench_command(CLI::App& app) {
   serve->add_option("--kv-tokens", flags->kv_tokens,
                     "KV capacity in tokens (default: all requests at once)");
   serve->add_flag("--skip-static", flags->skip_static, "do not run the static-batching baseline");
+  serve->add_option("--temperature", flags->temperature, "sampling temperature (0: greedy)")
+      ->check(CLI::NonNegativeNumber);
+  serve->add_option("--top-p", flags->top_p, "nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
+  serve->add_option("--top-k", flags->top_k, "top-k (0: all)")->check(CLI::NonNegativeNumber);
+  serve
+      ->add_option("--top-logprobs", flags->top_logprobs,
+                   "every request asks for logprobs with this many alternatives (-1: none)")
+      ->check(CLI::Range(-1, 20));
+  serve
+      ->add_option("--repetition-penalty", flags->repetition_penalty,
+                   "repetition penalty (not 1: the host samples from downloaded logits)")
+      ->check(CLI::PositiveNumber);
   serve->add_option("--out", flags->out_prefix, "output prefix for CSV / PNG files");
   std::function<int()> run_ttft = add_bench_ttft_command(*bench);
   std::function<int()> run_spec = add_bench_spec_command(*bench);

@@ -62,7 +62,7 @@ ProbeStep::ProbeStep(ModelInstance& m, int32_t batch, int64_t context, int32_t r
                      const ProbeLayout& layout)
     : m_(m) {
   KvManager& kv = m.kv_manager();
-  plan_.greedy_on_device = m.device() != Device::kCpu;
+  plan_.tokens_on_device = m.device() != Device::kCpu;
   const int64_t vocab = m.config().vocab_size;
   for (int32_t b = 0; b < batch; ++b) {
     if (b > 0 && layout.gap_tokens > 0) {

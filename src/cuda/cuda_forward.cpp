@@ -9,6 +9,7 @@
 #include "cuda/cuda_model_internal.h"
 #include "cuda/elementwise.h"
 #include "cuda/flash_attention.h"
+#include "cuda/logprobs.h"
 #include "cuda/norm_quantize_fp8.h"
 #include "cuda/rope_kv.h"
 #include "cuda/row_scatter.h"
@@ -243,60 +244,151 @@ void CudaModel::forward(const ForwardBatch& batch, KvCache& kv_base, Tensor& log
 
 void CudaModel::finish_step(const ForwardBatch& batch, int32_t n_rows, Tensor& logits) {
   const int64_t vocab = config_.vocab_size;
-  if (batch.greedy_tokens != nullptr) {
-    if (greedy_ids_.size() < size_t(n_rows)) {
-      greedy_zeros_.resize(size_t(n_rows));
-      greedy_zeros_.fill_bytes(0);
-      greedy_top_k_.resize(size_t(n_rows));
-      greedy_top_k_.fill_bytes(0);
-      greedy_ids_.resize(size_t(n_rows));
-    }
-    batch.greedy_tokens->resize(size_t(n_rows));
-    if (n_rows > 0) {
-      // Constrained rows: their grammar masks go up (a few KB a row), the
-      // kernel reads masked tokens as -inf; no logits come down. The forward
-      // is queued: the host makes the masks while the GPU runs it.
-      if (batch.prepare_masks != nullptr) (*batch.prepare_masks)();
-      const TokenMaskRows mask = upload_masks(batch.masks, n_rows);
-      sample_tokens(logits_.data(), n_rows, static_cast<int32_t>(vocab), vocab,
-                    greedy_zeros_.data(), greedy_top_k_.data(), greedy_zeros_.data(),
-                    greedy_zeros_.data(), mask, greedy_ids_.data(), stream_);
-      SS_CUDA_CHECK(cudaMemcpyAsync(batch.greedy_tokens->data(), greedy_ids_.data(),
-                                    size_t(n_rows) * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                                    stream_));
+  const size_t row_bytes = size_t(vocab) * sizeof(float);
+  if (batch.picked_tokens == nullptr) {
+    logits = Tensor::zeros(DType::kF32, {n_rows, vocab});
+    const size_t logit_bytes = size_t(n_rows) * row_bytes;
+    grow_pinned(reinterpret_cast<void**>(&logits_host_), &logits_host_capacity_, logit_bytes);
+    if (logit_bytes > 0) {
+      SS_CUDA_CHECK(cudaMemcpyAsync(logits_host_, logits_.data(), logit_bytes,
+                                    cudaMemcpyDeviceToHost, stream_));
     }
     SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    logits = Tensor();
+    if (logit_bytes > 0) std::memcpy(logits.f32(), logits_host_, logit_bytes);
     return;
   }
-  logits = Tensor::zeros(DType::kF32, {n_rows, vocab});
-  const size_t logit_bytes = size_t(n_rows) * vocab * sizeof(float);
-  grow_pinned(reinterpret_cast<void**>(&logits_host_), &logits_host_capacity_, logit_bytes);
-  if (logit_bytes > 0) {
-    SS_CUDA_CHECK(cudaMemcpyAsync(logits_host_, logits_.data(), logit_bytes, cudaMemcpyDeviceToHost,
+  // The model picks every row's token: sampling parameters and grammar masks
+  // go up (a few KB a row), the kernel reads masked tokens as -inf; only the
+  // host rows' logits come down. The forward is queued: the host makes the
+  // masks while the GPU runs it.
+  batch.picked_tokens->resize(size_t(n_rows));
+  const size_t n_host = batch.host_rows.size();
+  if (n_rows > 0) {
+    if (batch.prepare_masks != nullptr) (*batch.prepare_masks)();
+    const PickInputs in = upload_pick_inputs(batch, n_rows);
+    picked_ids_.reserve(size_t(n_rows));
+    sample_tokens(logits_.data(), n_rows, static_cast<int32_t>(vocab), vocab, in.temperature,
+                  in.top_k, in.top_p, in.min_p, in.uniform, in.mask, picked_ids_.data(), stream_);
+    SS_CUDA_CHECK(cudaMemcpyAsync(batch.picked_tokens->data(), picked_ids_.data(),
+                                  size_t(n_rows) * sizeof(int32_t), cudaMemcpyDeviceToHost,
                                   stream_));
+    if (in.max_top_logprobs >= 0) queue_logprobs(n_rows, in);
+    grow_pinned(reinterpret_cast<void**>(&logits_host_), &logits_host_capacity_,
+                n_host * row_bytes);
+    // Runs of consecutive host rows in one copy each.
+    for (size_t i = 0; i < n_host;) {
+      size_t j = i + 1;
+      while (j < n_host && batch.host_rows[j] == batch.host_rows[j - 1] + 1) ++j;
+      SS_CHECK_LT(batch.host_rows[j - 1], n_rows);
+      SS_CUDA_CHECK(cudaMemcpyAsync(logits_host_ + i * size_t(vocab),
+                                    logits_.data() + size_t(batch.host_rows[i]) * size_t(vocab),
+                                    (j - i) * row_bytes, cudaMemcpyDeviceToHost, stream_));
+      i = j;
+    }
   }
   SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  if (logit_bytes > 0) std::memcpy(logits.f32(), logits_host_, logit_bytes);
+  if (n_rows > 0 && batch.logprobs != nullptr && !batch.top_logprobs.empty()) {
+    collect_logprobs(batch, n_rows);
+  }
+  logits = Tensor();
+  if (n_host > 0) {
+    logits = Tensor::zeros(DType::kF32, {static_cast<int64_t>(n_host), vocab});
+    std::memcpy(logits.f32(), logits_host_, n_host * row_bytes);
+  }
 }
 
-TokenMaskRows CudaModel::upload_masks(const LogitMasks* masks, int32_t n_rows) {
-  if (masks == nullptr || masks->empty()) return {};
-  SS_CHECK_EQ(masks->row_mask.size(), size_t(n_rows));
-  SS_CHECK_EQ(int64_t{masks->words_per_row}, (config_.vocab_size + 31) / 32);
-  const size_t words = size_t(n_rows) + masks->bits.size();
-  grow_pinned(reinterpret_cast<void**>(&masks_host_), &masks_host_capacity_,
+CudaModel::PickInputs CudaModel::upload_pick_inputs(const ForwardBatch& batch, int32_t n_rows) {
+  // One staging copy, 4-byte words: temperature, top_p, min_p, uniform,
+  // top_k, top_logprobs [n_rows] each, then (masked steps) row_mask [n_rows]
+  // and the bits.
+  const LogitMasks* masks = batch.masks;
+  const bool masked = masks != nullptr && !masks->empty();
+  if (masked) {
+    SS_CHECK_EQ(masks->row_mask.size(), size_t(n_rows));
+    SS_CHECK_EQ(int64_t{masks->words_per_row}, (config_.vocab_size + 31) / 32);
+  }
+  SS_CHECK(batch.sampling.empty() || batch.sampling.size() == size_t(n_rows));
+  const auto n = size_t(n_rows);
+  const size_t words = 6 * n + (masked ? n + masks->bits.size() : 0);
+  grow_pinned(reinterpret_cast<void**>(&pick_host_), &pick_host_capacity_,
               words * sizeof(uint32_t));
-  std::memcpy(masks_host_, masks->row_mask.data(), size_t(n_rows) * sizeof(int32_t));
-  std::memcpy(masks_host_ + n_rows, masks->bits.data(), masks->bits.size() * sizeof(uint32_t));
-  masks_.reserve(words);
+  auto* f = reinterpret_cast<float*>(pick_host_);
+  auto* k = reinterpret_cast<int32_t*>(pick_host_ + 4 * n);
+  auto* top = reinterpret_cast<int32_t*>(pick_host_ + 5 * n);
+  SS_CHECK(batch.top_logprobs.empty() || batch.top_logprobs.size() == n);
+  PickInputs in;
+  for (size_t r = 0; r < n; ++r) {
+    top[r] = batch.top_logprobs.empty() ? -1 : batch.top_logprobs[r];
+    SS_CHECK_LE(top[r], kMaxTopLogprobs);
+    in.max_top_logprobs = std::max(in.max_top_logprobs, top[r]);
+  }
+  for (size_t r = 0; r < n; ++r) {
+    const RowSampling s = batch.sampling.empty() ? RowSampling{} : batch.sampling[r];
+    f[r] = s.temperature;
+    f[n + r] = s.top_p;
+    f[2 * n + r] = s.min_p;
+    f[3 * n + r] = s.uniform;
+    k[r] = s.top_k;
+  }
+  if (masked) {
+    std::memcpy(pick_host_ + 6 * n, masks->row_mask.data(), n * sizeof(int32_t));
+    std::memcpy(pick_host_ + 7 * n, masks->bits.data(), masks->bits.size() * sizeof(uint32_t));
+  }
+  pick_inputs_.reserve(words);
   // The staging is reused next step only after finish_step's stream sync.
-  SS_CUDA_CHECK(cudaMemcpyAsync(masks_.data(), masks_host_, words * sizeof(uint32_t),
+  SS_CUDA_CHECK(cudaMemcpyAsync(pick_inputs_.data(), pick_host_, words * sizeof(uint32_t),
                                 cudaMemcpyHostToDevice, stream_));
-  TokenMaskRows view;
-  view.row_mask = reinterpret_cast<const int32_t*>(masks_.data());
-  view.bits = masks_.data() + n_rows;
-  return view;
+  const uint32_t* d = pick_inputs_.data();
+  in.temperature = reinterpret_cast<const float*>(d);
+  in.top_p = reinterpret_cast<const float*>(d + n);
+  in.min_p = reinterpret_cast<const float*>(d + 2 * n);
+  in.uniform = reinterpret_cast<const float*>(d + 3 * n);
+  in.top_k = reinterpret_cast<const int32_t*>(d + 4 * n);
+  in.top_logprobs = reinterpret_cast<const int32_t*>(d + 5 * n);
+  if (masked) {
+    in.mask.row_mask = reinterpret_cast<const int32_t*>(d + 6 * n);
+    in.mask.bits = d + 7 * n;
+  }
+  return in;
+}
+
+void CudaModel::queue_logprobs(int32_t n_rows, const PickInputs& in) {
+  // Rows without logprobs are skipped by the kernel; their slots stay unread.
+  const auto width = size_t(1 + in.max_top_logprobs);
+  logprob_values_.reserve(size_t(n_rows) * width);
+  logprob_ids_.reserve(std::max<size_t>(1, size_t(n_rows) * size_t(in.max_top_logprobs)));
+  token_logprobs(logits_.data(), n_rows, static_cast<int32_t>(config_.vocab_size),
+                 config_.vocab_size, picked_ids_.data(), in.top_logprobs, in.max_top_logprobs,
+                 logprob_values_.data(), logprob_ids_.data(), stream_);
+  const size_t value_bytes = size_t(n_rows) * width * sizeof(float);
+  const size_t id_bytes = size_t(n_rows) * size_t(in.max_top_logprobs) * sizeof(int32_t);
+  grow_pinned(reinterpret_cast<void**>(&logprobs_host_), &logprobs_host_capacity_,
+              value_bytes + id_bytes);
+  SS_CUDA_CHECK(cudaMemcpyAsync(logprobs_host_, logprob_values_.data(), value_bytes,
+                                cudaMemcpyDeviceToHost, stream_));
+  if (id_bytes > 0) {
+    SS_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<uint8_t*>(logprobs_host_) + value_bytes,
+                                  logprob_ids_.data(), id_bytes, cudaMemcpyDeviceToHost, stream_));
+  }
+  logprobs_width_ = in.max_top_logprobs;
+}
+
+void CudaModel::collect_logprobs(const ForwardBatch& batch, int32_t n_rows) {
+  // After the stream sync: the staged [rows, 1 + w] values, then [rows, w] ids.
+  const int32_t w = logprobs_width_;
+  const float* values = logprobs_host_;
+  const auto* ids = reinterpret_cast<const int32_t*>(values + size_t(n_rows) * size_t(1 + w));
+  batch.logprobs->assign(size_t(n_rows), RowLogprobs{});
+  for (int32_t r = 0; r < n_rows; ++r) {
+    const int32_t top = batch.top_logprobs[size_t(r)];
+    if (top < 0) continue;
+    RowLogprobs& out = (*batch.logprobs)[size_t(r)];
+    const float* row = values + size_t(r) * size_t(1 + w);
+    out.logprob = row[0];
+    const int32_t n = std::min<int32_t>(top, static_cast<int32_t>(config_.vocab_size));
+    for (int32_t j = 0; j < n; ++j)
+      out.top.emplace_back(ids[size_t(r) * size_t(w) + size_t(j)], row[1 + j]);
+  }
 }
 
 void CudaModel::run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_safe) {

@@ -39,7 +39,8 @@ CudaModel::~CudaModel() {
   if (meta_host_ != nullptr) cudaFreeHost(meta_host_);
   if (logits_host_ != nullptr) cudaFreeHost(logits_host_);
   if (capture_host_ != nullptr) cudaFreeHost(capture_host_);
-  if (masks_host_ != nullptr) cudaFreeHost(masks_host_);
+  if (pick_host_ != nullptr) cudaFreeHost(pick_host_);
+  if (logprobs_host_ != nullptr) cudaFreeHost(logprobs_host_);
   gemm_.reset();
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }

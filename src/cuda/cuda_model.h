@@ -128,11 +128,27 @@ class CudaModel final : public ForwardModel {
   bool try_graph_forward(const ForwardBatch& batch, CudaKvCache& kv, Tensor& logits);
   std::unique_ptr<Graph> capture_graph(CudaKvCache& kv, int32_t batch_size, bool with_capture);
   // Copies the first n_rows rows of logits_ to the host, or with
-  // batch.greedy_tokens their argmax ids only; waits for the stream.
+  // batch.picked_tokens picks every row's token on the device and copies
+  // down the ids and the host rows' logits only; waits for the stream.
   void finish_step(const ForwardBatch& batch, int32_t n_rows, Tensor& logits);
-  // The step's grammar masks (ForwardBatch::masks) to the device in one copy
-  // on the stream; an empty view when no row is masked.
-  TokenMaskRows upload_masks(const LogitMasks* masks, int32_t n_rows);
+  // The sampling kernel's per-row inputs on the device.
+  struct PickInputs {
+    const float* temperature = nullptr;     // [rows]
+    const int32_t* top_k = nullptr;         // [rows]
+    const float* top_p = nullptr;           // [rows]
+    const float* min_p = nullptr;           // [rows]
+    const float* uniform = nullptr;         // [rows]
+    const int32_t* top_logprobs = nullptr;  // [rows] -1: no logprobs
+    int32_t max_top_logprobs = -1;          // over the rows; -1: no row wants logprobs
+    TokenMaskRows mask;                     // empty when no row is masked
+  };
+  // The step's row sampling (ForwardBatch::sampling; empty: argmax) and
+  // grammar masks (ForwardBatch::masks) to the device in one copy on the stream.
+  PickInputs upload_pick_inputs(const ForwardBatch& batch, int32_t n_rows);
+  // The picked tokens' logprobs (cuda/logprobs.h) computed and queued for
+  // the host; collect_logprobs, after the stream sync, fills batch.logprobs.
+  void queue_logprobs(int32_t n_rows, const PickInputs& in);
+  void collect_logprobs(const ForwardBatch& batch, int32_t n_rows);
 
   ModelConfig config_;
   CudaModelOptions options_;
@@ -149,19 +165,22 @@ class CudaModel final : public ForwardModel {
 
   // Activations (device), sized for scratch_tokens_ rows.
   int64_t scratch_tokens_ = 0;
-  DeviceBuffer<float> x_;               // [T, hidden] residual stream
-  DeviceBuffer<bf16> h_;                // [T, hidden] normed input of a block
-  DeviceBuffer<bf16> qkv_;              // [T, (H + 2 Hkv) * D]
-  DeviceBuffer<bf16> attn_;             // [T, H * D]
-  DeviceBuffer<bf16> delta_;            // [T, hidden] o_proj / down_proj output
-  DeviceBuffer<bf16> gate_up_;          // [T, 2 * inter]
-  DeviceBuffer<bf16> act_;              // [T, inter]
-  DeviceBuffer<bf16> head_in_;          // [rows, hidden] final-normed rows that want logits
-  DeviceBuffer<float> logits_;          // [rows, vocab]
-  DeviceBuffer<float> greedy_zeros_;    // [rows] temperature / top_p / uniform = 0: argmax
-  DeviceBuffer<int32_t> greedy_top_k_;  // [rows] 0
-  DeviceBuffer<int32_t> greedy_ids_;    // [rows] chosen tokens
-  DeviceBuffer<uint32_t> masks_;        // [rows] row_mask, then [n_masks, ceil(vocab / 32)] bits
+  DeviceBuffer<float> x_;             // [T, hidden] residual stream
+  DeviceBuffer<bf16> h_;              // [T, hidden] normed input of a block
+  DeviceBuffer<bf16> qkv_;            // [T, (H + 2 Hkv) * D]
+  DeviceBuffer<bf16> attn_;           // [T, H * D]
+  DeviceBuffer<bf16> delta_;          // [T, hidden] o_proj / down_proj output
+  DeviceBuffer<bf16> gate_up_;        // [T, 2 * inter]
+  DeviceBuffer<bf16> act_;            // [T, inter]
+  DeviceBuffer<bf16> head_in_;        // [rows, hidden] final-normed rows that want logits
+  DeviceBuffer<float> logits_;        // [rows, vocab]
+  DeviceBuffer<int32_t> picked_ids_;  // [rows] chosen tokens
+  // [5 * rows] sampling parameters, then [rows] row_mask and [n_masks, ceil(vocab / 32)]
+  // bits (upload_pick_inputs)
+  DeviceBuffer<uint32_t> pick_inputs_;
+  DeviceBuffer<float> logprob_values_;  // [rows, 1 + logprobs_width_] picked token's, then top
+  DeviceBuffer<int32_t> logprob_ids_;   // [rows, logprobs_width_] top tokens
+  int32_t logprobs_width_ = 0;          // the step's largest top_logprobs
   DeviceBuffer<float> attn_workspace_;  // paged attention split-K partials
   DeviceBuffer<bf16> compact_q_;        // [n, H * D] paged-path queries when not a contiguous range
   DeviceBuffer<bf16> compact_out_;      // [n, H * D]
@@ -184,8 +203,10 @@ class CudaModel final : public ForwardModel {
   size_t logits_host_capacity_ = 0;
   bf16* capture_host_ = nullptr;  // pinned captured query rows
   size_t capture_host_capacity_ = 0;
-  uint32_t* masks_host_ = nullptr;  // pinned staging of masks_
-  size_t masks_host_capacity_ = 0;
+  uint32_t* pick_host_ = nullptr;  // pinned staging of pick_inputs_
+  size_t pick_host_capacity_ = 0;
+  float* logprobs_host_ = nullptr;  // pinned: logprob_values_ then logprob_ids_
+  size_t logprobs_host_capacity_ = 0;
   // Decode graphs by batch size.
   std::map<int32_t, std::unique_ptr<Graph>> graphs_;
   // The same with query capture, for SpecPrefill's draft lookahead steps

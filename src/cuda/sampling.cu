@@ -12,9 +12,11 @@
 //   top-p (p < 1): t_p = the largest l value v >= t_k such that
 //         sum_{i in K1, l_i >= v} w_i >= p * sum_{i in K1} w_i (t_k itself
 //         always qualifies); otherwise t_p = t_k.
-//   kept K = {i : l_i >= t_p}; S = sum_K w_i; target = uniform * S.
-//   out = the first i in index order with sum_{j <= i, j in K} w_j > target;
-//         when rounding leaves none, the last i in K with w_i > 0.
+//   min-p (after top-k and top-p, as vLLM): v_i = w_i < min_p ? 0 : w_i
+//         (the max has w = 1 and stays); no min-p: v_i = w_i.
+//   kept K = {i : l_i >= t_p}; S = sum_K v_i; target = uniform * S.
+//   out = the first i in index order with sum_{j <= i, j in K} v_j > target;
+//         when rounding leaves none, the last i in K with v_i > 0.
 // Ties are therefore ties of the logit value (tokens whose fp32 weights only
 // round to the same value are not ties). Sums are fp32, so the GPU realises
 // the rule up to fp32 rounding of the masses compared.
@@ -294,6 +296,16 @@ struct Weights {
   }
 };
 
+// The draw's weights: w, zeroed below min-p.
+struct DrawWeights {
+  Weights w;
+  float min_w;
+  __device__ float operator()(float v) const {
+    const float x = w(v);
+    return x < min_w ? 0.0f : x;
+  }
+};
+
 // Sum of w over items [0, n) with key >= key_min.
 template <typename Src>
 __device__ float mass_at_least(int n, const Src& src, uint32_t key_min, const Weights& w,
@@ -421,8 +433,8 @@ __device__ uint32_t top_p_key(int n, const Src& src, float needed, uint32_t lo, 
 // the chunk whose end first exceeds the target holds the crossing and a zero
 // weight can never be the pick.
 template <typename Src, typename Index>
-__device__ void draw(int n, const Src& get, const Index& index_of, uint32_t tau, const Weights& w,
-                     float uniform, SampleShared& sh, int32_t* out) {
+__device__ void draw(int n, const Src& get, const Index& index_of, uint32_t tau,
+                     const DrawWeights& w, float uniform, SampleShared& sh, int32_t* out) {
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
   const int chunk = chunk_size(n, get.vec);
   const int begin = min(n, tid * chunk);
@@ -487,8 +499,9 @@ __device__ void draw(int n, const Src& get, const Index& index_of, uint32_t tau,
 
 __global__ void __launch_bounds__(kThreads)
     sample_tokens_kernel(const float* logits, int32_t vocab, int64_t ld, const float* temperature,
-                         const int32_t* top_k, const float* top_p, const float* uniform,
-                         const uint32_t* mask_bits, const int32_t* mask_rows, int32_t* out) {
+                         const int32_t* top_k, const float* top_p, const float* min_p,
+                         const float* uniform, const uint32_t* mask_bits, const int32_t* mask_rows,
+                         int32_t* out) {
   __shared__ SampleShared sh;
   const int tid = threadIdx.x;
   const int64_t r = blockIdx.x;
@@ -517,13 +530,14 @@ __global__ void __launch_bounds__(kThreads)
     return;  // CTA-uniform
   }
   const Weights w{m, 1.0f / temp};
+  const DrawWeights dw{w, min_p != nullptr ? min_p[r] : 0.0f};
   const uint32_t key_max = order_key(m);
   const int32_t k = top_k[r];
   const float p = top_p[r];
   const bool top_k_on = k > 0 && k < vocab;
   const bool top_p_on = p < 1.0f;
   if (!top_k_on && !top_p_on) {
-    draw(vocab, row_logit, token_of, 0u, w, uniform[r], sh, out + r);
+    draw(vocab, row_logit, token_of, 0u, dw, uniform[r], sh, out + r);
     return;
   }
 
@@ -596,7 +610,7 @@ __global__ void __launch_bounds__(kThreads)
       const float z1 = mass_at_least(vocab, row_logit, tau, w, sh);
       tau = top_p_key(vocab, row_logit, p * z1, tau, key_max, w, sh);
     }
-    draw(vocab, row_logit, token_of, tau, w, uniform[r], sh, out + r);
+    draw(vocab, row_logit, token_of, tau, dw, uniform[r], sh, out + r);
     return;
   }
 
@@ -676,7 +690,7 @@ __global__ void __launch_bounds__(kThreads)
       tau = top_p_key(n, cand_logit, p * z1, tau, key_max, w, sh);
     }
   }
-  draw(n, cand_logit, cand_token, tau, w, uniform[r], sh, out + r);
+  draw(n, cand_logit, cand_token, tau, dw, uniform[r], sh, out + r);
 }
 
 constexpr int kMoeWarps = 4;  // tokens per CTA, one warp each
@@ -742,13 +756,13 @@ __global__ void moe_topk_kernel(const float* router_logits, int32_t n_tokens, in
 
 void sample_tokens(const float* logits, int32_t n_rows, int32_t vocab, int64_t ld,
                    const float* temperature, const int32_t* top_k, const float* top_p,
-                   const float* uniform, const TokenMaskRows& mask, int32_t* out,
-                   cudaStream_t stream) {
+                   const float* min_p, const float* uniform, const TokenMaskRows& mask,
+                   int32_t* out, cudaStream_t stream) {
   if (n_rows <= 0) return;
   SS_CHECK_GT(vocab, 0);
   SS_CHECK_GE(ld, int64_t{vocab});
   sample_tokens_kernel<<<n_rows, kThreads, 0, stream>>>(
-      logits, vocab, ld, temperature, top_k, top_p, uniform, mask.bits, mask.row_mask, out);
+      logits, vocab, ld, temperature, top_k, top_p, min_p, uniform, mask.bits, mask.row_mask, out);
   SS_CUDA_CHECK_LAUNCH();
 }
 

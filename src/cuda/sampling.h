@@ -23,14 +23,16 @@ struct TokenMaskRows {
 //  * else p = softmax(logits / temperature) in fp32; keep the top_k[r] most
 //    likely tokens (0 = all; every token tied with the k-th is kept too), then
 //    the most likely tokens whose mass first reaches top_p[r] (ties at the
-//    cut kept), renormalise, and return the first token in index order whose
-//    cumulative kept probability exceeds uniform[r] * (kept mass).
+//    cut kept), then drop those below min_p[r] times the most likely one's
+//    probability (min_p null: none), renormalise, and return the first token
+//    in index order whose cumulative kept probability exceeds uniform[r] *
+//    (kept mass). (model/row_sampling.h: the same rule on the host.)
 // uniform [n_rows] in [0, 1) from the host's seeded generator, out [n_rows] i32.
 // CPU twin: sample_tokens_reference (tests/cuda), the same rule.
 void sample_tokens(const float* logits, int32_t n_rows, int32_t vocab, int64_t ld,
                    const float* temperature, const int32_t* top_k, const float* top_p,
-                   const float* uniform, const TokenMaskRows& mask, int32_t* out,
-                   cudaStream_t stream);
+                   const float* min_p, const float* uniform, const TokenMaskRows& mask,
+                   int32_t* out, cudaStream_t stream);
 
 // MoE routing: probs = softmax(router_logits[t, :]) in fp32 over all
 // experts; ids[t, :] = the k most likely experts in descending order (ties:

@@ -106,23 +106,32 @@ class EngineCore {
   void step();
   // logits [vocab] of the sequence's last row, or (device greedy) null and
   // the token the model already chose (-1: the grammar admitted nothing).
-  void on_logits(Sequence* seq, float* logits, int32_t chosen = -1);
+  // (With chosen: `logprobs` are the chosen token's when the request asks
+  // for them, computed by the model.)
+  void on_logits(Sequence* seq, float* logits, int32_t chosen = -1,
+                 const RowLogprobs* logprobs = nullptr);
   // A verification chunk's rows: [1 + n_draft, vocab] raw logits, or null and
   // the model's greedy ids.
   void on_verify(Sequence* seq, const float* rows, const int32_t* greedy_ids);
   // Appends generated tokens to one choice and streams them; stops at the
   // first that ends it (EOS, stop id, max_tokens, context). `logprob_rows`
-  // [tokens.size(), vocab] raw logits when logprobs are asked for.
+  // [tokens.size(), vocab] raw logits when logprobs are asked for, or
+  // picked_logprobs: the one token's, computed by the model.
   // The grammar state is already past the first `n_grammar_advanced`
   // tokens (verified drafts, none completing the document but maybe the
   // last: VerifyResult::grammar_ended, which on_verify handles).
   void emit(Sequence* seq, std::span<const int32_t> tokens, const float* logprob_rows,
-            Clock::time_point now, int32_t n_grammar_advanced = 0);
-  // True when every row that wants logits can take the model's own argmax:
-  // a GPU model, greedy without penalties, one choice, no logprobs.
-  bool device_greedy_step(const ScheduleResult& scheduled) const;
-  // A device-greedy step's grammar masks into its plan; dead[r] = 1 where
-  // logit row r's grammar admits nothing. Returns the rows masked.
+            Clock::time_point now, int32_t n_grammar_advanced = 0,
+            const RowLogprobs* picked_logprobs = nullptr);
+  // How the step's logit rows get their tokens. With a model that picks
+  // tokens (a GPU) and a row it may pick: plan.tokens_on_device, each row's
+  // RowSampling (a sampled row's uniform drawn now from its sequence's own
+  // generator, as Sampler::sample would) and plan.host_rows, the rows the
+  // host samples itself (host_row_[r] = 1).
+  void plan_token_picking(ScheduleResult& scheduled);
+  // The grammar masks of a tokens_on_device step's picked rows into its
+  // plan; dead[r] = 1 where logit row r's grammar admits nothing. Returns
+  // the rows masked.
   int32_t fill_device_masks(ScheduleResult& scheduled, std::vector<uint8_t>& dead);
   void finish(Sequence* seq, FinishReason reason, RequestEvent event);
   void retire_finished_requests();
@@ -138,6 +147,7 @@ class EngineCore {
   GrammarStage grammar_;                           // constrained requests' masks
   LogitMasks mask_storage_;               // the plans' masks between steps (keeps the capacity)
   std::vector<uint8_t> dead_rows_;        // [logit rows] of the step: the grammar admits nothing
+  std::vector<uint8_t> host_row_;         // [logit rows] of the step: sampled on the host
   LatencyHistogram accepted_length_{{}};  // accepted draft tokens per verification
   SpecPrefillPolicy specprefill_policy_;
   std::shared_ptr<LoopSignal> signal_ = std::make_shared<LoopSignal>();
@@ -386,21 +396,62 @@ void EngineCore::retire_finished_requests() {
   requests_.erase(std::remove_if(requests_.begin(), requests_.end(), done), requests_.end());
 }
 
-bool EngineCore::device_greedy_step(const ScheduleResult& scheduled) const {
-  if (model_.device() == Device::kCpu) return false;
-  bool any = false;
+namespace {
+
+// A logit row the host samples itself, from its logits: penalties need
+// them, the row n > 1 choices fork from is sampled once per choice, sampled
+// speculative verification compares whole distributions, and a
+// verification's logprobs are of the tokens it accepts. (A picked row's
+// logprobs come with its token: ForwardBatch::top_logprobs.)
+bool needs_host_logits(const ScheduledChunk& chunk) {
+  const Sequence& seq = *chunk.seq;
+  const RequestOptions& o = seq.request->options;
+  const SamplingParams& p = o.params;
+  if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    return true;
+  }
+  if (chunk.n_logit_rows > 1 && (!seq.sampler->greedy() || o.top_logprobs >= 0)) return true;
+  return o.n > 1 && seq.n_generated == 0 && seq.request->sequences.size() == 1 && seq.choice == 0;
+}
+
+}  // namespace
+
+void EngineCore::plan_token_picking(ScheduleResult& scheduled) {
+  StepPlan& plan = scheduled.plan;
+  host_row_.assign(plan.logit_rows.size(), 1);
+  if (!model_.runner().picks_tokens()) return;
+  bool any_picked = false;
+  size_t row = 0;
   for (const ScheduledChunk& chunk : scheduled.chunks) {
     if (!chunk.wants_logits) continue;
-    const RequestOptions& o = chunk.seq->request->options;
-    const SamplingParams& p = o.params;
-    // A constrained row goes too: its grammar mask goes up with the plan.
-    if (o.n != 1 || o.top_logprobs >= 0 || p.temperature != 0.0f || p.repetition_penalty != 1.0f ||
-        p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
-      return false;
-    }
-    any = true;
+    const bool host = needs_host_logits(chunk);
+    std::fill_n(host_row_.begin() + static_cast<std::ptrdiff_t>(row), chunk.n_logit_rows,
+                uint8_t{host});
+    any_picked |= !host;
+    row += static_cast<size_t>(chunk.n_logit_rows);
   }
-  return any;
+  if (!any_picked) return;
+  plan.tokens_on_device = true;
+  plan.sampling.assign(plan.logit_rows.size(), RowSampling{});
+  row = 0;
+  for (const ScheduledChunk& chunk : scheduled.chunks) {
+    if (!chunk.wants_logits) continue;
+    if (host_row_[row] != 0) {
+      for (int32_t i = 0; i < chunk.n_logit_rows; ++i) {
+        plan.host_rows.push_back(static_cast<int32_t>(row) + i);
+      }
+    } else {
+      // A picked sampled chunk has one row (sampled verifications are host
+      // rows); a greedy one, every row included, takes the argmax.
+      plan.sampling[row] = chunk.seq->sampler->device_draw();
+      const int32_t top_logprobs = chunk.seq->request->options.top_logprobs;
+      if (top_logprobs >= 0) {  // one row: verifications with logprobs are host rows
+        if (plan.top_logprobs.empty()) plan.top_logprobs.assign(plan.logit_rows.size(), -1);
+        plan.top_logprobs[row] = top_logprobs;
+      }
+    }
+    row += static_cast<size_t>(chunk.n_logit_rows);
+  }
 }
 
 int32_t EngineCore::fill_device_masks(ScheduleResult& scheduled, std::vector<uint8_t>& dead) {
@@ -413,6 +464,10 @@ int32_t EngineCore::fill_device_masks(ScheduleResult& scheduled, std::vector<uin
   size_t row = 0;
   for (const ScheduledChunk& chunk : scheduled.chunks) {
     if (!chunk.wants_logits) continue;
+    if (host_row_[row] != 0) {  // the host masks its logits itself (on_logits / verify)
+      row += static_cast<size_t>(chunk.n_logit_rows);
+      continue;
+    }
     // A verification chunk's row i: the parser state after its draft tokens 0..i-1.
     for (int32_t i = 0; i < chunk.n_logit_rows; ++i) {
       grammar::TriggeredMatcher* state = chunk.seq->grammar_at_row(i);
@@ -439,7 +494,8 @@ int32_t EngineCore::fill_device_masks(ScheduleResult& scheduled, std::vector<uin
   return n_masked;
 }
 
-void EngineCore::on_logits(Sequence* seq, float* logits, int32_t chosen) {
+void EngineCore::on_logits(Sequence* seq, float* logits, int32_t chosen,
+                           const RowLogprobs* logprobs) {
   Request& request = *seq->request;
   const bool first_of_prompt = seq->n_generated == 0 && request.sequences.size() == 1 &&
                                request.options.n > 1 && seq->choice == 0;
@@ -502,12 +558,14 @@ void EngineCore::on_logits(Sequence* seq, float* logits, int32_t chosen) {
       continue;
     }
     const int32_t token = logits == nullptr ? chosen : s->sampler->sample(row);
-    emit(s, std::span<const int32_t>(&token, 1), raw.empty() ? nullptr : raw.data(), now);
+    emit(s, std::span<const int32_t>(&token, 1), raw.empty() ? nullptr : raw.data(), now, 0,
+         logprobs);
   }
 }
 
 void EngineCore::emit(Sequence* s, std::span<const int32_t> tokens, const float* logprob_rows,
-                      Clock::time_point now, int32_t n_grammar_advanced) {
+                      Clock::time_point now, int32_t n_grammar_advanced,
+                      const RowLogprobs* picked_logprobs) {
   Request& request = *s->request;
   const ModelConfig& config = model_.config();
   const SamplingParams& params = request.options.params;
@@ -529,7 +587,10 @@ void EngineCore::emit(Sequence* s, std::span<const int32_t> tokens, const float*
       finish(s, FinishReason::kFinishStop, std::move(event));
       return;
     }
-    if (request.options.top_logprobs >= 0) {
+    if (request.options.top_logprobs >= 0 && picked_logprobs != nullptr) {
+      SS_CHECK_EQ(tokens.size(), size_t{1});
+      event.logprobs.push_back(to_token_logprob(token, *picked_logprobs));
+    } else if (request.options.top_logprobs >= 0) {
       SS_CHECK(logprob_rows != nullptr);
       event.logprobs.push_back(compute_logprobs(logprob_rows + static_cast<int64_t>(i) * vocab_,
                                                 vocab_, token, request.options.top_logprobs));
@@ -607,12 +668,12 @@ void EngineCore::step() {
     if (specdecode_) specdecode_->end_step();
     return;
   }
-  scheduled.plan.greedy_on_device = device_greedy_step(scheduled);
+  plan_token_picking(scheduled);
   // Grammar masks for the device: made while the model's forward runs
   // (ModelRunner calls this once the forward is queued).
   int32_t n_device_masked = 0;
   double grammar_seconds = 0;
-  if (scheduled.plan.greedy_on_device) {
+  if (scheduled.plan.tokens_on_device) {
     scheduled.plan.fill_masks = [&] {
       const auto start = Clock::now();
       n_device_masked = fill_device_masks(scheduled, dead_rows_);
@@ -630,7 +691,7 @@ void EngineCore::step() {
   }
   StepOutput output = model_.runner().run(scheduled.plan);
   const auto forward_end = Clock::now();
-  if (scheduled.plan.greedy_on_device) mask_storage_ = std::move(scheduled.plan.masks);
+  if (scheduled.plan.tokens_on_device) mask_storage_ = std::move(scheduled.plan.masks);
   // The k policy's cost line is of decode and verify steps (every row wants
   // logits); a prefill chunk's rows cost differently and would bend it.
   const bool decode_shaped =
@@ -647,20 +708,26 @@ void EngineCore::step() {
       std::chrono::duration<double>(forward_end - forward_start).count();
   counters_.grammar_mask_seconds_total += grammar_seconds;
   int64_t row = 0;
+  int64_t host_row = 0;  // into output.logits
   int32_t n_emitting = 0;
+  const bool picked = scheduled.plan.tokens_on_device;
   for (const ScheduledChunk& chunk : scheduled.chunks) {
     if (chunk.seq->n_generated == 0) counters_.prompt_tokens_total += chunk.count;
     if (!chunk.wants_logits) continue;
     ++n_emitting;
-    const bool greedy = scheduled.plan.greedy_on_device;
+    const auto r = static_cast<size_t>(row);
+    float* logits = nullptr;  // [n_logit_rows, vocab] when the host samples the chunk
+    if (!picked || host_row_[r] != 0) {
+      logits = output.logits.f32() + host_row * vocab_;
+      host_row += chunk.n_logit_rows;
+    }
     if (chunk.n_logit_rows > 1) {
-      on_verify(chunk.seq, greedy ? nullptr : output.logits.f32() + row * vocab_,
-                greedy ? output.greedy_tokens.data() + row : nullptr);
-    } else if (greedy) {
-      const auto r = static_cast<size_t>(row);
-      on_logits(chunk.seq, nullptr, dead_rows_[r] != 0 ? -1 : output.greedy_tokens[r]);
+      on_verify(chunk.seq, logits, logits != nullptr ? nullptr : output.picked_tokens.data() + row);
+    } else if (logits == nullptr) {
+      const RowLogprobs* logprobs = output.logprobs.empty() ? nullptr : &output.logprobs[r];
+      on_logits(chunk.seq, nullptr, dead_rows_[r] != 0 ? -1 : output.picked_tokens[r], logprobs);
     } else {
-      on_logits(chunk.seq, output.logits.f32() + row * vocab_);
+      on_logits(chunk.seq, logits);
     }
     row += chunk.n_logit_rows;
   }

@@ -16,8 +16,8 @@ struct LiveSequence {
   size_t request_index;
   KvSequence kv;
   Sampler sampler;
-  int32_t n_prefilled = 0;   // prompt tokens already in the KV cache
-  int32_t next_position = 0; // RoPE position of the next token fed
+  int32_t n_prefilled = 0;     // prompt tokens already in the KV cache
+  int32_t next_position = 0;   // RoPE position of the next token fed
   int32_t pending_token = -1;  // sampled, not yet fed
   bool done = false;
 };
@@ -121,9 +121,8 @@ Result<std::vector<GenerationResult>> Generator::generate(
       if (!last_chunk[i]) continue;
       LiveSequence& seq = *in_plan[i];
       const GenerationRequest& request = requests[seq.request_index];
-      seq.next_position =
-          (request.positions.empty() ? static_cast<int32_t>(request.prompt.size())
-                                     : request.positions.back() + 1);
+      seq.next_position = (request.positions.empty() ? static_cast<int32_t>(request.prompt.size())
+                                                     : request.positions.back() + 1);
       std::span<float> logits(output.logits.f32() + row * vocab, static_cast<size_t>(vocab));
       ++row;
       accept(seq, seq.sampler.sample(logits));
@@ -132,17 +131,18 @@ Result<std::vector<GenerationResult>> Generator::generate(
   }
   local_stats.prefill_seconds = seconds_since(prefill_start);
 
-  // Plain greedy requests let a GPU model pick tokens on the device.
-  bool device_greedy = runner_.model().device() != Device::kCpu;
+  // Without penalties a GPU model picks (and samples) the tokens on the
+  // device: each sampled row takes the uniform its own sampler would draw.
+  bool on_device = runner_.picks_tokens();
   for (const GenerationRequest& request : requests) {
     const SamplingParams& p = request.params;
-    device_greedy &= p.temperature == 0.0f && p.repetition_penalty == 1.0f &&
-                     p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
+    on_device &=
+        p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
   }
   const auto decode_start = std::chrono::steady_clock::now();
   for (;;) {
     StepPlan plan;
-    plan.greedy_on_device = device_greedy;
+    plan.tokens_on_device = on_device;
     std::vector<LiveSequence*> in_plan;
     for (LiveSequence& seq : live) {
       if (seq.done) continue;
@@ -153,11 +153,12 @@ Result<std::vector<GenerationResult>> Generator::generate(
       plan.seq_n_slots.push_back(seq.kv.n_slots());
       ++seq.next_position;
       in_plan.push_back(&seq);
+      if (on_device) plan.sampling.push_back(seq.sampler.device_draw());
     }
     if (in_plan.empty()) break;
     StepOutput output = runner_.run(plan);
-    if (device_greedy) {
-      for (size_t i = 0; i < in_plan.size(); ++i) accept(*in_plan[i], output.greedy_tokens[i]);
+    if (on_device) {
+      for (size_t i = 0; i < in_plan.size(); ++i) accept(*in_plan[i], output.picked_tokens[i]);
       continue;
     }
     const int64_t vocab = output.logits.size(1);
@@ -173,7 +174,8 @@ Result<std::vector<GenerationResult>> Generator::generate(
   }
   // Counted from the results: the first token of each sequence came from prefill logits.
   local_stats.generated_tokens = 0;
-  for (const auto& r : results) local_stats.generated_tokens += static_cast<int64_t>(r.tokens.size());
+  for (const auto& r : results)
+    local_stats.generated_tokens += static_cast<int64_t>(r.tokens.size());
   if (stats != nullptr) *stats = local_stats;
   return results;
 }

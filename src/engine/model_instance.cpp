@@ -101,7 +101,8 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create(const ModelInstance
   instance->kv_ = std::make_unique<KvCache>(kv_shape);
   instance->kv_manager_ = std::make_unique<KvManager>(*instance->kv_);
   instance->startup_times_.kv_reserve_s = seconds_since(kv_start);
-  instance->runner_ = std::make_unique<ModelRunner>(*instance->model_, *instance->kv_);
+  instance->runner_ =
+      std::make_unique<ModelRunner>(*instance->model_, *instance->kv_, options.token_picking);
   return instance;
 }
 
@@ -139,7 +140,8 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create_tensor_parallel(
   instance->model_ = std::move(model);
   instance->kv_manager_ = std::make_unique<KvManager>(*instance->kv_);
   instance->startup_times_.kv_reserve_s = seconds_since(kv_start);
-  instance->runner_ = std::make_unique<ModelRunner>(*instance->model_, *instance->kv_);
+  instance->runner_ =
+      std::make_unique<ModelRunner>(*instance->model_, *instance->kv_, options.token_picking);
   return instance;
 }
 
@@ -185,7 +187,8 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create_on_gpu(
     return model->score_prompt(capture, *kv, table, begin, end, pool_kernel);
   };
   instance->kv_manager_ = std::make_unique<KvManager>(*instance->kv_);
-  instance->runner_ = std::make_unique<ModelRunner>(*instance->model_, *instance->kv_);
+  instance->runner_ =
+      std::make_unique<ModelRunner>(*instance->model_, *instance->kv_, options.token_picking);
   return instance;
 #else
   (void)config;

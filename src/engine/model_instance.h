@@ -57,6 +57,10 @@ struct ModelInstanceOptions {
   // correctness reference, not a speed-up); on CUDA it is an error until the
   // NCCL rank models exist (issue 13).
   int64_t tensor_parallel_size = 1;
+  // Who picks each step's tokens (engine/model_runner.h): the GPU by
+  // default; kAlways plans a CPU model's steps as a GPU's (tests of that
+  // path), kNever samples every row on the host (comparisons).
+  TokenPicking token_picking = TokenPicking::kAuto;
 };
 
 // SpecPrefill scoring on the model's own device (GPU): importance of slots

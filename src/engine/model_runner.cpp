@@ -5,7 +5,8 @@
 
 namespace specstack {
 
-ModelRunner::ModelRunner(ForwardModel& model, KvCache& kv) : model_(model), kv_(kv) {}
+ModelRunner::ModelRunner(ForwardModel& model, KvCache& kv, TokenPicking picking)
+    : model_(model), kv_(kv), picking_(picking) {}
 
 void ModelRunner::check_plan(const StepPlan& plan) const {
   const size_t n = plan.token_ids.size();
@@ -34,6 +35,17 @@ void ModelRunner::check_plan(const StepPlan& plan) const {
     }
   }
   if (!plan.fill_masks) check_masks(plan);
+  if (plan.tokens_on_device) {
+    SS_CHECK(plan.sampling.empty() || plan.sampling.size() == plan.logit_rows.size());
+    SS_CHECK(plan.top_logprobs.empty() || plan.top_logprobs.size() == plan.logit_rows.size());
+    for (size_t i = 0; i < plan.host_rows.size(); ++i) {
+      SS_CHECK_LE(0, plan.host_rows[i]);
+      SS_CHECK_LT(plan.host_rows[i], static_cast<int32_t>(plan.logit_rows.size()));
+      if (i > 0) SS_CHECK_LT(plan.host_rows[i - 1], plan.host_rows[i]);
+    }
+  } else {
+    SS_CHECK(plan.sampling.empty() && plan.host_rows.empty() && plan.top_logprobs.empty());
+  }
   for (size_t i = 1; i < plan.logit_rows.size(); ++i) {
     SS_CHECK_LT(plan.logit_rows[i - 1], plan.logit_rows[i]);
   }
@@ -45,7 +57,7 @@ void ModelRunner::check_plan(const StepPlan& plan) const {
 
 void ModelRunner::check_masks(const StepPlan& plan) const {
   if (plan.masks.empty()) return;
-  SS_CHECK(plan.greedy_on_device);  // a host-sampled step masks its logits itself
+  SS_CHECK(plan.tokens_on_device);  // a host-sampled step masks its logits itself
   SS_CHECK_EQ(plan.masks.row_mask.size(), plan.logit_rows.size());
   SS_CHECK_EQ(int64_t{plan.masks.words_per_row}, (model_.config().vocab_size + 31) / 32);
   for (int32_t m : plan.masks.row_mask) SS_CHECK_LT(m, plan.masks.n_masks());
@@ -64,7 +76,7 @@ StepOutput ModelRunner::run(const StepPlan& plan) {
   batch.capture_rows = plan.capture_rows;
   StepOutput output;
   if (!plan.capture_rows.empty()) batch.captured_queries = &output.captured_queries;
-  SS_CHECK(!plan.fill_masks || plan.greedy_on_device);
+  SS_CHECK(!plan.fill_masks || plan.tokens_on_device);
   // plan.fill_masks, once (the model calls it after queuing the forward; a
   // host model never does, so it runs after forward returns).
   bool masks_ready = !plan.fill_masks;
@@ -74,22 +86,52 @@ StepOutput ModelRunner::run(const StepPlan& plan) {
     plan.fill_masks();
     check_masks(plan);
   };
-  if (plan.greedy_on_device) {
-    batch.greedy_tokens = &output.greedy_tokens;
+  if (plan.tokens_on_device) {
+    batch.picked_tokens = &output.picked_tokens;
+    batch.sampling = plan.sampling;
+    batch.host_rows = plan.host_rows;
+    batch.top_logprobs = plan.top_logprobs;
+    batch.logprobs = &output.logprobs;
     batch.masks = &plan.masks;
     batch.prepare_masks = &prepare_masks;
   }
   model_.forward(batch, kv_, output.logits);
   prepare_masks();
-  if (plan.greedy_on_device && output.logits.defined()) {  // a host model: argmax here
-    const int64_t vocab = output.logits.size(1);
-    output.greedy_tokens.resize(plan.logit_rows.size());
-    for (size_t r = 0; r < plan.logit_rows.size(); ++r) {
-      output.greedy_tokens[r] = masked_argmax(output.logits.f32() + static_cast<int64_t>(r) * vocab,
-                                              vocab, batch.masks, r);
-    }
+  if (plan.tokens_on_device && output.picked_tokens.empty() && !plan.logit_rows.empty()) {
+    pick_on_host(plan, output);
   }
   return output;
+}
+
+void ModelRunner::pick_on_host(const StepPlan& plan, StepOutput& output) const {
+  // The model returned every row's logits [logit_rows, vocab]: pick by the
+  // device's rule, then keep only the host rows' logits.
+  const int64_t vocab = output.logits.size(1);
+  const size_t n_rows = plan.logit_rows.size();
+  output.picked_tokens.resize(n_rows);
+  for (size_t r = 0; r < n_rows; ++r) {
+    const RowSampling sampling = plan.sampling.empty() ? RowSampling{} : plan.sampling[r];
+    const float* row = output.logits.f32() + static_cast<int64_t>(r) * vocab;
+    output.picked_tokens[r] = sample_row(row, vocab, sampling, &plan.masks, r);
+  }
+  if (!plan.top_logprobs.empty()) {
+    output.logprobs.assign(n_rows, RowLogprobs{});
+    for (size_t r = 0; r < n_rows; ++r) {
+      if (plan.top_logprobs[r] < 0) continue;
+      output.logprobs[r] = row_logprobs(output.logits.f32() + static_cast<int64_t>(r) * vocab,
+                                        vocab, output.picked_tokens[r], plan.top_logprobs[r]);
+    }
+  }
+  if (plan.host_rows.empty()) {
+    output.logits = Tensor();
+    return;
+  }
+  Tensor host = Tensor::zeros(DType::kF32, {static_cast<int64_t>(plan.host_rows.size()), vocab});
+  for (size_t i = 0; i < plan.host_rows.size(); ++i) {
+    const float* from = output.logits.f32() + int64_t{plan.host_rows[i]} * vocab;
+    std::copy(from, from + vocab, host.f32() + static_cast<int64_t>(i) * vocab);
+  }
+  output.logits = std::move(host);
 }
 
 }  // namespace specstack

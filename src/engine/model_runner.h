@@ -11,28 +11,49 @@
 namespace specstack {
 
 struct StepOutput {
-  Tensor logits;  // [plan.logit_rows.size(), vocab] f32
+  // [plan.logit_rows.size(), vocab] f32; with plan.tokens_on_device
+  // [plan.host_rows.size(), vocab] (undefined when there are none).
+  Tensor logits;
+  // [plan.capture_rows.size(), n_layers, n_heads * head_dim] f32 (if asked)
   Tensor captured_queries;
-  std::vector<int32_t>
-      greedy_tokens;  // [plan.logit_rows.size()] with plan.greedy_on_device  //
-                      // [plan.capture_rows.size(), n_layers, n_heads * head_dim] f32 (if asked)
+  std::vector<int32_t> picked_tokens;  // [plan.logit_rows.size()] with plan.tokens_on_device
+  // [plan.logit_rows.size()] with plan.top_logprobs: the picked tokens'
+  // logprobs where plan.top_logprobs[row] >= 0 (other rows' stay empty).
+  std::vector<RowLogprobs> logprobs;
+};
+
+// Who picks the tokens of a step's logit rows (ModelRunner::picks_tokens).
+enum class TokenPicking {
+  kAuto,    // the model, where it runs on a device (logits would cross to the host)
+  kAlways,  // also a host model's steps: the runner picks by the device's rule
+            // (model/row_sampling.h), so the GPU's engine path runs without a GPU
+  kNever,   // every row's logits come back and the engine's Sampler picks
+            // (the path before device picking, for comparisons)
 };
 
 class ModelRunner {
  public:
-  ModelRunner(ForwardModel& model, KvCache& kv);
+  ModelRunner(ForwardModel& model, KvCache& kv, TokenPicking picking = TokenPicking::kAuto);
 
   StepOutput run(const StepPlan& plan);
 
   ForwardModel& model() { return model_; }
+  // Whether steps should let the model pick tokens (StepPlan::tokens_on_device):
+  // worth it where logits would otherwise cross to the host (a GPU).
+  bool picks_tokens() const {
+    return picking_ == TokenPicking::kAlways ||
+           (picking_ == TokenPicking::kAuto && model_.device() != Device::kCpu);
+  }
   KvCache& kv() { return kv_; }
 
  private:
   void check_plan(const StepPlan& plan) const;
   void check_masks(const StepPlan& plan) const;
+  void pick_on_host(const StepPlan& plan, StepOutput& output) const;
 
   ForwardModel& model_;
   KvCache& kv_;
+  TokenPicking picking_ = TokenPicking::kAuto;
 };
 
 }  // namespace specstack

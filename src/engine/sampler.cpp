@@ -162,6 +162,18 @@ void Sampler::record_output(int32_t token) {
   record(token);
 }
 
+RowSampling Sampler::device_draw() {
+  RowSampling sampling;
+  if (greedy()) return sampling;
+  sampling.temperature = params_.temperature;
+  sampling.top_k = params_.top_k;
+  sampling.top_p = params_.top_p;
+  sampling.min_p = params_.min_p;
+  // The device reads it in fp32: keep it below 1 there too.
+  sampling.uniform = std::min(static_cast<float>(uniform()), std::nextafter(1.0f, 0.0f));
+  return sampling;
+}
+
 bool Sampler::greedy() const {
   // Written as "not above" so that a NaN temperature (validate() rejects it)
   // stays greedy, as sample() always treated it.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "model/row_sampling.h"
 
 namespace specstack {
 
@@ -39,6 +40,13 @@ class Sampler {
   // the uniform lands within rounding of a CDF step; with top-k / top-p,
   // sample() walks the candidates best first, so only the distribution agrees.
   int32_t draw(std::span<const float> probs);
+
+  // sample() for a model that picks the token itself (StepPlan::sampling):
+  // the temperature / top-k / top-p / min-p of this request and the uniform
+  // sample() would draw now (consumed); greedy: the argmax. Penalties are
+  // not in it (the caller keeps penalised rows on the host) and nothing is
+  // recorded.
+  RowSampling device_draw();
 
   // One [0, 1) draw from the RNG: the top 53 bits, so it does not depend on
   // the standard library's distribution implementation.

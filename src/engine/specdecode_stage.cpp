@@ -292,7 +292,7 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
   int32_t n_admitted = 0;
   // Emulated acceptance too: a greedy request's draft picks its tokens on the
   // device in real use, so the benchmark must not pay a host sampler instead.
-  bool device_greedy = draft.device() != Device::kCpu;
+  bool device_greedy = draft.runner().picks_tokens();
   const auto add_catch_up = [&](Sequence* seq, bool wants_draft) {
     DraftState& state = state_of(seq);
     const int32_t length = draft_length(*seq);
@@ -359,7 +359,7 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
     }
   }
   if (plan.n_tokens() == 0) return {};
-  plan.greedy_on_device = device_greedy;
+  plan.tokens_on_device = device_greedy;
   ProposeStats stats;
   stats.n_admitted = n_admitted;
 
@@ -400,7 +400,7 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
     if (step == 0)
       stats.setup_seconds = std::chrono::duration<double>(start - propose_start).count();
     std::vector<std::pair<Sequence*, size_t>> masked_rows;  // (sequence, its logit row)
-    if (plan.greedy_on_device && any_grammar) {
+    if (plan.tokens_on_device && any_grammar) {
       for (size_t r = 0; r < drafting.size(); ++r) {
         if (!drafting[r]->seq->grammar) continue;
         masked_rows.emplace_back(drafting[r]->seq,
@@ -447,10 +447,10 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
       const auto logit_row =
           static_cast<size_t>(step == 0 ? row.logit_row : static_cast<int32_t>(r));
       const float* logits =
-          plan.greedy_on_device
+          plan.tokens_on_device
               ? nullptr
               : output.logits.f32() + static_cast<int64_t>(logit_row) * draft_vocab_;
-      const int32_t greedy_id = plan.greedy_on_device ? output.greedy_tokens[logit_row] : -1;
+      const int32_t greedy_id = plan.tokens_on_device ? output.picked_tokens[logit_row] : -1;
       const int32_t token = draft_sample(row.seq, state, logits, greedy_id);
       if (token < 0) {  // the grammar admits nothing here: no bonus either
         state.grammar_stop = true;
@@ -463,7 +463,7 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
     if (next.empty()) break;
     // Forward 2..k: each still-drafting sequence feeds its last draft token.
     StepPlan step_plan;
-    step_plan.greedy_on_device = plan.greedy_on_device;
+    step_plan.tokens_on_device = plan.tokens_on_device;
     std::vector<Row*> fed;
     for (Row* row : next) {
       DraftState& state = *row->state;

@@ -232,7 +232,7 @@ std::vector<SpecPrefillOutcome> SpecPrefillStage::step() {
   if (plan.n_tokens() > 0) {
     // Only the greedy next token of each captured row is needed: the model
     // takes the argmax itself (on the GPU no logits row crosses PCIe).
-    plan.greedy_on_device = true;
+    plan.tokens_on_device = true;
     const Clock::time_point forward_start = Clock::now();
     StepOutput output = draft.runner().run(plan);
     const double forward_ms =
@@ -254,7 +254,7 @@ std::vector<SpecPrefillOutcome> SpecPrefillStage::step() {
         std::copy_n(output.captured_queries.f32() + (captured * config.n_layers + l) * q_width,
                     q_width, job.capture.query(l, job.n_steps));
       }
-      job.next_token = output.greedy_tokens[static_cast<size_t>(captured)];
+      job.next_token = output.picked_tokens[static_cast<size_t>(captured)];
       ++captured;
       ++job.n_steps;
       const bool eos = std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(),

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "model/logit_masks.h"
+#include "model/row_logprobs.h"
+#include "model/row_sampling.h"
 
 namespace specstack {
 
@@ -23,13 +25,26 @@ struct StepPlan {
   // Ascending token indices whose post-RoPE (post q_norm) queries are returned
   // for every layer: the speculative-prefill draft asks for them.
   std::vector<int32_t> capture_rows;
-  // The model picks the argmax token of every logit row itself (on the GPU:
-  // no logits cross PCIe) and returns ids instead of logits. Greedy requests
-  // without penalties or logprobs only.
-  bool greedy_on_device = false;
-  // With greedy_on_device: the grammar masks of constrained logit rows
+  // The model picks each logit row's token itself (on the GPU: no logits
+  // cross PCIe) and returns ids (StepOutput::picked_tokens); only the rows
+  // in host_rows also bring their logits back.
+  bool tokens_on_device = false;
+  // With tokens_on_device, per logit row [logit_rows.size()]: how its token
+  // is picked (model/row_sampling.h). Empty: every row takes its argmax.
+  std::vector<RowSampling> sampling;
+  // With tokens_on_device, per logit row [logit_rows.size()] (empty: none):
+  // how many alternatives' logprobs come back with the picked token's
+  // (StepOutput::logprobs, model/row_logprobs.h); -1: none for this row.
+  std::vector<int32_t> top_logprobs;
+  // With tokens_on_device: ascending indices into logit_rows whose logits
+  // come back too (StepOutput::logits [host_rows.size(), vocab]), for rows
+  // the host samples itself (penalties, n > 1 forks, sampled speculative
+  // verification); their picked tokens are not used.
+  std::vector<int32_t> host_rows;
+  // With tokens_on_device: the grammar masks of constrained logit rows
   // (engine/grammar_stage.h), applied where the model picks the token (on
-  // the GPU in the sampling kernel). Empty: no row is constrained.
+  // the GPU in the sampling kernel). Empty: no row is constrained. Host rows
+  // carry none: the host masks their logits itself.
   LogitMasks masks;
   // When set, fills `masks` late: ModelRunner runs it exactly once, after
   // the model has queued the forward on its device and before the tokens

@@ -6,11 +6,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 
 #include "backend/attention_batch.h"
 #include "kv/kv_cache.h"
 #include "model/config.h"
 #include "model/logit_masks.h"
+#include "model/row_logprobs.h"
+#include "model/row_sampling.h"
 #include "model/weights.h"
 #include "tensor/tensor.h"
 
@@ -25,10 +28,21 @@ struct ForwardBatch {
   // [capture_rows.size(), n_layers, n_heads * head_dim] f32 host (resized by forward).
   std::span<const int32_t> capture_rows;
   Tensor* captured_queries = nullptr;
-  // When set, the argmax id of each logit row (lowest id on ties) is written
-  // here and `logits` may be left empty.
-  std::vector<int32_t>* greedy_tokens = nullptr;
-  // With greedy_tokens: the tokens each logit row may take (null: all),
+  // When set, the model may pick each logit row's token itself: it writes
+  // them here ([logit_rows.size()], under `sampling` and `masks`) and fills
+  // `logits` with the rows in host_rows only ([host_rows.size(), vocab]). A
+  // model that leaves it empty returns every row's logits instead, and
+  // ModelRunner picks the tokens on the host by the same rule.
+  std::vector<int32_t>* picked_tokens = nullptr;
+  std::span<const RowSampling> sampling;  // [logit_rows.size()]; empty: argmax
+  std::span<const int32_t> host_rows;     // ascending indices into logit_rows
+  // With picked_tokens: per logit row, -1 or the number of alternatives whose
+  // logprobs come back with the picked token's into *logprobs
+  // ([logit_rows.size()]; empty or null: none). A model that leaves
+  // picked_tokens empty leaves these to ModelRunner too.
+  std::span<const int32_t> top_logprobs;
+  std::vector<RowLogprobs>* logprobs = nullptr;
+  // With picked_tokens: the tokens each logit row may take (null: all),
   // valid only once prepare_masks (when set) has been called: a model calls
   // it after queuing the forward, before it picks the tokens (calls after
   // the first do nothing), so the masks are made while the device computes.

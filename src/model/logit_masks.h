@@ -1,6 +1,6 @@
 // LogitMasks: the tokens each logit row of a step may take, as bitmasks
 // (grammar-constrained decoding, engine/grammar_stage.h). A model that picks
-// the tokens itself (ForwardBatch::greedy_tokens) honours them: on the GPU
+// the tokens itself (ForwardBatch::picked_tokens) honours them: on the GPU
 // the bits go up and the sampling kernel reads a masked token as -inf
 // (cuda/sampling.h), so a constrained row never brings its 150K logits down
 // to the host; a host model's argmax skips masked tokens.

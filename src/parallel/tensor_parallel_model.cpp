@@ -105,7 +105,11 @@ void TensorParallelModel::forward(const ForwardBatch& batch, KvCache& kv, Tensor
                "TensorParallelModel::forward needs the ShardedKvCache from make_kv_cache");
   for (Rank& rank : ranks_) {
     rank.batch = batch;
-    rank.batch.greedy_tokens = nullptr;  // filled below from the full logits
+    rank.batch.picked_tokens = nullptr;  // every row's logits come back (see below)
+    rank.batch.sampling = {};
+    rank.batch.host_rows = {};
+    rank.batch.top_logprobs = {};
+    rank.batch.logprobs = nullptr;
     rank.batch.masks = nullptr;
     rank.batch.prepare_masks = nullptr;
     rank.batch.captured_queries = batch.captured_queries != nullptr ? &rank.captured : nullptr;
@@ -124,16 +128,8 @@ void TensorParallelModel::forward(const ForwardBatch& batch, KvCache& kv, Tensor
     done_.wait(lock, [&] { return pending_ == 0; });
   }
   if (batch.captured_queries != nullptr) merge_captured_queries(batch);
-  if (batch.greedy_tokens != nullptr) {
-    if (batch.prepare_masks != nullptr) (*batch.prepare_masks)();
-    const int64_t vocab = logits.size(1);
-    batch.greedy_tokens->resize(static_cast<size_t>(logits.size(0)));
-    for (int64_t i = 0; i < logits.size(0); ++i) {
-      // First maximum (lowest id on ties) among the admitted tokens.
-      (*batch.greedy_tokens)[static_cast<size_t>(i)] =
-          masked_argmax(logits.f32() + i * vocab, vocab, batch.masks, static_cast<size_t>(i));
-    }
-  }
+  // Tokens are not picked here: the full logits go back and ModelRunner
+  // picks them by the same rule (ForwardBatch::picked_tokens left empty).
 }
 
 void TensorParallelModel::merge_captured_queries(const ForwardBatch& batch) {

@@ -52,8 +52,10 @@ double rms_error(const float* a, const float* b, int64_t n) {
   return std::sqrt(sum / double(n));
 }
 
-std::unique_ptr<ModelInstance> load_gpu(const std::string& name, bool graphs, CpuBackend& backend) {
+std::unique_ptr<ModelInstance> load_gpu(const std::string& name, bool graphs, CpuBackend& backend,
+                                        TokenPicking picking = TokenPicking::kAuto) {
   ModelInstanceOptions options;
+  options.token_picking = picking;
   options.kv_tokens = 4096;
   options.device = Device::kCuda;
   options.cuda_graphs = graphs;
@@ -330,15 +332,19 @@ namespace specstack {
 namespace {
 
 // The serving engine on the GPU: plain greedy requests take the model's
-// device argmax (no logits to the host); asking for logprobs takes the host
-// sampler. One request at a time keeps the schedule, and so the logits, the
-// same: the tokens must be identical, and every block must come back.
+// device argmax (no logits to the host), with logprobs computed there too;
+// the same weights loaded with TokenPicking::kNever bring every row's logits
+// down to the host sampler. One request at a time keeps the schedule, and so
+// the logits, the same: the tokens must be identical, and every block must
+// come back.
 TEST(GoldenCuda, EngineDeviceGreedyEqualsHostSampling) {
   SS_REQUIRE_GPU();
   using namespace std::chrono_literals;
   CpuBackend backend(CpuBackendOptions{1});
   auto model = load_gpu("llama-gqa", true, backend);
-  Engine engine(*model, EngineOptions{64, 8});
+  auto host_model = load_gpu("llama-gqa", true, backend, TokenPicking::kNever);
+  Engine device_engine(*model, EngineOptions{64, 8});
+  Engine host_engine(*host_model, EngineOptions{64, 8});
   for (int r = 0; r < 3; ++r) {
     std::vector<int32_t> prompt;
     for (int j = 0; j < 40 + 13 * r; ++j) prompt.push_back(3 + (j * 37 + r * 11) % 500);
@@ -346,21 +352,23 @@ TEST(GoldenCuda, EngineDeviceGreedyEqualsHostSampling) {
     params.temperature = 0;
     params.max_tokens = 20;
     params.ignore_eos = true;
-    std::vector<int32_t> tokens[2];
-    for (int with_logprobs = 0; with_logprobs < 2; ++with_logprobs) {
-      auto stream = engine.submit(RequestOptions{prompt, params, 1, with_logprobs ? 0 : -1});
+    std::vector<int32_t> tokens[3];
+    for (int run = 0; run < 3; ++run) {  // device, device with logprobs, host
+      Engine& engine = run < 2 ? device_engine : host_engine;
+      auto stream = engine.submit(RequestOptions{prompt, params, 1, run == 1 ? 0 : -1});
       ASSERT_TRUE(stream.ok()) << stream.message();
       while (!(*stream)->done()) {
         auto event = (*stream)->next(5000ms);
         if (event)
-          tokens[with_logprobs].insert(tokens[with_logprobs].end(), event->tokens.begin(),
-                                       event->tokens.end());
+          tokens[run].insert(tokens[run].end(), event->tokens.begin(), event->tokens.end());
       }
     }
     EXPECT_EQ(tokens[0].size(), 20u);
     EXPECT_EQ(tokens[0], tokens[1]) << "request " << r;
+    EXPECT_EQ(tokens[0], tokens[2]) << "request " << r;
   }
-  testing::expect_engine_drained(engine);
+  testing::expect_engine_drained(device_engine);
+  testing::expect_engine_drained(host_engine);
 }
 
 }  // namespace

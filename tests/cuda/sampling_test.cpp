@@ -56,7 +56,7 @@ bool admitted(const std::vector<uint32_t>& mask, int32_t token) {
 // [ceil(vocab / 32)] admitted tokens; empty: all.
 Reference sample_tokens_reference(const float* logits, int32_t vocab, float temperature,
                                   int32_t top_k, float top_p, float uniform,
-                                  const std::vector<uint32_t>& mask = {}) {
+                                  const std::vector<uint32_t>& mask = {}, float min_p = 0.0f) {
   std::vector<float> l(static_cast<size_t>(vocab));
   for (int32_t i = 0; i < vocab; ++i) {
     l[size_t(i)] = admitted(mask, i) ? clean_logit(logits[i]) : -kInf;
@@ -118,6 +118,13 @@ Reference sample_tokens_reference(const float* logits, int32_t vocab, float temp
     if (!found) t_p = t_k;  // rounding only: t_k always qualifies
   }
 
+  // min-p zeroes the kept weights below it; a weight within an fp32 ulp of
+  // it (the GPU's expf) could fall either side.
+  for (size_t i = 0; i < l.size(); ++i) {
+    if (l[i] < t_p || min_p <= 0.0f) continue;
+    if (std::abs(w[i] - min_p) <= 1e-6 * min_p) ref.ambiguous = true;
+    if (w[i] < min_p) w[i] = 0.0;
+  }
   double total = 0.0;
   for (size_t i = 0; i < l.size(); ++i) {
     if (l[i] >= t_p) total += w[i];
@@ -150,6 +157,7 @@ struct Row {
   float top_p = 1.0f;
   float uniform = 0.5f;
   std::vector<uint32_t> mask;  // [ceil(vocab / 32)] grammar mask; empty: none
+  float min_p = 0.0f;
 };
 
 // Runs rows through sample_tokens with row stride ld = vocab + pad (the pad
@@ -157,7 +165,7 @@ struct Row {
 std::vector<int32_t> run_gpu(const std::vector<Row>& rows, int32_t vocab, int32_t pad) {
   const int64_t ld = vocab + pad;
   std::vector<float> logits(rows.size() * ld, 1e30f);
-  std::vector<float> temperature, top_p, uniform;
+  std::vector<float> temperature, top_p, min_p, uniform;
   std::vector<int32_t> top_k, row_mask;
   std::vector<uint32_t> bits;  // the masked rows' masks, in row order
   for (size_t r = 0; r < rows.size(); ++r) {
@@ -165,6 +173,7 @@ std::vector<int32_t> run_gpu(const std::vector<Row>& rows, int32_t vocab, int32_
     temperature.push_back(rows[r].temperature);
     top_k.push_back(rows[r].top_k);
     top_p.push_back(rows[r].top_p);
+    min_p.push_back(rows[r].min_p);
     uniform.push_back(rows[r].uniform);
     row_mask.push_back(-1);
     if (!rows[r].mask.empty()) {
@@ -177,6 +186,7 @@ std::vector<int32_t> run_gpu(const std::vector<Row>& rows, int32_t vocab, int32_
   auto d_temperature = ct::upload(temperature);
   auto d_top_k = ct::upload(top_k);
   auto d_top_p = ct::upload(top_p);
+  auto d_min_p = ct::upload(min_p);
   auto d_uniform = ct::upload(uniform);
   DeviceBuffer<int32_t> d_out(rows.size());
   d_out.fill_bytes(0xFF);
@@ -190,7 +200,8 @@ std::vector<int32_t> run_gpu(const std::vector<Row>& rows, int32_t vocab, int32_
     mask.row_mask = d_row_mask.data();
   }
   sample_tokens(d_logits.data(), static_cast<int32_t>(rows.size()), vocab, ld, d_temperature.data(),
-                d_top_k.data(), d_top_p.data(), d_uniform.data(), mask, d_out.data(), nullptr);
+                d_top_k.data(), d_top_p.data(), d_min_p.data(), d_uniform.data(), mask,
+                d_out.data(), nullptr);
   return d_out.download();
 }
 
@@ -199,11 +210,12 @@ int check_rows(const std::vector<Row>& rows, int32_t vocab, const std::vector<in
   int ambiguous = 0;
   for (size_t r = 0; r < rows.size(); ++r) {
     const Row& row = rows[r];
-    const Reference ref = sample_tokens_reference(row.logits.data(), vocab, row.temperature,
-                                                  row.top_k, row.top_p, row.uniform, row.mask);
+    const Reference ref =
+        sample_tokens_reference(row.logits.data(), vocab, row.temperature, row.top_k, row.top_p,
+                                row.uniform, row.mask, row.min_p);
     SCOPED_TRACE(::testing::Message()
                  << "row " << r << " T " << row.temperature << " top_k " << row.top_k << " top_p "
-                 << row.top_p << " u " << row.uniform);
+                 << row.top_p << " min_p " << row.min_p << " u " << row.uniform);
     if (!ref.ambiguous) {
       EXPECT_EQ(got[r], ref.token);
       continue;
@@ -235,6 +247,7 @@ TEST(CudaSampling, RandomRowsMatchReference) {
   const float temperatures[] = {0.0f, 0.3f, 0.7f, 1.0f, 1.5f};
   const int32_t top_ks[] = {0, 1, 5, 20, 50, 1000};
   const float top_ps[] = {1.0f, 0.95f, 0.8f, 0.5f, 0.0f};
+  const float min_ps[] = {0.0f, 0.0f, 0.02f, 0.1f, 0.5f};
   for (int32_t vocab : {512, 151936}) {
     for (int32_t pad : {0, 13}) {
       SCOPED_TRACE(::testing::Message() << "vocab " << vocab << " pad " << pad);
@@ -247,6 +260,7 @@ TEST(CudaSampling, RandomRowsMatchReference) {
         row.temperature = temperatures[rng() % std::size(temperatures)];
         row.top_k = top_ks[rng() % std::size(top_ks)];
         row.top_p = top_ps[rng() % std::size(top_ps)];
+        row.min_p = min_ps[rng() % std::size(min_ps)];
         row.uniform = unit(rng);
         if (row.uniform >= 1.0f) row.uniform = 0.5f;
         rows.push_back(std::move(row));

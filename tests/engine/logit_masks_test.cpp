@@ -1,5 +1,5 @@
 // LogitMasks (model/logit_masks.h): the plan's grammar bitmasks, and a host
-// model's argmax under them (ModelRunner with greedy_on_device), which must
+// model's argmax under them (ModelRunner with tokens_on_device), which must
 // pick what the host sampler picks from logits masked to -inf, whether the
 // plan brings the masks or fills them late (StepPlan::fill_masks).
 #include "model/logit_masks.h"
@@ -90,7 +90,7 @@ TEST(LogitMasks, HostModelRunnerHonoursTheMasks) {
       plan.block_tables.push_back(seqs.back().blocks());
       plan.seq_n_slots.push_back(seqs.back().n_slots());
     }
-    plan.greedy_on_device = greedy;
+    plan.tokens_on_device = greedy;
     int calls = 0;
     if (masks != nullptr && late) {
       plan.fill_masks = [&] {
@@ -121,12 +121,12 @@ TEST(LogitMasks, HostModelRunnerHonoursTheMasks) {
   const auto want =
       static_cast<int32_t>(std::max_element(masked.begin(), masked.end()) - masked.begin());
   const StepOutput out = run(2, true, &masks);
-  ASSERT_EQ(out.greedy_tokens.size(), 2u);
-  EXPECT_EQ(out.greedy_tokens[0], testing::argmax(plain.logits.f32(), vocab));
-  EXPECT_EQ(out.greedy_tokens[1], want);
-  EXPECT_NE(out.greedy_tokens[1], out.greedy_tokens[0]);
+  ASSERT_EQ(out.picked_tokens.size(), 2u);
+  EXPECT_EQ(out.picked_tokens[0], testing::argmax(plain.logits.f32(), vocab));
+  EXPECT_EQ(out.picked_tokens[1], want);
+  EXPECT_NE(out.picked_tokens[1], out.picked_tokens[0]);
   // The same masks made late (the engine's way: while the forward runs).
-  EXPECT_EQ(run(2, true, &masks, true).greedy_tokens, out.greedy_tokens);
+  EXPECT_EQ(run(2, true, &masks, true).picked_tokens, out.picked_tokens);
 }
 
 }  // namespace
