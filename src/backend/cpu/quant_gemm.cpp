@@ -176,12 +176,8 @@ QuantTile quant_tile(DType dtype, Isa isa) {
 
 void matmul_quant_tiled(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias,
                         Tensor& y, Isa isa) {
-  SS_CHECK(x.device() == Device::kCpu && w.device() == Device::kCpu && y.device() == Device::kCpu);
-  SS_CHECK(x.dim() == 2 && w.dim() == 2 && y.dim() == 2);
+  check_quant_matmul_args(x, w, bias, y);
   const int64_t n = x.size(0), in = x.size(1), out = w.size(0);
-  SS_CHECK_EQ(w.size(1), in);
-  SS_CHECK(y.size(0) == n && y.size(1) == out);
-  if (bias != nullptr) SS_CHECK_EQ(bias->numel(), out);
   const QuantTile tile = quant_tile(w.dtype(), isa);
   SS_CHECK_MSG(tile.fn != nullptr, std::string("matmul_quant_tiled: no int8 tile for ") +
                                        dtype_name(w.dtype()) + " on " + isa_name(isa));

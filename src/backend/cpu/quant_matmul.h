@@ -36,6 +36,10 @@ enum class QuantActForm : uint8_t { kAuto, kPrepared, kBlocks };
 void matmul_quant(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
                   Isa isa, int rows_per_pass = 4, QuantActForm form = QuantActForm::kAuto);
 
+// The checks every quantized matmul makes: CPU tensors, x [n, in], w [out,
+// in], y [n, out], bias [out] or null.
+void check_quant_matmul_args(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y);
+
 // act [n, in / k.act_block_elements] activation blocks of x [n, in]'s rows,
 // quantized in parallel: once per matmul, for every output feature.
 std::unique_ptr<uint8_t[]> quantize_activation_rows(ThreadPool& pool, const QuantKernel& k,
