@@ -17,7 +17,8 @@
 // VNNI) and/or "blocks" (the quantized blocks, as before session 25), an A/B
 // inside one process; the other types run the same code either way.
 // --paths: "rows" (matmul_quant, the decode path), "tiled" (the int8 GEMM
-// tiles of quant_gemm.h, Q8_0 only) and "sgemm" (matmul_large: dequantized
+// tiles of quant_gemm.h, Q8_0 only), "blocksum" (quant_blocksum.h's GEMM,
+// Q8_0 on AVX-512 VNNI) and "sgemm" (matmul_large: dequantized
 // weight tiles + OpenBLAS, what prefill ran before), interleaved likewise;
 // for prefill shapes, e.g. --rows 512 --paths tiled,sgemm --memory anon
 // --min-mb 64 --calls 5. Gop/s counts 2 ops per multiply-add.
@@ -35,6 +36,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_matmul.h"
+#include "backend/cpu/quant_blocksum.h"
 #include "backend/cpu/quant_gemm.h"
 #include "backend/cpu/quant_kernels.h"
 #include "backend/cpu/quant_matmul.h"
@@ -82,7 +84,7 @@ struct Variant {
   int threads;
   int rows_per_pass;
   cpu::QuantActForm form;
-  std::string path;  // rows, tiled or sgemm
+  std::string path;  // rows, tiled, blocksum or sgemm
   bool file;
   std::vector<double> us;
 };
@@ -111,9 +113,9 @@ int main(int argc, char** argv) {
   app.add_option("--acts", acts_list, "prep and/or blocks (the rows path)")
       ->delimiter(',')
       ->check(CLI::IsMember({"prep", "blocks"}));
-  app.add_option("--paths", path_list, "rows, tiled and/or sgemm")
+  app.add_option("--paths", path_list, "rows, tiled, blocksum and/or sgemm")
       ->delimiter(',')
-      ->check(CLI::IsMember({"rows", "tiled", "sgemm"}));
+      ->check(CLI::IsMember({"rows", "tiled", "blocksum", "sgemm"}));
   app.add_option("--memory", memory_list, "anon and/or file")
       ->delimiter(',')
       ->check(CLI::IsMember({"anon", "file"}));
@@ -160,6 +162,7 @@ int main(int argc, char** argv) {
         if (!cpu::quant_isa_available(isa)) continue;
         for (const std::string& path : path_list) {
           if (path == "tiled" && cpu::quant_tile(*dtype, isa).fn == nullptr) continue;
+          if (path == "blocksum" && !cpu::quant_blocksum_available(*dtype, isa)) continue;
           for (int t : thread_list) {
             for (int passes : path == "rows" ? pass_list : std::vector<int>{4}) {
               for (const std::string& acts :
@@ -197,6 +200,8 @@ int main(int argc, char** argv) {
           ThreadPool& pool = *pools[size_t(std::min(v.threads, 8))];
           if (v.path == "tiled") {
             cpu::matmul_quant_tiled(pool, x, w, nullptr, y, v.isa);
+          } else if (v.path == "blocksum") {
+            cpu::matmul_quant_blocksum(pool, x, w, nullptr, y, v.isa);
           } else if (v.path == "sgemm") {
             cpu::matmul_large(pool, x, w, nullptr, y);
           } else {

@@ -227,13 +227,17 @@ TEST(QuantGemm, PrefillPathFollowsTheVariable) {
   EXPECT_EQ(choose_quant_prefill("sgemm", &note), QuantPrefill::kSgemm);
   EXPECT_TRUE(note.empty());
   EXPECT_EQ(choose_quant_prefill("int8", &note), QuantPrefill::kInt8);
+  EXPECT_EQ(choose_quant_prefill("blocksum", &note), QuantPrefill::kBlockSum);
+  EXPECT_TRUE(note.empty());
   EXPECT_EQ(choose_quant_prefill("fast", &note), QuantPrefill::kAuto);
   EXPECT_NE(note.find("SPECSTACK_QUANT_PREFILL=fast ignored"), std::string::npos) << note;
 }
 
-// kAuto: the tiles up to the isa's row limit (AVX2 32, AVX-512 VNNI 256),
+// kAuto: the block-sum GEMM for Q8_0 on AVX-512 VNNI at every count, else
+// the tiles up to the isa's row limit (AVX2 32, AVX-512 VNNI 256),
 // dequantize + sgemm beyond and for types without tiles; the pinned paths
-// hold at every count.
+// hold at every count, kBlockSum falling back to kAuto's choice for the
+// types it lacks.
 TEST(QuantGemm, PrefillPathByRowCount) {
   EXPECT_EQ(quant_tiled_max_rows(Isa::kAvx2), 32);
   EXPECT_EQ(quant_tiled_max_rows(Isa::kScalar), 0);
@@ -241,8 +245,21 @@ TEST(QuantGemm, PrefillPathByRowCount) {
   for (Isa isa : {Isa::kAvx2, Isa::kAvx512Vnni}) {
     if (!quant_isa_available(isa)) continue;
     const int64_t limit = quant_tiled_max_rows(isa);
-    EXPECT_TRUE(quant_prefill_uses_tiles(QuantPrefill::kAuto, DType::kQ8_0, isa, limit));
-    EXPECT_FALSE(quant_prefill_uses_tiles(QuantPrefill::kAuto, DType::kQ8_0, isa, limit + 1));
+    const bool blocksum = isa == Isa::kAvx512Vnni;
+    for (int64_t n : {int64_t{17}, limit, limit + 1, int64_t{4096}}) {
+      EXPECT_EQ(quant_prefill_uses_blocksum(QuantPrefill::kAuto, DType::kQ8_0, isa, n), blocksum);
+      EXPECT_EQ(quant_prefill_uses_blocksum(QuantPrefill::kBlockSum, DType::kQ8_0, isa, n),
+                blocksum);
+      EXPECT_FALSE(quant_prefill_uses_blocksum(QuantPrefill::kInt8, DType::kQ8_0, isa, n));
+      EXPECT_FALSE(quant_prefill_uses_blocksum(QuantPrefill::kSgemm, DType::kQ8_0, isa, n));
+      EXPECT_FALSE(quant_prefill_uses_blocksum(QuantPrefill::kAuto, DType::kQ4_0, isa, n));
+      EXPECT_EQ(quant_prefill_uses_tiles(QuantPrefill::kAuto, DType::kQ8_0, isa, n),
+                !blocksum && n <= limit);
+    }
+    for (QuantPrefill p : {QuantPrefill::kAuto, QuantPrefill::kBlockSum}) {
+      EXPECT_TRUE(quant_prefill_uses_tiles(p, DType::kQ4_0, isa, limit));
+      EXPECT_FALSE(quant_prefill_uses_tiles(p, DType::kQ4_0, isa, limit + 1));
+    }
     EXPECT_TRUE(quant_prefill_uses_tiles(QuantPrefill::kInt8, DType::kQ8_0, isa, 4096));
     EXPECT_FALSE(quant_prefill_uses_tiles(QuantPrefill::kSgemm, DType::kQ8_0, isa, 17));
     EXPECT_FALSE(quant_prefill_uses_tiles(QuantPrefill::kInt8, DType::kQ4_K, isa, 17));

@@ -13,6 +13,7 @@
 
 #include "backend/cpu/cpu_matmul.h"
 #include "backend/cpu/quant_blocks.h"
+#include "backend/cpu/quant_blocksum.h"
 #include "backend/cpu/quant_gemm.h"
 #include "backend/cpu/quant_kernels.h"
 #include "cpu_test_helpers.h"
@@ -123,9 +124,14 @@ TEST_P(QuantMatmulTest, DispatchByRowCount) {
     Tensor x = random_f32(rng, {n, in});
     Tensor y = Tensor::zeros(DType::kF32, {n, out}), ref = Tensor::zeros(DType::kF32, {n, out});
     matmul(pool, x, w, nullptr, y);
+    const bool blocksum = n > max_rows && quant_prefill_uses_blocksum(quant_prefill_path(), dtype,
+                                                                      quant_best_isa(), n);
     const bool int8_prefill =
         quant_prefill_uses_tiles(quant_prefill_path(), dtype, quant_best_isa(), n);
-    if (n <= max_rows || int8_prefill) {
+    if (blocksum) {
+      matmul_quant_blocksum(pool, x, w, nullptr, ref, quant_best_isa());
+      for (int64_t i = 0; i < n * out; ++i) ASSERT_EQ(y.f32()[i], ref.f32()[i]) << n;
+    } else if (n <= max_rows || int8_prefill) {
       matmul_quant(pool, x, w, nullptr, ref, quant_best_isa());
       for (int64_t i = 0; i < n * out; ++i) ASSERT_EQ(y.f32()[i], ref.f32()[i]) << n;
     } else {

@@ -167,9 +167,11 @@ void PrintTo(const QuantCase& c, std::ostream* os) {
 
 class GgufQuantTest : public ::testing::TestWithParam<QuantCase> {};
 
-// Which of a file's quantized matrices take the int8 tiles (the 32-blocks
-// Q8_0 / Q4_0 / Q5_0, cpu/quant_gemm.h) at n rows in this process (isa,
-// SPECSTACK_QUANT_PREFILL).
+// Which of a file's quantized matrices take an int8 prefill path (the
+// tiles for the 32-blocks Q8_0 / Q4_0 / Q5_0, cpu/quant_gemm.h, or the
+// block-sum GEMM for Q8_0, cpu/quant_blocksum.h: both quantize the
+// activations as llama.cpp does and sum each block in integers) at n rows
+// in this process (isa, SPECSTACK_QUANT_PREFILL).
 enum class Tiles { kNone, kSome, kAll };
 Tiles tiles_for(const std::vector<uint32_t>& types, int64_t n) {
   int64_t tiled = 0;
@@ -179,8 +181,10 @@ Tiles tiles_for(const std::vector<uint32_t>& types, int64_t n) {
                         : type == gguf::GgmlType::kQ4_0 ? DType::kQ4_0
                         : type == gguf::GgmlType::kQ5_0 ? DType::kQ5_0
                                                         : DType::kF32;
-    tiled += dtype != DType::kF32 && cpu::quant_prefill_uses_tiles(cpu::quant_prefill_path(), dtype,
-                                                                   cpu::quant_best_isa(), n);
+    const cpu::QuantPrefill path = cpu::quant_prefill_path();
+    const cpu::Isa isa = cpu::quant_best_isa();
+    tiled += dtype != DType::kF32 && (cpu::quant_prefill_uses_tiles(path, dtype, isa, n) ||
+                                      cpu::quant_prefill_uses_blocksum(path, dtype, isa, n));
   }
   return tiled == 0 ? Tiles::kNone : tiled == int64_t(types.size()) ? Tiles::kAll : Tiles::kSome;
 }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 
+#include "backend/cpu/quant_blocksum.h"
 #include "backend/cpu/quant_gemm.h"
 #include "backend/cpu/quant_kernels.h"
 #include "backend/cpu/quant_matmul.h"
@@ -298,6 +299,8 @@ void matmul(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bi
   if (dtype_is_quantized(w.dtype())) {
     if (x.size(0) <= matmul_quant_max_rows())
       return matmul_quant(pool, x, w, bias, y, quant_best_isa(), quant_rows_per_pass());
+    if (quant_prefill_uses_blocksum(quant_prefill_path(), w.dtype(), quant_best_isa(), x.size(0)))
+      return matmul_quant_blocksum(pool, x, w, bias, y, quant_best_isa());
     if (quant_prefill_uses_tiles(quant_prefill_path(), w.dtype(), quant_best_isa(), x.size(0)))
       return matmul_quant_tiled(pool, x, w, bias, y, quant_best_isa());
     return matmul_large(pool, x, w, bias, y);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 
+#include "backend/cpu/quant_blocksum.h"
 #include "backend/cpu/quant_kernels.h"
 #include "backend/cpu/quant_matmul.h"
 
@@ -175,12 +176,8 @@ QuantTile quant_tile(DType dtype, Isa isa) {
 
 void matmul_quant_tiled(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias,
                         Tensor& y, Isa isa) {
-  SS_CHECK(x.device() == Device::kCpu && w.device() == Device::kCpu && y.device() == Device::kCpu);
-  SS_CHECK(x.dim() == 2 && w.dim() == 2 && y.dim() == 2);
+  check_quant_matmul_args(x, w, bias, y);
   const int64_t n = x.size(0), in = x.size(1), out = w.size(0);
-  SS_CHECK_EQ(w.size(1), in);
-  SS_CHECK(y.size(0) == n && y.size(1) == out);
-  if (bias != nullptr) SS_CHECK_EQ(bias->numel(), out);
   const QuantTile tile = quant_tile(w.dtype(), isa);
   SS_CHECK_MSG(tile.fn != nullptr, std::string("matmul_quant_tiled: no int8 tile for ") +
                                        dtype_name(w.dtype()) + " on " + isa_name(isa));
@@ -266,13 +263,21 @@ QuantPrefill choose_quant_prefill(const char* pinned, std::string* note) {
   if (pinned == nullptr || *pinned == '\0') return QuantPrefill::kAuto;
   if (std::strcmp(pinned, "int8") == 0) return QuantPrefill::kInt8;
   if (std::strcmp(pinned, "sgemm") == 0) return QuantPrefill::kSgemm;
+  if (std::strcmp(pinned, "blocksum") == 0) return QuantPrefill::kBlockSum;
   *note = std::string(kQuantPrefillEnv) + "=" + pinned +
-          " ignored: expected int8 or sgemm; choosing by row count";
+          " ignored: expected int8, blocksum or sgemm; choosing by row count";
   return QuantPrefill::kAuto;
+}
+
+bool quant_prefill_uses_blocksum(QuantPrefill path, DType dtype, Isa isa, int64_t n_rows) {
+  (void)n_rows;  // faster than the tiles from 17 rows on (quant_gemm.h)
+  return (path == QuantPrefill::kAuto || path == QuantPrefill::kBlockSum) &&
+         quant_blocksum_available(dtype, isa);
 }
 
 bool quant_prefill_uses_tiles(QuantPrefill path, DType dtype, Isa isa, int64_t n_rows) {
   if (path == QuantPrefill::kSgemm || quant_tile(dtype, isa).fn == nullptr) return false;
+  if (quant_prefill_uses_blocksum(path, dtype, isa, n_rows)) return false;
   return path == QuantPrefill::kInt8 || n_rows <= quant_tiled_max_rows(isa);
 }
 

@@ -81,10 +81,15 @@ QuantTile quant_tile(DType dtype, Isa isa);
 void matmul_quant_tiled(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias,
                         Tensor& y, Isa isa);
 
-// Prefill (more x rows than matmul_quant_max_rows) on quantized weights:
-// by row count (kAuto, quant_tiled_max_rows), or pinned to the int8 tiles or
-// to dequantize + sgemm.
-enum class QuantPrefill : uint8_t { kAuto, kInt8, kSgemm };
+// Prefill (more x rows than matmul_quant_max_rows) on quantized weights.
+// kAuto: the block-sum GEMM where it exists (Q8_0 on AVX-512 VNNI,
+// quant_blocksum.h: 1.1x the packed tiles at 17 rows, 1.5-2.1x from 32 to
+// 512, one core of the VNNI dev VM, docs/benchmarks.md session 26), else
+// the int8 tiles by row count (quant_tiled_max_rows), else dequantize +
+// sgemm. Pinned: kInt8 the int8 tiles (bit-equal to the decode kernels),
+// kBlockSum the block-sum GEMM (kAuto's choice for the types it lacks),
+// kSgemm dequantize + sgemm.
+enum class QuantPrefill : uint8_t { kAuto, kInt8, kSgemm, kBlockSum };
 
 // Up to this many x rows the int8 tiles, beyond that dequantize + sgemm,
 // for the tiles of `isa` under kAuto (tiles / sgemm speed, 2 threads):
@@ -100,7 +105,7 @@ enum class QuantPrefill : uint8_t { kAuto, kInt8, kSgemm };
 int64_t quant_tiled_max_rows(Isa isa);
 
 // The environment variable that pins the prefill path for A/B runs:
-// "int8" or "sgemm" (unset: kAuto).
+// "int8", "blocksum" or "sgemm" (unset: kAuto).
 inline constexpr const char* kQuantPrefillEnv = "SPECSTACK_QUANT_PREFILL";
 
 // The path for SPECSTACK_QUANT_PREFILL's value `pinned` (null or empty:
@@ -113,7 +118,9 @@ QuantPrefill choose_quant_prefill(const char* pinned, std::string* note);
 QuantPrefill quant_prefill_path();
 
 // Whether matmul() runs x [n_rows, ...] · wᵀ for a weight of `dtype` through
-// the int8 tiles on `isa` under `path` (n_rows above matmul_quant_max_rows).
+// the block-sum GEMM / the int8 tiles on `isa` under `path` (n_rows above
+// matmul_quant_max_rows); at most one of the two, neither: dequantize + sgemm.
+bool quant_prefill_uses_blocksum(QuantPrefill path, DType dtype, Isa isa, int64_t n_rows);
 bool quant_prefill_uses_tiles(QuantPrefill path, DType dtype, Isa isa, int64_t n_rows);
 
 }  // namespace specstack::cpu

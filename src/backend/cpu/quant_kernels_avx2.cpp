@@ -2,7 +2,8 @@
 // llama.cpp's ggml_vec_dot_*: _mm256_maddubs_epi16 multiplies unsigned by
 // signed bytes into int16 pairs, _mm256_madd_epi16 widens to int32. Built
 // with -mavx2 -mfma -mf16c (CMakeLists.txt) and only called after CPUID
-// says so, hence no shared inline code here: everything is file-local.
+// says so, hence file-local but for the entry points and the helpers of
+// quant_simd_avx2.h (shared with the other AVX2 files, same flags).
 #if SS_QUANT_AVX2  // x86 builds only (CMakeLists.txt)
 #include <immintrin.h>
 
@@ -10,40 +11,13 @@
 #include <cstring>
 
 #include "backend/cpu/quant_blocks.h"
+#include "backend/cpu/quant_simd_avx2.h"
 
 namespace specstack::cpu::quant_avx2 {
 namespace {
 
 using namespace quant;
-
-inline float f16(uint16_t bits) {
-  return _cvtsh_ss(bits);
-}
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// 32 nibbles from 16 bytes: low nibbles in bytes 0-15, high in 16-31.
-inline __m256i nibbles_32(const uint8_t* p) {
-  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
-  return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
-}
-
-// Byte j = 0xFF where bit j of the 32 bits at p is set.
-inline __m256i bits_32(const uint8_t* p) {
-  uint32_t x;
-  std::memcpy(&x, p, 4);
-  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101,
-                                         0x0000000000000000);
-  __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(x)), shuf);
-  bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-  return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
-}
+using namespace simd;
 
 // Sum of x * y over signed bytes as 8 int32 lanes: maddubs needs one
 // unsigned operand, so move x's sign onto y (|x| * sign(x) y). Neither side
@@ -73,9 +47,9 @@ inline void prefetch_block(const Block* block, int64_t ahead) {
 // on each other. Each row's integer sums and f32 steps are those of R = 1
 // (the one-row kernel), so every R gives the same floats; R > 1 follows R
 // DRAM streams at once and loads each activation block once for all rows.
-template <int R, typename Block, typename Values>
+template <int R, typename Block>
 inline void dot_32(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_blocks,
-                   Values values, float* out) {
+                   float* out) {
   const Block* x[R];
   for (int r = 0; r < R; ++r) x[r] = reinterpret_cast<const Block*>(w + r * w_stride);
   const auto* y = static_cast<const BlockQ8_0*>(a);
@@ -130,37 +104,12 @@ inline __m256i scale_lane(__m256i scales, int j) {
                              _mm256_set1_epi16(static_cast<int16_t>((2 * j + 1) << 8 | 2 * j)));
 }
 
-inline float hsum128(__m128 v) {
-  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-  v = _mm_add_ss(v, _mm_movehdup_ps(v));
-  return _mm_cvtss_f32(v);
-}
-
 // Σ_l q[l] * q8[l] for 32 unsigned q (< 64) times the sub-block scale
 // (int16 lanes), as 8 int32 lanes.
 inline __m256i scaled_dot_u(__m256i q, const int8_t* q8, __m256i scale) {
   const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8));
   return _mm256_madd_epi16(scale, _mm256_maddubs_epi16(q, y));
 }
-
-// Each 32-block's values as signed bytes.
-struct Q8_0Values {
-  __m256i operator()(const BlockQ8_0& b) const {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
-  }
-};
-struct Q4_0Values {
-  __m256i operator()(const BlockQ4_0& b) const {
-    return _mm256_sub_epi8(nibbles_32(b.qs), _mm256_set1_epi8(8));
-  }
-};
-// (nibble | bit << 4) - 16 == nibble | (bit ? 0 : 0xF0) as int8.
-struct Q5_0Values {
-  __m256i operator()(const BlockQ5_0& b) const {
-    const __m256i hi = _mm256_andnot_si256(bits_32(b.qh), _mm256_set1_epi8(char(0xF0)));
-    return _mm256_or_si256(nibbles_32(b.qs), hi);
-  }
-};
 
 // Q4_K and Q5_K in one body: 4 x 64 values a block, low nibbles then high
 // nibbles of qs[32 j ...]; Q5_K adds bit 2j / 2j + 1 of each qh byte as the
@@ -270,21 +219,21 @@ float one_row(const void* w, const void* a, int64_t n_blocks) {
   return out;
 }
 
-template <int R, typename Block, typename Values>
+template <int R, typename Block>
 void dot_32_rows(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
-  dot_32<R, Block>(w, w_stride, a, n_blocks, Values{}, out);
+  dot_32<R, Block>(w, w_stride, a, n_blocks, out);
 }
 
 }  // namespace
 
 float dot_q8_0(const void* w, const void* a, int64_t n_blocks) {
-  return one_row<dot_32_rows<1, BlockQ8_0, Q8_0Values>>(w, a, n_blocks);
+  return one_row<dot_32_rows<1, BlockQ8_0>>(w, a, n_blocks);
 }
 float dot_q4_0(const void* w, const void* a, int64_t n_blocks) {
-  return one_row<dot_32_rows<1, BlockQ4_0, Q4_0Values>>(w, a, n_blocks);
+  return one_row<dot_32_rows<1, BlockQ4_0>>(w, a, n_blocks);
 }
 float dot_q5_0(const void* w, const void* a, int64_t n_blocks) {
-  return one_row<dot_32_rows<1, BlockQ5_0, Q5_0Values>>(w, a, n_blocks);
+  return one_row<dot_32_rows<1, BlockQ5_0>>(w, a, n_blocks);
 }
 float dot_q4_k(const void* w, const void* a, int64_t n_blocks) {
   return one_row<dot_k_nibbles<1, BlockQ4_K, false>>(w, a, n_blocks);
@@ -297,13 +246,13 @@ float dot_q6_k(const void* w, const void* a, int64_t n_blocks) {
 }
 
 void dot4_q8_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
-  dot_32_rows<4, BlockQ8_0, Q8_0Values>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
+  dot_32_rows<4, BlockQ8_0>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
 }
 void dot4_q4_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
-  dot_32_rows<4, BlockQ4_0, Q4_0Values>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
+  dot_32_rows<4, BlockQ4_0>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
 }
 void dot4_q5_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
-  dot_32_rows<4, BlockQ5_0, Q5_0Values>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
+  dot_32_rows<4, BlockQ5_0>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
 }
 void dot4_q4_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
   dot_k_nibbles<4, BlockQ4_K, false>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);

@@ -3,7 +3,8 @@
 // vpdpbusd (u8 x s8, four products into an int32 lane) for the 32-blocks and
 // vpdpwssd (int16 pairs x int16 scales into int32) for the K-quants. Built
 // with -mavx512f -mavx512bw -mavx512vl -mavx512vnni (CMakeLists.txt) and only
-// called after CPUID and XGETBV say so, hence everything file-local.
+// called after CPUID and XGETBV say so, hence file-local but for the entry
+// points and the helpers of quant_simd_avx512.h (same flags).
 //
 // Every kernel reproduces the AVX2 kernel's eight int32 lanes exactly: a
 // 512-bit vector holds two 32-byte chunks that the AVX2 kernel processes one
@@ -13,69 +14,19 @@
 // run in the AVX2 order, so the results equal the AVX2 kernels bit for bit
 // (tests/backend/quant_vnni_test.cpp checks that).
 #if SS_QUANT_AVX512  // x86 builds only (CMakeLists.txt)
-// GCC 12's _mm512_castsi256_si512 and friends start from an "undefined"
-// register that its flow analysis reports as uninitialized (GCC bug 105593);
-// the upper half is always written before use here.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <immintrin.h>
 
 #include <cstdint>
 #include <cstring>
 
 #include "backend/cpu/quant_blocks.h"
+#include "backend/cpu/quant_simd_avx512.h"
 
 namespace specstack::cpu::quant_avx512vnni {
 namespace {
 
 using namespace quant;
-
-inline float f16(uint16_t bits) {
-  return _cvtsh_ss(bits);
-}
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline float hsum128(__m128 v) {
-  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-  v = _mm_add_ss(v, _mm_movehdup_ps(v));
-  return _mm_cvtss_f32(v);
-}
-
-inline __m256i load256(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
-
-// [lo | hi]: two 32-byte chunks in one register.
-inline __m512i join(__m256i lo, __m256i hi) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
-
-// The AVX2 kernel's 8 int32 lanes from a [chunk a | chunk b] lane vector.
-inline __m256i fold(__m512i v) {
-  return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-}
-
-// 32 nibbles from 16 bytes: low nibbles in bytes 0-15, high in 16-31.
-inline __m256i nibbles_32(const uint8_t* p) {
-  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
-  return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
-}
-
-// Byte j = 0xFF where bit j of the 32 bits at p is set.
-inline __m256i bits_32(const uint8_t* p) {
-  uint32_t x;
-  std::memcpy(&x, p, 4);
-  return _mm256_movm_epi8(static_cast<__mmask32>(x));
-}
+using namespace simd;
 
 // Σ x * y over signed bytes, four per int32 lane. vpdpbusd wants an unsigned
 // operand: |x| (-128 -> 128 as u8, still exact) times y with x's sign.
@@ -109,9 +60,9 @@ inline void prefetch_block(const Block* block, int64_t ahead) {
 // acc[0]), b + 1 in the high half (its acc[1]); an odd last block goes to
 // the low half, as there. R weight rows (w_stride bytes apart) against one
 // activation row, each row's steps those of R = 1 (see the AVX2 file).
-template <int R, typename Block, typename Values>
+template <int R, typename Block>
 inline void dot_32(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_blocks,
-                   Values values, float* out) {
+                   float* out) {
   const Block* x[R];
   for (int r = 0; r < R; ++r) x[r] = reinterpret_cast<const Block*>(w + r * w_stride);
   const auto* y = static_cast<const BlockQ8_0*>(a);
@@ -122,8 +73,10 @@ inline void dot_32(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_
     const __m512i yv = join(load256(y[b].qs), load256(y[b + 1].qs));
     const float dy0 = f16(y[b].d), dy1 = f16(y[b + 1].d);
     for (int r = 0; r < R; ++r) {
-      if constexpr (R > 1) prefetch_block(&x[r][b], R * w_stride);
-      if constexpr (R > 1) prefetch_block(&x[r][b + 1], R * w_stride);
+      if constexpr (R > 1) {
+        prefetch_block(&x[r][b], prefetch_ahead<Block>(b, n_blocks, R * w_stride));
+        prefetch_block(&x[r][b + 1], prefetch_ahead<Block>(b + 1, n_blocks, R * w_stride));
+      }
       const __m512i xv = join(values(x[r][b]), values(x[r][b + 1]));
       const __m512 d = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(f16(x[r][b].d) * dy0),
                                             _mm512_set1_ps(f16(x[r][b + 1].d) * dy1));
@@ -170,23 +123,6 @@ inline __m256i scale_lane(__m256i scales, int j) {
                              _mm256_set1_epi16(static_cast<int16_t>((2 * j + 1) << 8 | 2 * j)));
 }
 
-// Each 32-block's values as signed bytes.
-struct Q8_0Values {
-  __m256i operator()(const BlockQ8_0& b) const { return load256(b.qs); }
-};
-struct Q4_0Values {
-  __m256i operator()(const BlockQ4_0& b) const {
-    return _mm256_sub_epi8(nibbles_32(b.qs), _mm256_set1_epi8(8));
-  }
-};
-// (nibble | bit << 4) - 16 == nibble | (bit ? 0 : 0xF0) as int8.
-struct Q5_0Values {
-  __m256i operator()(const BlockQ5_0& b) const {
-    const __m256i hi = _mm256_andnot_si256(bits_32(b.qh), _mm256_set1_epi8(char(0xF0)));
-    return _mm256_or_si256(nibbles_32(b.qs), hi);
-  }
-};
-
 // Q4_K and Q5_K: the 64 values of group j are [low nibbles | high nibbles]
 // of qs[32 j ...] (sub-blocks 2j, 2j + 1), matching 64 contiguous activation
 // bytes, so one 512-bit maddubs and one vpdpwssd with [scale 2j | scale 2j+1]
@@ -203,7 +139,7 @@ void dot_k_nibbles(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_
   for (int64_t b = 0; b < n_blocks; ++b) {
     for (int r = 0; r < R; ++r) {
       const Block& x = reinterpret_cast<const Block*>(w + r * w_stride)[b];
-      if constexpr (R > 1) prefetch_block(&x, R * w_stride);
+      if constexpr (R > 1) prefetch_block(&x, prefetch_ahead<Block>(b, n_blocks, R * w_stride));
       __m256i sc;
       const __m128i min_dot = k4_scales_and_min_dot(x.scales, y[b].bsums, &sc);
       __m256i hbits = _mm256_setzero_si256();
@@ -252,7 +188,7 @@ void dot_q6_k_rows(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_
   for (int64_t b = 0; b < n_blocks; ++b) {
     for (int r = 0; r < R; ++r) {
       const BlockQ6_K& x = reinterpret_cast<const BlockQ6_K*>(w + r * w_stride)[b];
-      if constexpr (R > 1) prefetch_block(&x, R * w_stride);
+      if constexpr (R > 1) prefetch_block(&x, prefetch_ahead<BlockQ6_K>(b, n_blocks, R * w_stride));
       const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales));
       __m512i sumi = _mm512_setzero_si512();
       for (int half = 0; half < 2; ++half) {
@@ -300,21 +236,21 @@ float one_row(const void* w, const void* a, int64_t n_blocks) {
   return out;
 }
 
-template <int R, typename Block, typename Values>
+template <int R, typename Block>
 void dot_32_rows(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
-  dot_32<R, Block>(w, w_stride, a, n_blocks, Values{}, out);
+  dot_32<R, Block>(w, w_stride, a, n_blocks, out);
 }
 
 }  // namespace
 
 float dot_q8_0(const void* w, const void* a, int64_t n_blocks) {
-  return one_row<dot_32_rows<1, BlockQ8_0, Q8_0Values>>(w, a, n_blocks);
+  return one_row<dot_32_rows<1, BlockQ8_0>>(w, a, n_blocks);
 }
 float dot_q4_0(const void* w, const void* a, int64_t n_blocks) {
-  return one_row<dot_32_rows<1, BlockQ4_0, Q4_0Values>>(w, a, n_blocks);
+  return one_row<dot_32_rows<1, BlockQ4_0>>(w, a, n_blocks);
 }
 float dot_q5_0(const void* w, const void* a, int64_t n_blocks) {
-  return one_row<dot_32_rows<1, BlockQ5_0, Q5_0Values>>(w, a, n_blocks);
+  return one_row<dot_32_rows<1, BlockQ5_0>>(w, a, n_blocks);
 }
 float dot_q4_k(const void* w, const void* a, int64_t n_blocks) {
   return one_row<dot_k_nibbles<1, BlockQ4_K, false>>(w, a, n_blocks);
@@ -327,13 +263,13 @@ float dot_q6_k(const void* w, const void* a, int64_t n_blocks) {
 }
 
 void dot4_q8_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
-  dot_32_rows<4, BlockQ8_0, Q8_0Values>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
+  dot_32_rows<4, BlockQ8_0>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
 }
 void dot4_q4_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
-  dot_32_rows<4, BlockQ4_0, Q4_0Values>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
+  dot_32_rows<4, BlockQ4_0>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
 }
 void dot4_q5_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
-  dot_32_rows<4, BlockQ5_0, Q5_0Values>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
+  dot_32_rows<4, BlockQ5_0>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
 }
 void dot4_q4_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
   dot_k_nibbles<4, BlockQ4_K, false>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);

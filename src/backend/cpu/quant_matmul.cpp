@@ -96,25 +96,27 @@ std::unique_ptr<uint8_t[]> quantize_activation_rows(ThreadPool& pool, const Quan
   return act;
 }
 
-void matmul_quant(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
-                  Isa isa, int rows_per_pass, QuantActForm form) {
+void check_quant_matmul_args(const Tensor& x, const Tensor& w, const Tensor* bias,
+                             const Tensor& y) {
   SS_CHECK(x.device() == Device::kCpu && w.device() == Device::kCpu && y.device() == Device::kCpu);
   SS_CHECK(x.dim() == 2 && w.dim() == 2 && y.dim() == 2);
+  SS_CHECK_EQ(w.size(1), x.size(1));
+  SS_CHECK(y.size(0) == x.size(0) && y.size(1) == w.size(0));
+  if (bias != nullptr) SS_CHECK_EQ(bias->numel(), w.size(0));
+}
+
+void matmul_quant(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
+                  Isa isa, int rows_per_pass, QuantActForm form) {
+  check_quant_matmul_args(x, w, bias, y);
   const int64_t n = x.size(0), in = x.size(1), out = w.size(0);
-  SS_CHECK_EQ(w.size(1), in);
-  SS_CHECK(y.size(0) == n && y.size(1) == out);
   SS_CHECK_MSG(dtype_is_quantized(w.dtype()),
                std::string("matmul_quant weight dtype ") + dtype_name(w.dtype()));
-  if (bias != nullptr) SS_CHECK_EQ(bias->numel(), out);
   SS_CHECK_MSG(rows_per_pass == 1 || rows_per_pass == 4,
                "matmul_quant rows_per_pass must be 1 or 4, got " + std::to_string(rows_per_pass));
   if (n == 0 || out == 0) return;
   QuantKernel k = quant_kernel(w.dtype(), isa);
-  if (form == QuantActForm::kAuto) {
-    form = isa == Isa::kAvx512Vnni ? QuantActForm::kBlocks : QuantActForm::kPrepared;
-  }
-  if (form == QuantActForm::kBlocks) k.prepared = QuantPrepared{};
-  SS_CHECK_EQ(in % k.act_block_elements, 0);  // rows are whole weight blocks
+  if (form == QuantActForm::kBlocks) k.prepared = QuantPrepared{};  // kAuto: as kPrepared
+  SS_CHECK_EQ(in % k.act_block_elements, 0);                        // rows are whole weight blocks
   const int64_t n_blocks = in / k.act_block_elements;
   const int64_t w_row_bytes = int64_t(dtype_bytes(w.dtype(), in));
 

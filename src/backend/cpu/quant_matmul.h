@@ -22,11 +22,10 @@ namespace specstack::cpu {
 // form where it has one (QuantKernel::prepared: Q4_0 on AVX2 / AVX-512 VNNI),
 // made once per call; kBlocks, always as the quantized blocks (the
 // kernels before session 25, kept for quant_matmul_bench's A/B and the
-// tests). The same floats either way. kAuto (the default): prepared where
-// its kernel has run against the block kernels on a real CPU — AVX2 so
-// far; the AVX-512 VNNI twin is written and tested by the QuantPrepared
-// tests (which ask for kPrepared) but has not yet run on an AVX-512
-// machine, so kAuto keeps the blocks there until it has.
+// tests). The same floats either way. kAuto (the default): prepared wherever
+// the kernel has that form: on AVX2 (1.30-1.63x the blocks at one activation
+// row, session 25) and on AVX-512 VNNI (1.5x at one row, 1.9x at four on one
+// core of the AVX-512 VNNI dev VM, session 26; docs/benchmarks.md).
 enum class QuantActForm : uint8_t { kAuto, kPrepared, kBlocks };
 
 // x [n, in] f32, w [out, in] quantized, bias [out] f32 or null, y [n, out] f32.
@@ -36,6 +35,10 @@ enum class QuantActForm : uint8_t { kAuto, kPrepared, kBlocks };
 // for quant_matmul_bench's A/B); the results are the same bit for bit.
 void matmul_quant(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
                   Isa isa, int rows_per_pass = 4, QuantActForm form = QuantActForm::kAuto);
+
+// The checks every quantized matmul makes: CPU tensors, x [n, in], w [out,
+// in], y [n, out], bias [out] or null.
+void check_quant_matmul_args(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y);
 
 // act [n, in / k.act_block_elements] activation blocks of x [n, in]'s rows,
 // quantized in parallel: once per matmul, for every output feature.

@@ -19,29 +19,21 @@
 // product of scales and the same FMAs in the same order; at the end the two
 // are put back as acc[0], acc[1] and finish as the one-block kernel does.
 // Built with -mavx2 -mfma -mf16c and only called after CPUID says so, hence
-// everything file-local but the entry points (quant_kernels.h).
+// everything file-local but the entry points (quant_kernels.h) and the
+// helpers of quant_simd_avx2.h.
 #if SS_QUANT_AVX2  // x86 builds only (CMakeLists.txt)
 #include <immintrin.h>
 
 #include <cstdint>
 
 #include "backend/cpu/quant_blocks.h"
+#include "backend/cpu/quant_simd_avx2.h"
 
 namespace specstack::cpu::quant_avx2 {
 namespace {
 
 using namespace quant;
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline __m256i load256(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
+using namespace simd;
 
 // Σ of each 4 bytes of u (unsigned, <= 15) times a (signed) as int32 lanes,
 // plus `off`: maddubs pairs stay within int16 (2 x 15 x 128).
@@ -53,8 +45,7 @@ inline __m256i dot_u4(__m256i u, __m256i a, __m256i off) {
 // x[1] and their activation scales da[0], da[1] (f32 already): one
 // conversion for both; the products are those of the one-block kernel.
 inline __m256 pair_scales(const BlockQ4_0* x, const float* da) {
-  const int d2 = static_cast<int>(uint32_t{x[0].d} | uint32_t{x[1].d} << 16);
-  const __m128 dw = _mm_cvtph_ps(_mm_cvtsi32_si128(d2));
+  const __m128 dw = pair_d(x);
   const __m128 dy = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(da)));
   return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_mul_ps(dw, dy)),
                                   _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0));
@@ -87,8 +78,7 @@ void dot_rows(const uint8_t* w, int64_t w_stride, const void* prep, int64_t n_bl
       if constexpr (R > 1) prefetch_pair(xb, R * w_stride);
       // [block b's 16 bytes | block b + 1's]: low nibbles are elements 0-15,
       // high nibbles 16-31 of each.
-      const __m256i q = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(xb[1].qs),
-                                            reinterpret_cast<const __m128i*>(xb[0].qs));
+      const __m256i q = pair_qs(xb);
       const __m256i s_lo = dot_u4(_mm256_and_si256(q, m4), a_lo, off_lo);
       const __m256i s_hi = dot_u4(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), a_hi, off_hi);
       const __m256 d = pair_scales(xb, a.d + b);
@@ -100,11 +90,9 @@ void dot_rows(const uint8_t* w, int64_t w_stride, const void* prep, int64_t n_bl
     __m256 acc0 = _mm256_permute2f128_ps(lo[r], hi[r], 0x20);
     const __m256 acc1 = _mm256_permute2f128_ps(lo[r], hi[r], 0x31);
     if (b < n_blocks) {  // an odd last block, laid out as it is: the one-block kernel's step
-      const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[r][b].qs));
-      const __m256i nib = _mm256_and_si256(
-          _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1), m4);
+      const __m256i nib = nibbles_32(x[r][b].qs);
       const __m256i s = dot_u4(nib, load256(a.qs + 32 * b), load256(a.off + 8 * b));
-      const __m256 d = _mm256_set1_ps(_cvtsh_ss(x[r][b].d) * a.d[b]);
+      const __m256 d = _mm256_set1_ps(f16(x[r][b].d) * a.d[b]);
       acc0 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc0);
     }
     out[r] = hsum(_mm256_add_ps(acc0, acc1));

@@ -11,40 +11,23 @@
 // of the AVX2 twin, FMA for FMA. Built with -mavx512f -mavx512bw
 // -mavx512vl -mavx512vnni and only called after CPUID and XGETBV say so.
 #if SS_QUANT_AVX512  // x86 builds only (CMakeLists.txt)
-// GCC 12's _mm512_castsi256_si512 and friends start from an "undefined"
-// register that its flow analysis reports as uninitialized (GCC bug 105593);
-// the upper half is always written before use here.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <immintrin.h>
 
 #include <cstdint>
 
 #include "backend/cpu/quant_blocks.h"
+#include "backend/cpu/quant_simd_avx512.h"
 
 namespace specstack::cpu::quant_avx512vnni {
 namespace {
 
 using namespace quant;
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline __m256i load256(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
+using namespace simd;
 
 // [f16(d0) f16(da0) x 4 | f16(d1) f16(da1) x 4] twice: the AVX2 twin's pair
 // scales for both 256-bit halves.
 inline __m512 pair_scales(const BlockQ4_0* x, const float* da) {
-  const int d2 = static_cast<int>(uint32_t{x[0].d} | uint32_t{x[1].d} << 16);
-  const __m128 dw = _mm_cvtph_ps(_mm_cvtsi32_si128(d2));
+  const __m128 dw = pair_d(x);
   const __m128 dy = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(da)));
   return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0),
                                _mm512_castps128_ps512(_mm_mul_ps(dw, dy)));
@@ -71,9 +54,8 @@ void dot_rows(const uint8_t* w, int64_t w_stride, const void* prep, int64_t n_bl
     const __m512i off = _mm512_loadu_si512(a.off + 8 * b);
     for (int r = 0; r < R; ++r) {
       const BlockQ4_0* xb = x[r] + b;
-      if constexpr (R > 1) prefetch_pair(xb, R * w_stride);
-      const __m256i q = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(xb[1].qs),
-                                            reinterpret_cast<const __m128i*>(xb[0].qs));
+      if constexpr (R > 1) prefetch_pair(xb, prefetch_ahead<BlockQ4_0>(b, n_blocks, R * w_stride));
+      const __m256i q = pair_qs(xb);
       const __m512i nib = _mm512_and_si512(
           _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1), m4);
       const __m512i s = _mm512_dpbusd_epi32(off, nib, av);
@@ -86,12 +68,9 @@ void dot_rows(const uint8_t* w, int64_t w_stride, const void* prep, int64_t n_bl
     __m256 acc0 = _mm256_permute2f128_ps(lo, hi, 0x20);
     const __m256 acc1 = _mm256_permute2f128_ps(lo, hi, 0x31);
     if (b < n_blocks) {  // an odd last block, laid out as it is
-      const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[r][b].qs));
-      const __m256i nib = _mm256_and_si256(
-          _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1),
-          _mm256_set1_epi8(0x0F));
+      const __m256i nib = nibbles_32(x[r][b].qs);
       const __m256i s = _mm256_dpbusd_epi32(load256(a.off + 8 * b), nib, load256(a.qs + 32 * b));
-      const __m256 d = _mm256_set1_ps(_cvtsh_ss(x[r][b].d) * a.d[b]);
+      const __m256 d = _mm256_set1_ps(f16(x[r][b].d) * a.d[b]);
       acc0 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc0);
     }
     out[r] = hsum(_mm256_add_ps(acc0, acc1));

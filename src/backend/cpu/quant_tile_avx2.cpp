@@ -31,51 +31,16 @@
 #include <cstring>
 
 #include "backend/cpu/quant_blocks.h"
+#include "backend/cpu/quant_simd_avx2.h"
 
 namespace specstack::cpu::quant_avx2 {
 namespace {
 
 using namespace quant;
+using namespace simd;
 
 constexpr int kTileW = 4;  // weight rows
 constexpr int kTileC = 2;  // activation rows
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline __m256i load256(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
-
-// A 32-block's values as signed bytes, as quant_kernels_avx2.cpp.
-inline __m256i nibbles_32(const uint8_t* p) {
-  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
-  return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
-}
-inline __m256i bits_32(const uint8_t* p) {  // byte j = 0xFF where bit j is set
-  uint32_t x;
-  std::memcpy(&x, p, 4);
-  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101,
-                                         0x0000000000000000);
-  __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(x)), shuf);
-  bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-  return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
-}
-inline __m256i values(const BlockQ8_0& b) {
-  return load256(b.qs);
-}
-inline __m256i values(const BlockQ4_0& b) {
-  return _mm256_sub_epi8(nibbles_32(b.qs), _mm256_set1_epi8(8));
-}
-inline __m256i values(const BlockQ5_0& b) {  // nibble | (bit ? 0 : 0xF0)
-  return _mm256_or_si256(nibbles_32(b.qs),
-                         _mm256_andnot_si256(bits_32(b.qh), _mm256_set1_epi8(char(0xF0))));
-}
 
 // Blocks per chunk (even, so that a chunk's even blocks are the row's).
 constexpr int64_t kChunk = 32;

@@ -35,11 +35,7 @@
 //
 // 5 x 3 fits the 32 zmm registers: 15 accumulators, 3 activation pairs, 3
 // corrections, 3 scale vectors, the weight pair, its scales, 2 temporaries.
-#if SS_QUANT_AVX512                           // x86 builds only (CMakeLists.txt)
-#if defined(__GNUC__) && !defined(__clang__)  // GCC bug 105593, as quant_kernels_avx512.cpp
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#if SS_QUANT_AVX512  // x86 builds only (CMakeLists.txt)
 #include <immintrin.h>
 
 #include <cstdint>
@@ -47,11 +43,13 @@
 #include <utility>
 
 #include "backend/cpu/quant_blocks.h"
+#include "backend/cpu/quant_simd_avx512.h"
 
 namespace specstack::cpu::quant_avx512vnni {
 namespace {
 
 using namespace quant;
+using namespace simd;
 
 constexpr int kTileW = 5;  // weight rows
 constexpr int kTileC = 3;  // activation rows
@@ -59,39 +57,6 @@ constexpr int kTileC = 3;  // activation rows
 // 16 int32 corrections.
 constexpr int64_t kPairW = 64;
 constexpr int64_t kPairA = 128;
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline __m256i load256(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
-
-// A 32-block's values as signed bytes, as quant_kernels_avx512.cpp.
-inline __m256i nibbles_32(const uint8_t* p) {
-  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
-  return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
-}
-inline __m256i bits_32(const uint8_t* p) {  // byte j = 0xFF where bit j is set
-  uint32_t x;
-  std::memcpy(&x, p, 4);
-  return _mm256_movm_epi8(static_cast<__mmask32>(x));
-}
-inline __m256i values(const BlockQ8_0& b) {
-  return load256(b.qs);
-}
-inline __m256i values(const BlockQ4_0& b) {
-  return _mm256_sub_epi8(nibbles_32(b.qs), _mm256_set1_epi8(8));
-}
-inline __m256i values(const BlockQ5_0& b) {  // nibble | (bit ? 0 : 0xF0)
-  return _mm256_or_si256(nibbles_32(b.qs),
-                         _mm256_andnot_si256(bits_32(b.qh), _mm256_set1_epi8(char(0xF0))));
-}
 
 // [lo | hi] with their 4-byte groups interleaved: lane 2k = lo's k, 2k + 1 = hi's k.
 inline __m512i interleave(__m256i lo, __m256i hi) {
@@ -104,10 +69,6 @@ inline __m512i interleave(__m256i lo, __m256i hi) {
 inline __m512 deinterleave(__m512 v) {
   return _mm512_permutexvar_ps(
       _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0), v);
-}
-
-inline float f16(uint16_t bits) {
-  return _cvtsh_ss(bits);
 }
 
 // [s, s'] of a block pair in every 64-bit lane.

@@ -1,0 +1,165 @@
+#include "backend/cpu/quant_blocksum.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "backend/cpu/quant_blocks.h"
+#include "backend/cpu/quant_kernels.h"
+#include "backend/cpu/quant_matmul.h"
+
+namespace specstack::cpu {
+
+#if SS_QUANT_AVX512
+// quant_blocksum_avx512.cpp. A group is 16 activation rows; a packed group
+// holds, per block, 8 x 64 bytes (dword k of each of the 16 rows, + 128) and
+// 16 f32 scales. The tables hold, per weight row and block, -128 Σw (int32)
+// and the f32 scale.
+namespace quant_avx512vnni {
+int blocksum_tile_rows();
+int blocksum_tile_groups();
+void blocksum_pack_act(const void* act, int64_t act_stride, int64_t n_rows, int64_t n_blocks,
+                       uint8_t* out, float* out_scales);
+void blocksum_weight_tables(const void* w, int64_t w_stride, int64_t n_rows, int64_t n_blocks,
+                            int32_t* corr, float* dw);
+void blocksum_tile(const void* w, int64_t w_stride, const int32_t* corr, const float* dw,
+                   int64_t tab_stride, const uint8_t* pa, const float* pas, int64_t ga_stride,
+                   int64_t gs_stride, int64_t n_blocks, int rows, int groups, float* acc_io,
+                   bool first);
+}  // namespace quant_avx512vnni
+#endif
+
+namespace {
+
+constexpr int64_t kLanes = 16;             // activation rows per group
+constexpr int64_t kGroupBlockBytes = 512;  // packed bytes per group and block
+
+// Weight rows whose tables are made at once and which every activation
+// group passes over (32 rows of a 2048-wide Q8_0 matrix: 70 KB, L2).
+constexpr int64_t kCacheRows = 32;
+
+// Blocks per pass over a cache tile: a group pair's packed chunk (2 x 16 x
+// 576 bytes = 18 KB) stays in L1 while the cache tile's register tiles run
+// over it; the f32 accumulators carry between chunks, so the FMA chain of
+// every lane is that of one pass (the same floats).
+constexpr int64_t kChunkBlocks = 16;
+
+// Fewer multiply-adds than this per share cost more in fork-join overhead
+// than they gain (as matmul_quant).
+constexpr int64_t kMinMacsPerShare = 32768;
+
+// 64-byte aligned scratch (the packed rows are loaded as whole zmm).
+template <typename T>
+struct Aligned {
+  explicit Aligned(int64_t n) : raw(new uint8_t[size_t(n) * sizeof(T) + 64]) {}
+  T* get() const {
+    return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(raw.get()) + 63) & ~uintptr_t{63});
+  }
+  std::unique_ptr<uint8_t[]> raw;
+};
+
+}  // namespace
+
+bool quant_blocksum_available(DType dtype, Isa isa) {
+#if SS_QUANT_AVX512
+  return dtype == DType::kQ8_0 && isa == Isa::kAvx512Vnni && quant_isa_available(isa);
+#else
+  (void)dtype;
+  (void)isa;
+  return false;
+#endif
+}
+
+float blocksum_dot_ref(const void* w_row, const void* act_row, int64_t n_blocks) {
+  const auto* w = static_cast<const quant::BlockQ8_0*>(w_row);
+  const auto* a = static_cast<const quant::BlockQ8_0*>(act_row);
+  float acc = 0.0f;
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    int32_t sum = 0;
+    for (int j = 0; j < quant::kQk; ++j) sum += int32_t{w[b].qs[j]} * int32_t{a[b].qs[j]};
+    acc = std::fma(f16_to_f32(w[b].d) * f16_to_f32(a[b].d), float(sum), acc);
+  }
+  return acc;
+}
+
+void matmul_quant_blocksum(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias,
+                           Tensor& y, Isa isa) {
+  check_quant_matmul_args(x, w, bias, y);
+  const int64_t n = x.size(0), in = x.size(1), out = w.size(0);
+  SS_CHECK_MSG(quant_blocksum_available(w.dtype(), isa),
+               std::string("matmul_quant_blocksum: not for ") + dtype_name(w.dtype()) + " on " +
+                   isa_name(isa));
+  if (n == 0 || out == 0) return;
+#if SS_QUANT_AVX512
+  namespace v = quant_avx512vnni;
+  const QuantKernel k = quant_kernel(w.dtype(), isa);
+  SS_CHECK_EQ(in % k.act_block_elements, 0);  // rows are whole weight blocks
+  const int64_t n_blocks = in / k.act_block_elements;
+  const int64_t act_row_bytes = n_blocks * int64_t(k.act_block_bytes);
+  const int64_t w_row_bytes = int64_t(dtype_bytes(w.dtype(), in));
+  const std::unique_ptr<uint8_t[]> act = quantize_activation_rows(pool, k, x);
+
+  // pa [n_groups][n_blocks][8][16] dwords a + 128, pas [n_groups][n_blocks][16].
+  const int64_t n_groups = (n + kLanes - 1) / kLanes;
+  const int64_t ga_stride = n_blocks * kGroupBlockBytes, gs_stride = n_blocks * kLanes;
+  const Aligned<uint8_t> pa(n_groups * ga_stride);
+  const Aligned<float> pas(n_groups * gs_stride);
+  pool.parallel_for(n_groups, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
+      v::blocksum_pack_act(act.get() + g * kLanes * act_row_bytes, act_row_bytes,
+                           std::min(kLanes, n - g * kLanes), n_blocks, pa.get() + g * ga_stride,
+                           pas.get() + g * gs_stride);
+    }
+  });
+
+  const int64_t R = v::blocksum_tile_rows(), G = v::blocksum_tile_groups();
+  const auto* w_data = static_cast<const uint8_t*>(w.raw());
+  const float* b = bias ? bias->f32() : nullptr;
+  float* y_data = y.f32();
+  const int64_t grain =
+      std::max<int64_t>(R, (kMinMacsPerShare / std::max<int64_t>(1, in * n) + R - 1) / R * R);
+  pool.parallel_for(out, grain, [&](int64_t begin, int64_t end) {
+    const std::unique_ptr<int32_t[]> corr(new int32_t[size_t(kCacheRows * n_blocks)]);
+    const std::unique_ptr<float[]> dw(new float[size_t(kCacheRows * n_blocks)]);
+    // acc [kCacheRows / R tiles][R x G x 16]: one group pair's accumulators.
+    const Aligned<float> acc(kCacheRows * G * kLanes);
+    for (int64_t o0 = begin; o0 < end; o0 += kCacheRows) {
+      const int64_t o1 = std::min(o0 + kCacheRows, end);
+      v::blocksum_weight_tables(w_data + o0 * w_row_bytes, w_row_bytes, o1 - o0, n_blocks,
+                                corr.get(), dw.get());
+      for (int64_t g0 = 0; g0 < n_groups; g0 += G) {
+        const int groups = int(std::min(G, n_groups - g0));
+        for (int64_t c0 = 0; c0 < n_blocks; c0 += kChunkBlocks) {
+          const int64_t chunk = std::min(kChunkBlocks, n_blocks - c0);
+          for (int64_t o = o0; o < o1; o += R) {
+            const int rows = int(std::min(R, o1 - o));
+            v::blocksum_tile(w_data + o * w_row_bytes + c0 * w_row_bytes / n_blocks, w_row_bytes,
+                             corr.get() + (o - o0) * n_blocks + c0,
+                             dw.get() + (o - o0) * n_blocks + c0, n_blocks,
+                             pa.get() + g0 * ga_stride + c0 * kGroupBlockBytes,
+                             pas.get() + g0 * gs_stride + c0 * kLanes, ga_stride, gs_stride, chunk,
+                             rows, groups, acc.get() + (o - o0) * G * kLanes, c0 == 0);
+          }
+        }
+        // acc of tile t = (o - o0) / R: [r][g][lane] with g < groups.
+        for (int64_t o = o0; o < o1; o += R) {
+          const int rows = int(std::min(R, o1 - o));
+          const float* a = acc.get() + (o - o0) * G * kLanes;
+          for (int r = 0; r < rows; ++r) {
+            for (int g = 0; g < groups; ++g) {
+              const int64_t row0 = (g0 + g) * kLanes;
+              const int64_t lanes = std::min(kLanes, n - row0);
+              const float add = b ? b[o + r] : 0.0f;
+              for (int64_t l = 0; l < lanes; ++l)
+                y_data[(row0 + l) * out + o + r] = a[(r * groups + g) * kLanes + l] + add;
+            }
+          }
+        }
+      }
+    }
+  });
+#endif
+}
+
+}  // namespace specstack::cpu

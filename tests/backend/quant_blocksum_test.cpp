@@ -1,0 +1,138 @@
+// The block-sum int8 GEMM (backend/cpu/quant_blocksum.h): every output
+// equals the scalar reference blocksum_dot_ref on the same Q8_0 activation
+// blocks bit for bit, and stays within the f32 rounding of the one-row
+// decode kernel (the same integers per block, summed in another order).
+#include "backend/cpu/quant_blocksum.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/quant_blocks.h"
+#include "backend/cpu/quant_kernels.h"
+#include "backend/cpu/quant_matmul.h"
+#include "cpu_test_helpers.h"
+#include "quant_rows_check.h"
+#include "quant_test_helpers.h"
+
+namespace specstack::cpu {
+namespace {
+
+using specstack::testing::float_bits;
+using specstack::testing::random_f32;
+using specstack::testing::random_quantized;
+
+constexpr const char* kNoVnni = "this CPU lacks AVX-512 VNNI (runs on the device Xeon / dev VM)";
+
+// Outliers so that blocks differ in scale, as real activations do.
+Tensor activations(std::mt19937& rng, int64_t n, int64_t in) {
+  Tensor x = random_f32(rng, {n, in}, -2.0f, 2.0f);
+  for (int64_t i = 0; i < n * in; i += 89) x.f32()[i] *= 25.0f;
+  return x;
+}
+
+// x's rows as Q8_0 activation blocks, as every int8 path quantizes them.
+std::vector<quant::BlockQ8_0> act_blocks(const Tensor& x) {
+  const int64_t n = x.size(0), in = x.size(1);
+  std::vector<quant::BlockQ8_0> a(size_t(n * in / 32));
+  for (int64_t i = 0; i < n; ++i)
+    quantize_activations(QuantAct::kQ8_0, x.f32() + i * in, in, a.data() + i * in / 32);
+  return a;
+}
+
+TEST(QuantBlocksum, OnlyQ8_0OnAvx512Vnni) {
+  EXPECT_FALSE(quant_blocksum_available(DType::kQ4_0, Isa::kAvx512Vnni));
+  EXPECT_FALSE(quant_blocksum_available(DType::kQ4_K, Isa::kAvx512Vnni));
+  EXPECT_FALSE(quant_blocksum_available(DType::kQ8_0, Isa::kAvx2));
+  EXPECT_FALSE(quant_blocksum_available(DType::kQ8_0, Isa::kScalar));
+  EXPECT_EQ(quant_blocksum_available(DType::kQ8_0, Isa::kAvx512Vnni),
+            quant_isa_available(Isa::kAvx512Vnni));
+}
+
+// Shapes around the register tile (4 weight rows x 2 groups of 16
+// activation rows), the 32-row cache tile and the 16-block chunks, with
+// ragged ends of each; bias included.
+TEST(QuantBlocksum, MatmulEqualsScalarReferenceBitForBit) {
+  if (!quant_isa_available(Isa::kAvx512Vnni)) GTEST_SKIP() << kNoVnni;
+  ThreadPool pool(3);
+  std::mt19937 rng(4242);
+  for (int64_t out : {1, 3, 4, 5, 33, 70}) {
+    for (int64_t n : {1, 15, 16, 17, 32, 33, 50}) {
+      for (int64_t blocks : {1, 15, 16, 17, 40}) {
+        const int64_t in = blocks * 32;
+        Tensor w = random_quantized(rng, DType::kQ8_0, out, in);
+        Tensor x = activations(rng, n, in);
+        Tensor bias = random_f32(rng, {out});
+        Tensor y = Tensor::zeros(DType::kF32, {n, out});
+        matmul_quant_blocksum(pool, x, w, &bias, y, Isa::kAvx512Vnni);
+        const std::vector<quant::BlockQ8_0> a = act_blocks(x);
+        const auto* wb = static_cast<const quant::BlockQ8_0*>(w.raw());
+        for (int64_t i = 0; i < n; ++i) {
+          for (int64_t o = 0; o < out; ++o) {
+            const float ref =
+                blocksum_dot_ref(wb + o * blocks, a.data() + i * blocks, blocks) + bias.f32()[o];
+            ASSERT_EQ(float_bits(y.f32()[i * out + o]), float_bits(ref))
+                << "out=" << out << " n=" << n << " blocks=" << blocks << " at " << i << "," << o;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Weight bytes of -128 and saturated activations: the +128 / -128 Σw
+// offsets stay exact at the extremes of the int8 range.
+TEST(QuantBlocksum, ExtremeBytesStayExact) {
+  if (!quant_isa_available(Isa::kAvx512Vnni)) GTEST_SKIP() << kNoVnni;
+  ThreadPool pool(2);
+  std::mt19937 rng(77);
+  const int64_t out = 9, n = 20, blocks = 5, in = blocks * 32;
+  Tensor w = random_quantized(rng, DType::kQ8_0, out, in);
+  auto* wb = static_cast<quant::BlockQ8_0*>(w.raw());
+  for (int j = 0; j < 32; ++j)
+    wb[0].qs[j] = -128, wb[1].qs[j] = 127, wb[2].qs[j] = j % 2 ? -128 : 127;
+  Tensor x = activations(rng, n, in);
+  for (int64_t i = 0; i < in; ++i) x.f32()[i] = (i / 32) % 2 ? 1.0f : -1.0f;  // a = +-127
+  Tensor y = Tensor::zeros(DType::kF32, {n, out});
+  matmul_quant_blocksum(pool, x, w, nullptr, y, Isa::kAvx512Vnni);
+  const std::vector<quant::BlockQ8_0> a = act_blocks(x);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t o = 0; o < out; ++o)
+      ASSERT_EQ(float_bits(y.f32()[i * out + o]),
+                float_bits(blocksum_dot_ref(wb + o * blocks, a.data() + i * blocks, blocks)))
+          << i << "," << o;
+}
+
+// Against the decode path (matmul_quant: the same integer per 4 values,
+// scaled per lane and summed across lanes at the end): the same quantity
+// up to f32 rounding, so within a few ulps of Σ |d_w d_a Σ w a| per block.
+TEST(QuantBlocksum, CloseToTheDecodeKernels) {
+  if (!quant_isa_available(Isa::kAvx512Vnni)) GTEST_SKIP() << kNoVnni;
+  ThreadPool pool(2);
+  std::mt19937 rng(99);
+  const int64_t out = 37, n = 40, blocks = 64, in = blocks * 32;
+  Tensor w = random_quantized(rng, DType::kQ8_0, out, in);
+  Tensor x = activations(rng, n, in);
+  Tensor y = Tensor::zeros(DType::kF32, {n, out}), ref = Tensor::zeros(DType::kF32, {n, out});
+  matmul_quant_blocksum(pool, x, w, nullptr, y, Isa::kAvx512Vnni);
+  matmul_quant(pool, x, w, nullptr, ref, Isa::kAvx512Vnni);
+  const std::vector<quant::BlockQ8_0> a = act_blocks(x);
+  const auto* wb = static_cast<const quant::BlockQ8_0*>(w.raw());
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t o = 0; o < out; ++o) {
+      double mag = 0.0;  // Σ over blocks and values of |d_w w d_a a|
+      for (int64_t b = 0; b < blocks; ++b) {
+        const auto& wk = wb[o * blocks + b];
+        const auto& ak = a[size_t(i * blocks + b)];
+        for (int j = 0; j < 32; ++j)
+          mag += std::fabs(double(f16_to_f32(wk.d)) * wk.qs[j] * f16_to_f32(ak.d) * ak.qs[j]);
+      }
+      EXPECT_NEAR(y.f32()[i * out + o], ref.f32()[i * out + o], 1e-6 * mag) << i << "," << o;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace specstack::cpu
