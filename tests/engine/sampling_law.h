@@ -83,6 +83,29 @@ inline size_t three_position_cell(const std::string& text) {
   return static_cast<size_t>((text[0] - 'a') * 6 + (text[1] - 'd') * 3 + (text[2] - 'f'));
 }
 
+// The `n` most likely first tokens after `probe`'s prompt (greedy, by its
+// top logprobs), for first_two_cell.
+inline std::vector<int32_t> most_likely_first_tokens(Engine& engine, RequestOptions probe,
+                                                     int32_t n) {
+  probe.params.temperature = 0.0f;
+  probe.params.max_tokens = 1;
+  probe.top_logprobs = n;
+  // Held in a local: a range-for does not extend a temporary reached
+  // through a member of another.
+  const RequestOutput out = run_all(engine, {std::move(probe)})[0];
+  std::vector<int32_t> top;
+  for (const auto& [token, logprob] : out.logprobs.at(0).at(0).top) top.push_back(token);
+  return top;
+}
+
+// The filters of the unconstrained law tests: all of them at once.
+inline void set_law_filters(SamplingParams& params) {
+  params.temperature = 1.0f;
+  params.top_k = 30;
+  params.top_p = 0.7f;
+  params.min_p = 0.03f;
+}
+
 // Unconstrained two-token outputs: the first token's index in `top` (its
 // size = "other") times the second token's parity: 2 * (top.size() + 1) cells.
 inline size_t first_two_cell(const std::vector<int32_t>& top, const std::vector<int32_t>& tokens) {

@@ -201,24 +201,13 @@ void expect_same_law(const std::function<RequestOptions(uint64_t)>& make, int n_
 // most likely first tokens (and "other") and the second's parity.
 TEST(TokenPicking, SampledLawEqualsHostSampling) {
   Fixture& f = fixture();
-  std::vector<int32_t> top;  // the first token's ten most likely values
-  {
-    RequestOptions probe = request(kPrompts[0], 1, 0.0f, 1);
-    probe.top_logprobs = 10;
-    Engine host(*f.host, EngineOptions{});
-    // (The output held in a local: a range-for does not extend a temporary
-    // reached through a member of another.)
-    const testing::RequestOutput out = run_all(host, {probe})[0];
-    for (const auto& [token, logprob] : out.logprobs.at(0).at(0).top) {
-      top.push_back(token);
-    }
-  }
+  Engine probe_engine(*f.host, EngineOptions{});
+  const std::vector<int32_t> top =
+      testing::most_likely_first_tokens(probe_engine, request(kPrompts[0], 1, 0.0f, 1), 10);
   ASSERT_EQ(top.size(), 10u);
   const auto make = [&](uint64_t seed) {
     RequestOptions options = request(kPrompts[0], 2, 1.0f, seed);
-    options.params.top_k = 30;
-    options.params.top_p = 0.7f;
-    options.params.min_p = 0.03f;
+    testing::set_law_filters(options.params);
     return options;
   };
   const auto cell_of = [&](const std::vector<int32_t>& tokens) {
