@@ -129,7 +129,9 @@ TEST(RowSampling, UniformSweepGivesTheSamplersDistribution) {
       // A token's interval is cut into grid steps at both ends; fp32
       // uniforms round the grid points by < 1e-7.
       EXPECT_NEAR(share, probs[t], 2.0 / kGrid + 1e-6) << "token " << t;
-      if (probs[t] == 0.0f) EXPECT_EQ(hits[t], 0) << "token " << t;
+      if (probs[t] == 0.0f) {
+        EXPECT_EQ(hits[t], 0) << "token " << t;
+      }
       n_kept += probs[t] > 0.0f;
     }
     EXPECT_GE(n_kept, 2);  // each case really samples
