@@ -10,8 +10,15 @@ InFlightRequests::Ticket::~Ticket() {
 }
 
 void InFlightRequests::Ticket::attach(const std::shared_ptr<CompletionSession>& session) {
-  std::lock_guard<std::mutex> lock(owner_.mutex_);
-  session_ = session;
+  bool shut_down = false;
+  {
+    std::lock_guard<std::mutex> lock(owner_.mutex_);
+    session_ = session;
+    shut_down = shutdown_requested_;
+  }
+  // A shutdown_all() that came between the submit and this attach asked it
+  // too (it was counted): it ends at its first poll.
+  if (shut_down) session->request_shutdown();
 }
 
 InFlightRequests::~InFlightRequests() {
@@ -35,14 +42,17 @@ int64_t InFlightRequests::shutdown_all() {
   // Collected first, so no session is called, or destroyed with the last
   // reference, while the lock every ticket's destructor takes is held.
   std::vector<std::shared_ptr<CompletionSession>> sessions;
+  int64_t asked = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (Ticket* ticket : tickets_) {
+      ticket->shutdown_requested_ = true;  // one not yet attached ends when it is
       if (auto session = ticket->session_.lock()) sessions.push_back(std::move(session));
     }
+    asked = static_cast<int64_t>(tickets_.size());
   }
   for (const auto& session : sessions) session->request_shutdown();
-  return static_cast<int64_t>(sessions.size());
+  return asked;
 }
 
 }  // namespace specstack

@@ -33,6 +33,7 @@ class InFlightRequests {
     InFlightRequests& owner_;
     std::list<Ticket*>::iterator position_;
     std::weak_ptr<CompletionSession> session_;  // guarded by owner_.mutex_
+    bool shutdown_requested_ = false;           // guarded by owner_.mutex_
   };
 
   InFlightRequests() = default;
@@ -43,8 +44,9 @@ class InFlightRequests {
   // Thread-safe. The ticket must not outlive this registry.
   std::shared_ptr<Ticket> enter();
   int64_t count() const;
-  // Asks every attached session to end with kFinishShutdown at its next poll
-  // (CompletionSession::request_shutdown); returns how many were asked.
+  // Asks every request in flight to end with kFinishShutdown at its next
+  // poll (CompletionSession::request_shutdown): attached sessions now, ones
+  // submitted but not yet attached when they attach; returns how many.
   int64_t shutdown_all();
 
  private:

@@ -1,5 +1,6 @@
-// InFlightRequests: counts tickets until they are dropped, and asks only the
-// sessions attached to live tickets to shut down.
+// InFlightRequests: counts tickets until they are dropped, and asks every
+// live ticket's session to shut down: attached ones at once, one submitted
+// but not yet attached when it attaches.
 #include "server/in_flight.h"
 
 #include <gtest/gtest.h>
@@ -18,7 +19,7 @@ TEST(InFlightRequests, CountsTicketsUntilDropped) {
   EXPECT_EQ(registry.count(), 2);
   first.reset();
   EXPECT_EQ(registry.count(), 1);
-  EXPECT_EQ(registry.shutdown_all(), 0);  // nothing attached yet
+  EXPECT_EQ(registry.shutdown_all(), 1);  // the one in flight (not attached yet)
   second.reset();
   EXPECT_EQ(registry.count(), 0);
 }
@@ -34,7 +35,7 @@ TEST(InFlightRequests, ShutdownAllEndsAttachedSessionsAtTheirNextPoll) {
   auto ticket = registry.enter();
   ticket->attach(session);
   auto unattached = registry.enter();
-  EXPECT_EQ(registry.shutdown_all(), 1);
+  EXPECT_EQ(registry.shutdown_all(), 2);
   EXPECT_FALSE(engine.stream(0)->cancelled());  // only a flag so far: the poller acts on it
   session->poll(std::chrono::milliseconds(0));
   EXPECT_TRUE(session->finished());
@@ -42,9 +43,40 @@ TEST(InFlightRequests, ShutdownAllEndsAttachedSessionsAtTheirNextPoll) {
   EXPECT_EQ(session->end_error().status, 503);
   EXPECT_EQ(session->response()["choices"][0]["finish_reason"], "shutdown");
   EXPECT_TRUE(engine.stream(0)->cancelled());
-  // A session whose response is over (ticket dropped) is not asked again.
+  // A session whose response is over (ticket dropped) is not asked again;
+  // the unattached request still in flight is.
   ticket.reset();
+  EXPECT_EQ(registry.shutdown_all(), 1);
+  unattached.reset();
   EXPECT_EQ(registry.shutdown_all(), 0);
+}
+
+// A request submitted just before the drain asked everyone, but attached
+// just after, still ends at its first poll (the race the drain test met).
+TEST(InFlightRequests, AskedBeforeItsSessionAttachesItEndsWhenItDoes) {
+  auto tokenizer = testing::load_tinystories_tokenizer();
+  ASSERT_NE(tokenizer, nullptr);
+  testing::FakeEngine engine;  // the stream never ends on its own
+  auto stream = engine.submit(RequestOptions{});
+  ASSERT_TRUE(stream.ok());
+  auto session = std::make_shared<CompletionSession>(*tokenizer, SessionOptions{}, *stream);
+  InFlightRequests registry;
+  auto ticket = registry.enter();
+  EXPECT_EQ(registry.shutdown_all(), 1);
+  ticket->attach(session);
+  session->poll(std::chrono::milliseconds(0));
+  EXPECT_TRUE(session->finished());
+  EXPECT_EQ(session->ended_early(), FinishReason::kFinishShutdown);
+  EXPECT_TRUE(engine.stream(0)->cancelled());
+  // A ticket that enters after the call is not asked.
+  auto later = registry.enter();
+  auto other_stream = engine.submit(RequestOptions{});
+  ASSERT_TRUE(other_stream.ok());
+  auto other = std::make_shared<CompletionSession>(*tokenizer, SessionOptions{}, *other_stream);
+  later->attach(other);
+  other->poll(std::chrono::milliseconds(0));
+  EXPECT_FALSE(other->finished());
+  EXPECT_FALSE(engine.stream(1)->cancelled());
 }
 
 }  // namespace
