@@ -398,6 +398,13 @@ void EngineCore::retire_finished_requests() {
 
 namespace {
 
+// The sequence's next row is the prompt's last: with n > 1 every choice
+// forks from it and samples its own first token from the same logits.
+bool forks_choices(const Sequence& seq) {
+  return seq.request->options.n > 1 && seq.n_generated == 0 && seq.request->sequences.size() == 1 &&
+         seq.choice == 0;
+}
+
 // A logit row the host samples itself, from its logits: penalties need
 // them, the row n > 1 choices fork from is sampled once per choice, sampled
 // speculative verification compares whole distributions, and a
@@ -407,11 +414,9 @@ bool needs_host_logits(const ScheduledChunk& chunk) {
   const Sequence& seq = *chunk.seq;
   const RequestOptions& o = seq.request->options;
   const SamplingParams& p = o.params;
-  if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
-    return true;
-  }
+  if (p.has_penalties()) return true;
   if (chunk.n_logit_rows > 1 && (!seq.sampler->greedy() || o.top_logprobs >= 0)) return true;
-  return o.n > 1 && seq.n_generated == 0 && seq.request->sequences.size() == 1 && seq.choice == 0;
+  return forks_choices(seq);
 }
 
 }  // namespace
@@ -497,8 +502,7 @@ int32_t EngineCore::fill_device_masks(ScheduleResult& scheduled, std::vector<uin
 void EngineCore::on_logits(Sequence* seq, float* logits, int32_t chosen,
                            const RowLogprobs* logprobs) {
   Request& request = *seq->request;
-  const bool first_of_prompt = seq->n_generated == 0 && request.sequences.size() == 1 &&
-                               request.options.n > 1 && seq->choice == 0;
+  const bool first_of_prompt = forks_choices(*seq);
   // n > 1: the prompt's KV is shared by forks that each sample their own token.
   std::vector<Sequence*> samplers = {seq};
   if (first_of_prompt) {

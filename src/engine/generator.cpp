@@ -136,8 +136,7 @@ Result<std::vector<GenerationResult>> Generator::generate(
   bool on_device = runner_.picks_tokens();
   for (const GenerationRequest& request : requests) {
     const SamplingParams& p = request.params;
-    on_device &=
-        p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
+    on_device &= !p.has_penalties();
   }
   const auto decode_start = std::chrono::steady_clock::now();
   for (;;) {
