@@ -139,6 +139,20 @@ ModeResult run_mode(ModelInstance& model, ModelInstance* draft, const BenchServe
   for (auto& r : readers) r.join();
   result.wall = since_start();
   result.steps = engine.step_records();
+  if (draft != nullptr) {
+    const EngineMetrics m = engine.metrics();
+    std::printf(
+        "speculative (%s): %lld draft tokens, %lld accepted (%.3f), %lld verifications (%lld on "
+        "the device)\n",
+        result.mode.c_str(), static_cast<long long>(m.specdecode_draft_tokens_total),
+        static_cast<long long>(m.specdecode_accepted_tokens_total),
+        m.specdecode_draft_tokens_total > 0
+            ? static_cast<double>(m.specdecode_accepted_tokens_total) /
+                  static_cast<double>(m.specdecode_draft_tokens_total)
+            : 0.0,
+        static_cast<long long>(m.specdecode_verify_total),
+        static_cast<long long>(m.specdecode_device_verify_total));
+  }
   return result;
 }
 

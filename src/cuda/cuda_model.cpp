@@ -41,6 +41,7 @@ CudaModel::~CudaModel() {
   if (capture_host_ != nullptr) cudaFreeHost(capture_host_);
   if (pick_host_ != nullptr) cudaFreeHost(pick_host_);
   if (logprobs_host_ != nullptr) cudaFreeHost(logprobs_host_);
+  if (verify_host_ != nullptr) cudaFreeHost(verify_host_);
   gemm_.reset();
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }

@@ -79,6 +79,9 @@ class CudaModel final : public ForwardModel {
   Device device() const override { return Device::kCuda; }
   const ModelConfig& config() const override { return config_; }
   size_t weight_bytes() const override { return weight_bytes_; }
+  KeptRows kept_rows() const override {
+    return KeptRows{kept_.data(), n_kept_, config_.vocab_size, /*on_device=*/true};
+  }
   int64_t device_memory_used_bytes() const override {
     size_t free_bytes = 0, total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return -1;
@@ -139,6 +142,7 @@ class CudaModel final : public ForwardModel {
     const float* min_p = nullptr;           // [rows]
     const float* uniform = nullptr;         // [rows]
     const int32_t* top_logprobs = nullptr;  // [rows] -1: no logprobs
+    const int32_t* keep = nullptr;          // [rows] kept row or -1 (ForwardBatch::keep_rows)
     int32_t max_top_logprobs = -1;          // over the rows; -1: no row wants logprobs
     TokenMaskRows mask;                     // empty when no row is masked
   };
@@ -149,6 +153,14 @@ class CudaModel final : public ForwardModel {
   // the host; collect_logprobs, after the stream sync, fills batch.logprobs.
   void queue_logprobs(int32_t n_rows, const PickInputs& in);
   void collect_logprobs(const ForwardBatch& batch, int32_t n_rows);
+  // Copies the rows batch.keep_rows names into kept_ (grown, contents kept:
+  // a draft keeps the rows of its k forwards in one round).
+  void keep_rows(const ForwardBatch& batch, int32_t n_rows, const PickInputs& in);
+  // batch.verifications (cuda/verification.h) queued with their inputs and
+  // the outcomes' copy to the host; collect_verifications, after the stream
+  // sync, fills batch.verified.
+  void queue_verifications(const ForwardBatch& batch);
+  void collect_verifications(const ForwardBatch& batch);
 
   ModelConfig config_;
   CudaModelOptions options_;
@@ -181,9 +193,14 @@ class CudaModel final : public ForwardModel {
   DeviceBuffer<float> logprob_values_;  // [rows, 1 + logprobs_width_] picked token's, then top
   DeviceBuffer<int32_t> logprob_ids_;   // [rows, logprobs_width_] top tokens
   int32_t logprobs_width_ = 0;          // the step's largest top_logprobs
-  DeviceBuffer<float> attn_workspace_;  // paged attention split-K partials
-  DeviceBuffer<bf16> compact_q_;        // [n, H * D] paged-path queries when not a contiguous range
-  DeviceBuffer<bf16> compact_out_;      // [n, H * D]
+  DeviceBuffer<float> kept_;            // [n_kept_, vocab] rows kept for a target's verification
+  int64_t n_kept_ = 0;
+  DeviceBuffer<uint32_t> verify_inputs_;  // queue_verifications' staging, on the device
+  DeviceBuffer<uint8_t> verify_scratch_;  // verify_draft_rows' row summaries
+  DeviceBuffer<int32_t> verify_out_;      // [verifications, 2] n_accepted, next token
+  DeviceBuffer<float> attn_workspace_;    // paged attention split-K partials
+  DeviceBuffer<bf16> compact_q_;    // [n, H * D] paged-path queries when not a contiguous range
+  DeviceBuffer<bf16> compact_out_;  // [n, H * D]
   // MoE scratch.
   DeviceBuffer<float> router_logits_;   // [T, E]
   DeviceBuffer<int32_t> topk_ids_;      // [T, k]
@@ -207,6 +224,9 @@ class CudaModel final : public ForwardModel {
   size_t pick_host_capacity_ = 0;
   float* logprobs_host_ = nullptr;  // pinned: logprob_values_ then logprob_ids_
   size_t logprobs_host_capacity_ = 0;
+  uint32_t* verify_host_ = nullptr;  // pinned: verification inputs, then the outcomes
+  size_t verify_host_capacity_ = 0;
+  size_t verify_out_offset_ = 0;  // words into verify_host_ where the outcomes land
   // Decode graphs by batch size.
   std::map<int32_t, std::unique_ptr<Graph>> graphs_;
   // The same with query capture, for SpecPrefill's draft lookahead steps

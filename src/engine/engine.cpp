@@ -111,8 +111,9 @@ class EngineCore {
   void on_logits(Sequence* seq, float* logits, int32_t chosen = -1,
                  const RowLogprobs* logprobs = nullptr);
   // A verification chunk's rows: [1 + n_draft, vocab] raw logits, or null and
-  // the model's greedy ids.
-  void on_verify(Sequence* seq, const float* rows, const int32_t* greedy_ids);
+  // the model's greedy ids, or neither and the model's own verification.
+  void on_verify(Sequence* seq, const float* rows, const int32_t* greedy_ids,
+                 const VerifyOutcome* device_outcome = nullptr);
   // Appends generated tokens to one choice and streams them; stops at the
   // first that ends it (EOS, stop id, max_tokens, context). `logprob_rows`
   // [tokens.size(), vocab] raw logits when logprobs are asked for, or
@@ -127,7 +128,9 @@ class EngineCore {
   // tokens (a GPU) and a row it may pick: plan.tokens_on_device, each row's
   // RowSampling (a sampled row's uniform drawn now from its sequence's own
   // generator, as Sampler::sample would) and plan.host_rows, the rows the
-  // host samples itself (host_row_[r] = 1).
+  // host samples itself (host_row_[r] = kHostRow); sampled verification
+  // chunks whose draft kept its rows on the model's device are verified
+  // there (plan.verifications; kVerifiedRow).
   void plan_token_picking(ScheduleResult& scheduled);
   // The grammar masks of a tokens_on_device step's picked rows into its
   // plan; dead[r] = 1 where logit row r's grammar admits nothing. Returns
@@ -145,9 +148,13 @@ class EngineCore {
   std::unique_ptr<SpecPrefillStage> specprefill_;  // null without a draft model
   std::unique_ptr<SpecDecodeStage> specdecode_;    // null without speculative decoding
   GrammarStage grammar_;                           // constrained requests' masks
-  LogitMasks mask_storage_;               // the plans' masks between steps (keeps the capacity)
-  std::vector<uint8_t> dead_rows_;        // [logit rows] of the step: the grammar admits nothing
-  std::vector<uint8_t> host_row_;         // [logit rows] of the step: sampled on the host
+  LogitMasks mask_storage_;         // the plans' masks between steps (keeps the capacity)
+  std::vector<uint8_t> dead_rows_;  // [logit rows] of the step: the grammar admits nothing
+  // [logit rows] of the step: who picks its token.
+  static constexpr uint8_t kPickedRow = 0;    // the model, by its RowSampling
+  static constexpr uint8_t kHostRow = 1;      // the host, from downloaded logits
+  static constexpr uint8_t kVerifiedRow = 2;  // the model's speculative verification
+  std::vector<uint8_t> host_row_;
   LatencyHistogram accepted_length_{{}};  // accepted draft tokens per verification
   SpecPrefillPolicy specprefill_policy_;
   std::shared_ptr<LoopSignal> signal_ = std::make_shared<LoopSignal>();
@@ -194,9 +201,10 @@ EngineCore::EngineCore(ModelInstance& model, const EngineOptions& options)
                                            config.sliding_window > 0 ? config.sliding_window : 0);
   }
   if (options.specdecode.draft != nullptr) {
-    specdecode_ =
-        std::make_unique<SpecDecodeStage>(options.specdecode, options.max_num_batched_tokens,
-                                          model.config(), model.model().weight_bytes(), grammar_);
+    specdecode_ = std::make_unique<SpecDecodeStage>(
+        options.specdecode, options.max_num_batched_tokens, model.config(),
+        model.model().weight_bytes(), grammar_,
+        model.runner().verifies_drafts_of(options.specdecode.draft->runner()));
     std::vector<double> bounds;
     for (int32_t k = 0; k <= options.specdecode.max_draft_tokens; ++k) bounds.push_back(k);
     accepted_length_ = LatencyHistogram(std::move(bounds));
@@ -423,16 +431,18 @@ bool needs_host_logits(const ScheduledChunk& chunk) {
 
 void EngineCore::plan_token_picking(ScheduleResult& scheduled) {
   StepPlan& plan = scheduled.plan;
-  host_row_.assign(plan.logit_rows.size(), 1);
+  host_row_.assign(plan.logit_rows.size(), kHostRow);
   if (!model_.runner().picks_tokens()) return;
   bool any_picked = false;
   size_t row = 0;
   for (const ScheduledChunk& chunk : scheduled.chunks) {
     if (!chunk.wants_logits) continue;
-    const bool host = needs_host_logits(chunk);
-    std::fill_n(host_row_.begin() + static_cast<std::ptrdiff_t>(row), chunk.n_logit_rows,
-                uint8_t{host});
-    any_picked |= !host;
+    uint8_t who = needs_host_logits(chunk) ? kHostRow : kPickedRow;
+    if (chunk.n_logit_rows > 1 && specdecode_ && specdecode_->verified_on_device(*chunk.seq)) {
+      who = kVerifiedRow;
+    }
+    std::fill_n(host_row_.begin() + static_cast<std::ptrdiff_t>(row), chunk.n_logit_rows, who);
+    any_picked |= who != kHostRow;
     row += static_cast<size_t>(chunk.n_logit_rows);
   }
   if (!any_picked) return;
@@ -441,10 +451,14 @@ void EngineCore::plan_token_picking(ScheduleResult& scheduled) {
   row = 0;
   for (const ScheduledChunk& chunk : scheduled.chunks) {
     if (!chunk.wants_logits) continue;
-    if (host_row_[row] != 0) {
+    if (host_row_[row] == kHostRow) {
       for (int32_t i = 0; i < chunk.n_logit_rows; ++i) {
         plan.host_rows.push_back(static_cast<int32_t>(row) + i);
       }
+    } else if (host_row_[row] == kVerifiedRow) {
+      // Its rows take the argmax (unused); the verification picks the tokens.
+      plan.verifications.push_back(specdecode_->verification(chunk.seq, static_cast<int32_t>(row)));
+      plan.draft_rows = specdecode_->kept_rows();
     } else {
       // A picked sampled chunk has one row (sampled verifications are host
       // rows); a greedy one, every row included, takes the argmax.
@@ -469,7 +483,7 @@ int32_t EngineCore::fill_device_masks(ScheduleResult& scheduled, std::vector<uin
   size_t row = 0;
   for (const ScheduledChunk& chunk : scheduled.chunks) {
     if (!chunk.wants_logits) continue;
-    if (host_row_[row] != 0) {  // the host masks its logits itself (on_logits / verify)
+    if (host_row_[row] != kPickedRow) {  // the host masks its logits itself (on_logits / verify)
       row += static_cast<size_t>(chunk.n_logit_rows);
       continue;
     }
@@ -629,9 +643,10 @@ void EngineCore::emit(Sequence* s, std::span<const int32_t> tokens, const float*
   request.stream->push(std::move(event));
 }
 
-void EngineCore::on_verify(Sequence* seq, const float* rows, const int32_t* greedy_ids) {
+void EngineCore::on_verify(Sequence* seq, const float* rows, const int32_t* greedy_ids,
+                           const VerifyOutcome* device_outcome) {
   const int32_t n_draft = seq->n_draft;
-  VerifyResult verified = specdecode_->verify(seq, rows, greedy_ids, vocab_);
+  VerifyResult verified = specdecode_->verify(seq, rows, greedy_ids, vocab_, device_outcome);
   // The target's KV holds the pending token and every draft token; keep the
   // accepted ones. The emitted tokens are re-appended by emit(): drop the
   // draft tokens from the list first (their KV stays for the accepted ones).
@@ -641,6 +656,7 @@ void EngineCore::on_verify(Sequence* seq, const float* rows, const int32_t* gree
   counters_.specdecode_draft_tokens_total += verified.n_drafted;
   counters_.specdecode_accepted_tokens_total += verified.n_accepted;
   ++counters_.specdecode_verify_total;
+  if (device_outcome != nullptr) ++counters_.specdecode_device_verify_total;
   accepted_length_.observe(verified.n_accepted);
   {
     std::lock_guard<std::mutex> lock(seq->request->stream->mutex);
@@ -702,7 +718,8 @@ void EngineCore::step() {
       std::chrono::duration<double>(forward_end - forward_start).count();
   counters_.grammar_mask_seconds_total += grammar_seconds;
   int64_t row = 0;
-  int64_t host_row = 0;  // into output.logits
+  int64_t host_row = 0;   // into output.logits
+  size_t n_verified = 0;  // into output.verified
   int32_t n_emitting = 0;
   const bool picked = scheduled.plan.tokens_on_device;
   double host_sampling_seconds = 0;  // rows sampled here from downloaded logits
@@ -712,12 +729,14 @@ void EngineCore::step() {
     ++n_emitting;
     const auto r = static_cast<size_t>(row);
     float* logits = nullptr;  // [n_logit_rows, vocab] when the host samples the chunk
-    if (!picked || host_row_[r] != 0) {
+    if (!picked || host_row_[r] == kHostRow) {
       logits = output.logits.f32() + host_row * vocab_;
       host_row += chunk.n_logit_rows;
     }
     const auto emit_start = Clock::now();
-    if (chunk.n_logit_rows > 1) {
+    if (picked && host_row_[r] == kVerifiedRow) {
+      on_verify(chunk.seq, nullptr, nullptr, &output.verified[n_verified++]);
+    } else if (chunk.n_logit_rows > 1) {
       on_verify(chunk.seq, logits, logits != nullptr ? nullptr : output.picked_tokens.data() + row);
     } else if (logits == nullptr) {
       const RowLogprobs* logprobs = output.logprobs.empty() ? nullptr : &output.logprobs[r];

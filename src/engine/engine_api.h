@@ -179,6 +179,9 @@ struct EngineMetrics {
   int64_t specdecode_draft_tokens_total = 0;     // draft tokens verified by the target
   int64_t specdecode_accepted_tokens_total = 0;  // of those, accepted
   int64_t specdecode_verify_total = 0;           // verifications (one per sequence and step)
+  // Of those, sampled ones done where the target picks its tokens (on a
+  // GPU: no logits row crossed to the host; model/row_verification.h).
+  int64_t specdecode_device_verify_total = 0;
   // Accepted draft tokens per verification; bounds are 0, 1, ..., K.
   HistogramSnapshot specdecode_accepted_length;
   HistogramSnapshot time_to_first_token;

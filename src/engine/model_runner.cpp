@@ -43,8 +43,28 @@ void ModelRunner::check_plan(const StepPlan& plan) const {
       SS_CHECK_LT(plan.host_rows[i], static_cast<int32_t>(plan.logit_rows.size()));
       if (i > 0) SS_CHECK_LT(plan.host_rows[i - 1], plan.host_rows[i]);
     }
+    SS_CHECK(plan.keep_rows.empty() || plan.keep_rows.size() == plan.logit_rows.size());
+    for (const RowVerification& v : plan.verifications) {
+      const auto k = static_cast<int32_t>(v.draft_tokens.size());
+      SS_CHECK_GE(k, 1);
+      SS_CHECK_EQ(v.uniforms.size(), static_cast<size_t>(k + 1));
+      SS_CHECK_LE(0, v.first_row);
+      SS_CHECK_LE(v.first_row + k, static_cast<int32_t>(plan.logit_rows.size()) - 1);
+      SS_CHECK_LE(0, v.first_kept_row);
+      SS_CHECK_LE(int64_t{v.first_kept_row} + k, plan.draft_rows.n_rows);
+      for (int32_t token : v.draft_tokens) {
+        SS_CHECK_LE(0, token);
+        SS_CHECK_LT(token, vocab);
+      }
+    }
+    if (!plan.verifications.empty()) {
+      SS_CHECK(plan.draft_rows.data != nullptr);
+      SS_CHECK_LE(plan.draft_rows.vocab, vocab);
+      SS_CHECK_EQ(plan.draft_rows.on_device, model_.device() != Device::kCpu);
+    }
   } else {
-    SS_CHECK(plan.sampling.empty() && plan.host_rows.empty() && plan.top_logprobs.empty());
+    SS_CHECK(plan.sampling.empty() && plan.host_rows.empty() && plan.top_logprobs.empty() &&
+             plan.keep_rows.empty() && plan.verifications.empty());
   }
   for (size_t i = 1; i < plan.logit_rows.size(); ++i) {
     SS_CHECK_LT(plan.logit_rows[i - 1], plan.logit_rows[i]);
@@ -94,20 +114,62 @@ StepOutput ModelRunner::run(const StepPlan& plan) {
     batch.logprobs = &output.logprobs;
     batch.masks = &plan.masks;
     batch.prepare_masks = &prepare_masks;
+    batch.keep_rows = plan.keep_rows;
+    batch.verifications = plan.verifications;
+    batch.draft_rows = plan.draft_rows;
+    batch.verified = &output.verified;
   }
   model_.forward(batch, kv_, output.logits);
   prepare_masks();
+  // Who holds this step's kept rows: the model when it picked the tokens.
+  if (!plan.keep_rows.empty()) model_kept_rows_ = !output.picked_tokens.empty();
   if (plan.tokens_on_device && output.picked_tokens.empty() && !plan.logit_rows.empty()) {
     pick_on_host(plan, output);
   }
   return output;
 }
 
-void ModelRunner::pick_on_host(const StepPlan& plan, StepOutput& output) const {
+KeptRows ModelRunner::kept_rows() const {
+  if (model_kept_rows_) return model_.kept_rows();
+  KeptRows rows;
+  rows.data = kept_host_.data();
+  rows.n_rows = n_kept_host_;
+  rows.vocab = model_.config().vocab_size;
+  return rows;
+}
+
+void ModelRunner::verify_on_host(const StepPlan& plan, StepOutput& output) const {
+  // output.logits holds every logit row [logit_rows, vocab]; the draft's
+  // kept rows are on the host (check_plan: same device kind as this model).
+  const int64_t vocab = output.logits.size(1);
+  const KeptRows& draft = plan.draft_rows;
+  output.verified.clear();
+  for (const RowVerification& v : plan.verifications) {
+    output.verified.push_back(verify_rows(output.logits.f32() + int64_t{v.first_row} * vocab, vocab,
+                                          draft.data + v.first_kept_row * draft.vocab, draft.vocab,
+                                          v));
+  }
+}
+
+void ModelRunner::pick_on_host(const StepPlan& plan, StepOutput& output) {
   // The model returned every row's logits [logit_rows, vocab]: pick by the
-  // device's rule, then keep only the host rows' logits.
+  // device's rule, keep and verify what the plan asks, then keep only the
+  // host rows' logits.
   const int64_t vocab = output.logits.size(1);
   const size_t n_rows = plan.logit_rows.size();
+  if (!plan.keep_rows.empty()) {
+    // Grows only: a draft keeps the rows of its k forwards in one round.
+    int64_t n_kept = n_kept_host_;
+    for (int32_t k : plan.keep_rows) n_kept = std::max<int64_t>(n_kept, int64_t{k} + 1);
+    kept_host_.resize(static_cast<size_t>(n_kept * vocab));
+    n_kept_host_ = n_kept;
+    for (size_t r = 0; r < n_rows; ++r) {
+      if (plan.keep_rows[r] < 0) continue;
+      const float* from = output.logits.f32() + static_cast<int64_t>(r) * vocab;
+      std::copy(from, from + vocab, kept_host_.data() + int64_t{plan.keep_rows[r]} * vocab);
+    }
+  }
+  if (!plan.verifications.empty()) verify_on_host(plan, output);
   output.picked_tokens.resize(n_rows);
   for (size_t r = 0; r < n_rows; ++r) {
     const RowSampling sampling = plan.sampling.empty() ? RowSampling{} : plan.sampling[r];

@@ -20,6 +20,7 @@ struct StepOutput {
   // [plan.logit_rows.size()] with plan.top_logprobs: the picked tokens'
   // logprobs where plan.top_logprobs[row] >= 0 (other rows' stay empty).
   std::vector<RowLogprobs> logprobs;
+  std::vector<VerifyOutcome> verified;  // [plan.verifications.size()]
 };
 
 // Who picks the tokens of a step's logit rows (ModelRunner::picks_tokens).
@@ -38,6 +39,7 @@ class ModelRunner {
   StepOutput run(const StepPlan& plan);
 
   ForwardModel& model() { return model_; }
+  const ForwardModel& model() const { return model_; }
   // Whether steps should let the model pick tokens (StepPlan::tokens_on_device):
   // worth it where logits would otherwise cross to the host (a GPU).
   bool picks_tokens() const {
@@ -45,15 +47,27 @@ class ModelRunner {
            (picking_ == TokenPicking::kAuto && model_.device() != Device::kCpu);
   }
   KvCache& kv() { return kv_; }
+  // Whether a step of this runner can verify draft rows that `draft` kept
+  // (StepPlan::verifications): both pick tokens, on the same device.
+  bool verifies_drafts_of(const ModelRunner& draft) const {
+    return picks_tokens() && draft.picks_tokens() && model_.device() == draft.model().device();
+  }
+  // The rows the last step kept (StepPlan::keep_rows): on the model's
+  // device where the model picked the tokens, else here on the host.
+  KeptRows kept_rows() const;
 
  private:
   void check_plan(const StepPlan& plan) const;
   void check_masks(const StepPlan& plan) const;
-  void pick_on_host(const StepPlan& plan, StepOutput& output) const;
+  void pick_on_host(const StepPlan& plan, StepOutput& output);
+  void verify_on_host(const StepPlan& plan, StepOutput& output) const;
 
   ForwardModel& model_;
   KvCache& kv_;
   TokenPicking picking_ = TokenPicking::kAuto;
+  bool model_kept_rows_ = false;  // the last step's keep_rows were kept by the model
+  std::vector<float> kept_host_;  // [kept rows, vocab] kept here when the runner picked
+  int64_t n_kept_host_ = 0;
 };
 
 }  // namespace specstack

@@ -158,20 +158,47 @@ int32_t Sampler::draw(std::span<const float> probs) {
 
 void Sampler::record_output(int32_t token) {
   SS_CHECK_GE(token, 0);
+  // Only penalties read what was generated: without them the bookkeeping
+  // (a vocab-sized mask on first use) would be paid for nothing.
+  if (!params_.has_penalties()) return;
   track_vocab(static_cast<size_t>(token) + 1);  // before the first logits the vocab is unknown
   record(token);
 }
 
-RowSampling Sampler::device_draw() {
+namespace {
+
+// A uniform as the device reads it: fp32, kept below 1.
+float device_uniform(double u) {
+  return std::min(static_cast<float>(u), std::nextafter(1.0f, 0.0f));
+}
+
+}  // namespace
+
+RowSampling Sampler::device_rule() const {
   RowSampling sampling;
   if (greedy()) return sampling;
   sampling.temperature = params_.temperature;
   sampling.top_k = params_.top_k;
   sampling.top_p = params_.top_p;
   sampling.min_p = params_.min_p;
-  // The device reads it in fp32: keep it below 1 there too.
-  sampling.uniform = std::min(static_cast<float>(uniform()), std::nextafter(1.0f, 0.0f));
   return sampling;
+}
+
+RowSampling Sampler::device_draw() {
+  RowSampling sampling = device_rule();
+  if (!greedy()) sampling.uniform = device_uniform(uniform());
+  return sampling;
+}
+
+std::vector<float> Sampler::peek_uniforms(int32_t n) const {
+  std::mt19937_64 ahead = rng_;  // the generator only: the penalty state is vocab-sized
+  std::vector<float> out;
+  for (int32_t i = 0; i < n; ++i) out.push_back(device_uniform(uniform_of(ahead)));
+  return out;
+}
+
+void Sampler::skip_uniforms(int32_t n) {
+  for (int32_t i = 0; i < n; ++i) uniform();
 }
 
 bool Sampler::greedy() const {
@@ -198,9 +225,13 @@ void Sampler::record(int32_t token) {
 }
 
 double Sampler::uniform() {
+  return uniform_of(rng_);
+}
+
+double Sampler::uniform_of(std::mt19937_64& rng) {
   // The top 53 bits, so the draw does not depend on the standard library's
   // distribution implementation (reproducible across toolchains).
-  return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
 }
 
 double Sampler::weigh_dense(std::span<const float> logits, float max_logit, float inv_temperature) {

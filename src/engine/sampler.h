@@ -52,6 +52,14 @@ class Sampler {
   // the standard library's distribution implementation.
   double uniform();
 
+  // The request's rule without a draw (temperature, top-k, top-p, min-p;
+  // greedy: the argmax's), for a model that verifies its speculation itself.
+  RowSampling device_rule() const;
+  // The next n uniform() draws as the device reads them (fp32, below 1),
+  // without consuming them; skip_uniforms(m) then consumes the m the device used.
+  std::vector<float> peek_uniforms(int32_t n) const;
+  void skip_uniforms(int32_t n);
+
   // Counts `token` as generated output for the penalties, as sample() does
   // for its own draws (for tokens chosen elsewhere, e.g. accepted drafts).
   void record_output(int32_t token);
@@ -75,6 +83,7 @@ class Sampler {
 
   void track_vocab(size_t vocab);
   void record(int32_t token);
+  static double uniform_of(std::mt19937_64& rng);  // uniform()'s rule on any generator
   // Penalties, NaN -> -inf; returns the argmax (ties to the lowest id) and
   // sets max_logit. Shared by sample() and distribution().
   int32_t prepare(std::span<float> logits, float& max_logit);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <span>
 
 #include "specdecode/rejection_sampler.h"
 
@@ -24,8 +25,11 @@ struct SpecDecodeStage::DraftState {
   int32_t k = 0;                      // draft tokens wanted this step
   int32_t base = 0;                   // n_computed after the catch-up (= draft length)
   std::vector<int32_t> proposed;      // [<= k] draft tokens
-  std::vector<std::vector<float>> q;  // [proposed][draft vocab] (sampling only)
-  std::optional<Sampler> sampler;     // the request's sampling on the draft side
+  std::vector<std::vector<float>> q;  // [proposed][draft vocab] (host sampling only)
+  // Drawn on the device: draft token i's row is the draft's kept row
+  // kept_base + i (-1: drawn on the host, q holds the distributions).
+  int32_t kept_base = -1;
+  std::optional<Sampler> sampler;  // the request's sampling on the draft side
   // The grammar cannot go on after the last proposed token (complete, or a
   // dead end): its state admits no bonus token.
   bool grammar_stop = false;
@@ -56,9 +60,12 @@ int32_t argmax(const float* row, int64_t n) {
 
 SpecDecodeStage::SpecDecodeStage(const SpecDecodeOptions& options, int32_t max_batched_tokens,
                                  const ModelConfig& target_config, size_t target_weight_bytes,
-                                 const GrammarStage& grammar)
+                                 const GrammarStage& grammar, bool device_verification)
     : options_(options),
       grammar_(grammar),
+      // The device kernel reads draft rows no wider than the target's.
+      device_verification_(device_verification && options.draft != nullptr &&
+                           options.draft->config().vocab_size <= target_config.vocab_size),
       max_batched_tokens_(max_batched_tokens),
       draft_vocab_(options.draft->config().vocab_size),
       policy_(SpecLengthPolicyOptions{
@@ -70,11 +77,34 @@ SpecDecodeStage::SpecDecodeStage(const SpecDecodeOptions& options, int32_t max_b
       emulation_rng_(options.emulation_seed) {
   SS_CHECK(options_.draft != nullptr);
   SS_CHECK_GE(options_.max_draft_tokens, 1);
-  (void)target_config;
 }
 
 SpecDecodeStage::~SpecDecodeStage() {
   for (auto& [seq, state] : states_) options_.draft->kv_manager().free(state->kv);
+}
+
+bool SpecDecodeStage::samples_on_device(const Sequence& seq) const {
+  const RequestOptions& o = seq.request->options;
+  return device_verification_ && options_.emulated_acceptance < 0 && !seq.sampler->greedy() &&
+         !o.params.has_penalties() && !seq.grammar && o.top_logprobs < 0;
+}
+
+bool SpecDecodeStage::verified_on_device(const Sequence& seq) const {
+  auto it = states_.find(const_cast<Sequence*>(&seq));
+  return it != states_.end() && it->second->open && it->second->kept_base >= 0 && seq.n_draft > 0;
+}
+
+RowVerification SpecDecodeStage::verification(Sequence* seq, int32_t first_row) const {
+  const DraftState& state = *states_.at(seq);
+  SS_CHECK(state.open && state.kept_base >= 0);
+  SS_CHECK_LE(seq->n_draft, static_cast<int32_t>(state.proposed.size()));
+  RowVerification v;
+  v.first_row = first_row;
+  v.first_kept_row = state.kept_base;
+  v.sampling = seq->sampler->device_rule();
+  v.draft_tokens.assign(state.proposed.begin(), state.proposed.begin() + seq->n_draft);
+  v.uniforms = seq->sampler->peek_uniforms(seq->n_draft + 1);
+  return v;
 }
 
 bool SpecDecodeStage::speculates(const Request& request) const {
@@ -169,7 +199,7 @@ void SpecDecodeStage::trim_window(DraftState& state) {
 
 int32_t SpecDecodeStage::draft_sample(Sequence* seq, DraftState& state, const float* logits,
                                       int32_t greedy_id) {
-  if (logits == nullptr) {  // the draft chose on its device (greedy, no penalties, masked there)
+  if (logits == nullptr) {  // the draft picked on its device (argmax, or a draw it kept the row of)
     if (state.sampler) state.sampler->record_output(greedy_id);
     return greedy_id;
   }
@@ -286,13 +316,13 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
     int32_t first_slot;
     bool drafts;             // reached the end: its last row gives draft token 1
     int32_t logit_row = -1;  // its draft-token-1 row in the first forward's output
+    // On a draft that picks tokens: its rows come to the host all the same
+    // (penalties, a grammar with sampling, logprobs: the host's distribution).
+    bool host_drawn = false;
   };
   std::vector<Row> rows;
   int32_t budget = max_batched_tokens_;
   int32_t n_admitted = 0;
-  // Emulated acceptance too: a greedy request's draft picks its tokens on the
-  // device in real use, so the benchmark must not pay a host sampler instead.
-  bool device_greedy = draft.runner().picks_tokens();
   const auto add_catch_up = [&](Sequence* seq, bool wants_draft) {
     DraftState& state = state_of(seq);
     const int32_t length = draft_length(*seq);
@@ -315,10 +345,6 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
     const bool drafts = wants_draft && state.n_computed + count == length;
     rows.push_back({seq, &state, count, first_slot, drafts});
     budget -= count;
-    if (drafts) {
-      const SamplingParams& p = seq->request->options.params;
-      device_greedy &= p.temperature == 0.0f && !p.has_penalties();
-    }
   };
   for (Sequence* seq : ready) {
     if (budget > 0) add_catch_up(seq, true);
@@ -358,7 +384,11 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
     }
   }
   if (plan.n_tokens() == 0) return {};
-  plan.tokens_on_device = device_greedy;
+  // Where the draft picks tokens, greedy rows take the argmax there
+  // (emulated acceptance too: a greedy request's draft does so in real use,
+  // so the benchmark must not pay a host sampler instead), sampled ones draw
+  // there when the target verifies there too; the others are host rows.
+  plan.tokens_on_device = draft.runner().picks_tokens();
   ProposeStats stats;
   stats.n_admitted = n_admitted;
 
@@ -371,6 +401,7 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
     state.k = std::min(k, room);
     state.proposed.clear();
     state.q.clear();
+    state.kept_base = -1;
     state.grammar_stop = false;
     row.seq->draft_grammar.clear();
     // The request's sampling on the draft side, with the same penalty state
@@ -381,10 +412,42 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
     if (row.seq->sampler->greedy() && !p.has_penalties()) {
       state.sampler.reset();
     } else {
-      state.sampler = *row.seq->sampler;
+      // Without penalties the rule needs no history: a fresh Sampler, not a
+      // copy of the request's with its vocab-sized scratch (H100, 7B / 0.5B
+      // dummy, batch 64, T 0.8, fixed k 4: 2716 -> 2759 tok/s).
+      if (p.has_penalties()) {
+        state.sampler = *row.seq->sampler;
+      } else {
+        state.sampler.emplace(p, std::span<const int32_t>{});
+      }
       state.sampler->reseed(mix(state.seed + state.round++));
     }
     drafting.push_back(&row);
+  }
+
+  // Sampled rows drawn on the device keep their logits there for the
+  // target's verification: kept rows [kept_base, kept_base + k) a sequence.
+  int32_t n_kept = 0;
+  for (Row* row : drafting) {
+    if (!plan.tokens_on_device || !samples_on_device(*row->seq)) continue;
+    row->state->kept_base = n_kept;
+    n_kept += row->state->k;
+  }
+  // logit_row of `step_plan` draws state's next draft token (on the device
+  // when its rows are kept there).
+  const auto draw_on_device = [](StepPlan& step_plan, size_t logit_row, DraftState& state) {
+    if (state.kept_base < 0) return;
+    if (step_plan.sampling.empty()) step_plan.sampling.assign(step_plan.logit_rows.size(), {});
+    if (step_plan.keep_rows.empty()) step_plan.keep_rows.assign(step_plan.logit_rows.size(), -1);
+    step_plan.sampling[logit_row] = state.sampler->device_draw();
+    step_plan.keep_rows[logit_row] = state.kept_base + static_cast<int32_t>(state.proposed.size());
+  };
+  for (Row* row : drafting) {
+    const SamplingParams& p = row->seq->request->options.params;
+    row->host_drawn = plan.tokens_on_device && row->state->kept_base < 0 &&
+                      !(p.temperature == 0.0f && !p.has_penalties());
+    draw_on_device(plan, static_cast<size_t>(row->logit_row), *row->state);
+    if (row->host_drawn) plan.host_rows.push_back(row->logit_row);  // ascending: plan order
   }
 
   // A draft that picks greedily on its device masks constrained rows there:
@@ -400,7 +463,7 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
     std::vector<std::pair<Sequence*, size_t>> masked_rows;  // (sequence, its logit row)
     if (plan.tokens_on_device && any_grammar) {
       for (size_t r = 0; r < drafting.size(); ++r) {
-        if (!drafting[r]->seq->grammar) continue;
+        if (!drafting[r]->seq->grammar || drafting[r]->host_drawn) continue;
         masked_rows.emplace_back(drafting[r]->seq,
                                  step == 0 ? static_cast<size_t>(drafting[r]->logit_row) : r);
       }
@@ -440,15 +503,18 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
     // Logit rows are in plan order; after the first forward, one per drafting sequence.
     const auto sample_start = Clock::now();
     std::vector<Row*> next;
+    int64_t host_row = 0;  // into output.logits, with tokens_on_device
     for (size_t r = 0; r < drafting.size(); ++r) {
       Row& row = *drafting[r];
       DraftState& state = *row.state;
       const auto logit_row =
           static_cast<size_t>(step == 0 ? row.logit_row : static_cast<int32_t>(r));
-      const float* logits =
-          plan.tokens_on_device
-              ? nullptr
-              : output.logits.f32() + static_cast<int64_t>(logit_row) * draft_vocab_;
+      const float* logits = nullptr;
+      if (!plan.tokens_on_device) {
+        logits = output.logits.f32() + static_cast<int64_t>(logit_row) * draft_vocab_;
+      } else if (row.host_drawn) {
+        logits = output.logits.f32() + host_row++ * draft_vocab_;
+      }
       const int32_t greedy_id = plan.tokens_on_device ? output.picked_tokens[logit_row] : -1;
       const int32_t token = draft_sample(row.seq, state, logits, greedy_id);
       if (token < 0) {  // the grammar admits nothing here: no bonus either
@@ -464,7 +530,8 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
       // host-sampled rows (a sampling request's draft distribution) that is
       // the forward plus downloading and sampling every row, which at a
       // large batch outweighs the forward many times.
-      const double host_seconds = plan.tokens_on_device ? 0.0 : seconds_since(sample_start);
+      const double host_seconds =
+          plan.tokens_on_device && plan.host_rows.empty() ? 0.0 : seconds_since(sample_start);
       policy_.observe_draft_step(static_cast<int32_t>(plan.n_tokens()),
                                  forward_seconds + host_seconds);
     }
@@ -485,6 +552,10 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
       fed.push_back(row);
     }
     if (fed.empty()) break;
+    for (size_t r = 0; r < fed.size(); ++r) {
+      draw_on_device(step_plan, r, *fed[r]->state);
+      if (fed[r]->host_drawn) step_plan.host_rows.push_back(static_cast<int32_t>(r));
+    }
     plan = std::move(step_plan);
     drafting = std::move(fed);
   }
@@ -509,6 +580,7 @@ void SpecDecodeStage::rollback_round(DraftState& state, int32_t n_accepted) {
   state.open = false;
   state.proposed.clear();
   state.q.clear();
+  state.kept_base = -1;
   state.sampler.reset();
   trim_window(state);
 }
@@ -520,7 +592,7 @@ void SpecDecodeStage::end_step() {
 }
 
 VerifyResult SpecDecodeStage::verify(Sequence* seq, const float* rows, const int32_t* greedy_ids,
-                                     int64_t vocab) {
+                                     int64_t vocab, const VerifyOutcome* device_outcome) {
   DraftState& state = state_of(seq);
   SS_CHECK(state.open);
   Sampler& sampler = *seq->sampler;
@@ -566,6 +638,14 @@ VerifyResult SpecDecodeStage::verify(Sequence* seq, const float* rows, const int
                                                     : argmax(target_logits(j).data(), vocab));
     }
     for (int32_t token : result.tokens) sampler.record_output(token);
+  } else if (device_outcome != nullptr) {  // verified where the target picks: no grammar
+    SS_CHECK_GE(state.kept_base, 0);
+    SS_CHECK(device_outcome->n_accepted >= 0 && device_outcome->n_accepted <= k);
+    SS_CHECK(device_outcome->next_token >= 0 && device_outcome->next_token < vocab);
+    result.tokens.assign(drafts.begin(), drafts.begin() + device_outcome->n_accepted);
+    result.tokens.push_back(device_outcome->next_token);
+    for (int32_t token : result.tokens) sampler.record_output(token);
+    sampler.skip_uniforms(uniforms_used(*device_outcome, k));
   } else if (greedy_ids != nullptr) {  // device greedy: no penalties by construction
     const VerifyOutcome outcome =
         verify_greedy(drafts, std::span<const int32_t>(greedy_ids, static_cast<size_t>(k + 1)));
@@ -585,6 +665,7 @@ VerifyResult SpecDecodeStage::verify(Sequence* seq, const float* rows, const int
       if (i == k || token != drafts[static_cast<size_t>(i)]) break;
     }
   } else {
+    SS_CHECK_GE(state.q.size(), static_cast<size_t>(k));  // drawn on the host (kept_base < 0)
     std::vector<std::span<const float>> q(state.q.begin(), state.q.begin() + k);
     std::vector<float> p;
     const auto target_row = [&](int32_t i) -> std::span<const float> {

@@ -61,9 +61,13 @@ struct VerifyResult {
 class SpecDecodeStage {
  public:
   // `grammar`: constrained requests' masks (outlives the stage).
+  // `device_verification`: the target's runner verifies rows the draft's
+  // kept (ModelRunner::verifies_drafts_of): sampled requests then draw their
+  // draft tokens where the draft picks tokens and are verified where the
+  // target does (on a GPU: no logits row crosses to the host).
   SpecDecodeStage(const SpecDecodeOptions& options, int32_t max_batched_tokens,
                   const ModelConfig& target_config, size_t target_weight_bytes,
-                  const GrammarStage& grammar);
+                  const GrammarStage& grammar, bool device_verification = false);
   ~SpecDecodeStage();
 
   // Whether the request's sequences speculate (server default, request override).
@@ -92,11 +96,22 @@ class SpecDecodeStage {
   // Draft forwards for the running sequences that speculate this step;
   // appends their draft tokens.
   ProposeStats propose(const std::vector<Sequence*>& running);
+  // Whether seq's draft tokens of this step were drawn where the draft picks
+  // tokens, their rows kept there: the target verifies them where it picks
+  // its own (StepPlan::verifications, described by verification()).
+  bool verified_on_device(const Sequence& seq) const;
+  // The target plan's verification of seq's n_draft tokens, its row 0 being
+  // logit row first_row; draws nothing (verify() consumes the uniforms used).
+  RowVerification verification(Sequence* seq, int32_t first_row) const;
+  // The draft's kept rows those verifications read.
+  KeptRows kept_rows() const { return options_.draft->runner().kept_rows(); }
   // After the target step that verified seq's n_draft tokens: `rows`
   // [1 + n_draft, vocab] raw target logits, or null with `greedy_ids`
-  // [1 + n_draft] when the model chose greedily on its device. Records the
+  // [1 + n_draft] when the model chose greedily on its device, or both null
+  // and the model's own verification's `device_outcome`. Records the
   // emitted tokens in seq's sampler and rolls the draft back.
-  VerifyResult verify(Sequence* seq, const float* rows, const int32_t* greedy_ids, int64_t vocab);
+  VerifyResult verify(Sequence* seq, const float* rows, const int32_t* greedy_ids, int64_t vocab,
+                      const VerifyOutcome* device_outcome = nullptr);
   // Closes the step: sequences whose draft tokens were trimmed away by the
   // scheduler get their draft KV rolled back.
   void end_step();
@@ -132,9 +147,14 @@ class SpecDecodeStage {
   // (Sequence::draft_grammar); false when drafting must stop there.
   bool advance_grammar(Sequence& seq, DraftState& state) const;
   void rollback_round(DraftState& state, int32_t n_accepted);
+  // A sampled request whose draft rows can stay on the device for a
+  // verification there (no penalties, grammar or logprobs: those need the
+  // host's distributions).
+  bool samples_on_device(const Sequence& seq) const;
 
   SpecDecodeOptions options_;
   const GrammarStage& grammar_;
+  bool device_verification_ = false;
   int32_t max_batched_tokens_;
   int64_t draft_vocab_;
   SpecLengthPolicy policy_;

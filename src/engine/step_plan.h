@@ -11,6 +11,7 @@
 #include "model/logit_masks.h"
 #include "model/row_logprobs.h"
 #include "model/row_sampling.h"
+#include "model/row_verification.h"
 
 namespace specstack {
 
@@ -50,6 +51,18 @@ struct StepPlan {
   // the model has queued the forward on its device and before the tokens
   // are picked, so the host's mask work overlaps the device's forward.
   std::function<void()> fill_masks;
+  // With tokens_on_device, per logit row [logit_rows.size()] (empty: none):
+  // the row of the model's kept rows (ModelRunner::kept_rows) its logits are
+  // copied to, or -1. A speculative draft keeps the rows it drew sampled
+  // draft tokens from, so the target verifies against them where both live.
+  std::vector<int32_t> keep_rows;
+  // With tokens_on_device: sampled speculative verifications done where the
+  // tokens are picked (model/row_verification.h), against draft_rows (the
+  // draft model's kept rows, on the same device as this model). Their logit
+  // rows' picked tokens are not used; outcomes come back in
+  // StepOutput::verified, in this order.
+  std::vector<RowVerification> verifications;
+  KeptRows draft_rows;
 
   // Per sequence [n_seqs].
   std::vector<std::vector<int32_t>> block_tables;  // logical -> physical block

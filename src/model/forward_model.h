@@ -14,6 +14,7 @@
 #include "model/logit_masks.h"
 #include "model/row_logprobs.h"
 #include "model/row_sampling.h"
+#include "model/row_verification.h"
 #include "model/weights.h"
 #include "tensor/tensor.h"
 
@@ -48,6 +49,15 @@ struct ForwardBatch {
   // the first do nothing), so the masks are made while the device computes.
   const LogitMasks* masks = nullptr;
   const std::function<void()>* prepare_masks = nullptr;
+  // With picked_tokens (a model that fills it honours these too; else
+  // ModelRunner does): per logit row, the row of the model's kept rows
+  // (kept_rows()) its logits are copied to, or -1 (empty: none) ...
+  std::span<const int32_t> keep_rows;
+  // ... and sampled speculative verifications against a draft's kept rows
+  // on this model's device, outcomes into *verified [verifications.size()].
+  std::span<const RowVerification> verifications;
+  KeptRows draft_rows;
+  std::vector<VerifyOutcome>* verified = nullptr;
 };
 
 class ForwardModel {
@@ -69,6 +79,11 @@ class ForwardModel {
   // Device memory in use on the model's GPU (all processes, as the driver
   // reports it), for /metrics; -1 for a host model.
   virtual int64_t device_memory_used_bytes() const { return -1; }
+
+  // The rows the last forward that picked its tokens kept
+  // (ForwardBatch::keep_rows), on the model's device; empty for a model
+  // that never picks.
+  virtual KeptRows kept_rows() const { return {}; }
 
   KvCacheShape kv_shape(int64_t n_blocks, int64_t block_size) const {
     KvCacheShape shape;

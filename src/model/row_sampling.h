@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "model/logit_masks.h"
 
@@ -38,5 +39,10 @@ struct RowSampling {
 //    cumulative kept weight exceeds uniform * (kept mass).
 int32_t sample_row(const float* logits, int64_t vocab, const RowSampling& sampling,
                    const LogitMasks* masks, size_t row);
+
+// The distribution sample_row draws from: probs [vocab] = the kept weights
+// over their sum (temperature <= 0 or an all -inf row: the argmax's one-hot).
+void row_distribution(const float* logits, int64_t vocab, const RowSampling& sampling,
+                      const LogitMasks* masks, size_t row, std::vector<float>& probs);
 
 }  // namespace specstack

@@ -173,6 +173,9 @@ std::string render_prometheus(const EngineMetrics& engine,
   sample(out, "specstack_spec_decode_verifications_total", "counter",
          "Target verifications of draft tokens, one per sequence and step.",
          engine.specdecode_verify_total);
+  sample(out, "specstack_spec_decode_device_verifications_total", "counter",
+         "Sampled verifications done on the target's device (no logits to the host).",
+         engine.specdecode_device_verify_total);
   // Bounds are token counts 0..K, so le="2" reads "at most 2 drafts accepted".
   histogram(out, "specstack_spec_decode_accepted_length", "Draft tokens accepted per verification.",
             engine.specdecode_accepted_length);
