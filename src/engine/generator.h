@@ -17,10 +17,10 @@
 
 namespace specstack {
 
+
 struct GenerationRequest {
-  std::vector<int32_t> prompt;  // token ids
-  std::vector<int32_t>
-      positions;  // optional explicit RoPE positions of the prompt (sparse prefill)
+  std::vector<int32_t> prompt;        // token ids
+  std::vector<int32_t> positions;     // optional explicit RoPE positions of the prompt (sparse prefill)
   SamplingParams params;
 };
 
