@@ -40,12 +40,14 @@ void CudaModel::finish_step(const ForwardBatch& batch, int32_t n_rows, Tensor& l
     picked_ids_.reserve(size_t(n_rows));
     sample_tokens(logits_.data(), n_rows, static_cast<int32_t>(vocab), vocab, in.temperature,
                   in.top_k, in.top_p, in.min_p, in.uniform, in.mask, picked_ids_.data(), stream_);
+    if (!batch.keep_rows.empty()) keep_rows(batch, n_rows, in);
+    // Verifications re-pick their rows (the emitted tokens) before the
+    // picks come down and logprobs are taken of them.
+    if (!batch.verifications.empty()) queue_verifications(batch);
     SS_CUDA_CHECK(cudaMemcpyAsync(batch.picked_tokens->data(), picked_ids_.data(),
                                   size_t(n_rows) * sizeof(int32_t), cudaMemcpyDeviceToHost,
                                   stream_));
     if (in.max_top_logprobs >= 0) queue_logprobs(n_rows, in);
-    if (!batch.keep_rows.empty()) keep_rows(batch, n_rows, in);
-    if (!batch.verifications.empty()) queue_verifications(batch);
     grow_pinned(reinterpret_cast<void**>(&logits_host_), &logits_host_capacity_,
                 n_host * row_bytes);
     // Runs of consecutive host rows in one copy each.
@@ -225,6 +227,7 @@ void CudaModel::queue_verifications(const ForwardBatch& batch) {
   in.top_k = reinterpret_cast<const int32_t*>(d + 6 * un);
   in.tokens = reinterpret_cast<const int32_t*>(d + 7 * un);
   in.uniforms = reinterpret_cast<const float*>(d + 7 * un + un * uk);
+  in.picked = picked_ids_.data();  // the chunks' rows pick what they emitted
   verify_draft_rows(in, verify_scratch_.data(), verify_out_.data(), stream_);
   SS_CUDA_CHECK(cudaMemcpyAsync(verify_host_ + words, verify_out_.data(), 2 * un * sizeof(int32_t),
                                 cudaMemcpyDeviceToHost, stream_));

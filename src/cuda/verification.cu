@@ -103,6 +103,21 @@ __global__ void __launch_bounds__(kThreads)
       });
 }
 
+// The next token drawn from p itself (bonus row, or a residual that rounding
+// left empty), by the sampling rule: its argmax for a greedy row.
+__device__ void draw_from_p(const DraftVerification& in, const RowSummary& p, const float* row,
+                            float u, SampleShared& sh, int32_t* next) {
+  if (p.greedy) {
+    if (threadIdx.x == 0) *next = p.arg;
+    return;
+  }
+  const RowSource src{row, nullptr,
+                      reinterpret_cast<uintptr_t>(row) % 16 == 0 && in.vocab % 4 == 0};
+  draw(
+      in.vocab, src, [](int i) { return i; }, p.tau, DrawWeights{Weights{p.m, p.inv_t}, p.min_w}, u,
+      sh, next);
+}
+
 __global__ void __launch_bounds__(kThreads)
     verify_chunks_kernel(DraftVerification in, const RowSummary* summaries, int32_t* out) {
   __shared__ SampleShared sh;
@@ -130,26 +145,24 @@ __global__ void __launch_bounds__(kThreads)
   // The row the next token comes from: the residual of row n_accepted, or p_k.
   const int i = n_accepted;
   const float next_u = u[i < k ? i + 1 : k];
+  bool drawn = false;  // CTA-uniform: cta_sum gives every thread the same bits
   if (i < k) {
     const ResidualSource residual{p_row(i), q_row(i), in.draft_vocab, s[i], s[k + 1 + i]};
     float part = 0.0f;
     for_strided(in.vocab, residual, [&](int, float r) { part = __fadd_rn(part, r); });
     if (cta_sum(part, sh) > 0.0f) {
       draw(in.vocab, residual, token_of, 0u, Identity{}, next_u, sh, next);
-      return;
+      drawn = true;
     }
-    // p <= q everywhere: p == q up to rounding; p keeps the output exact.
+    // Else p <= q everywhere: p == q up to rounding; p keeps the output exact.
   }
-  const RowSummary& p = s[i];
-  if (p.greedy) {
-    if (threadIdx.x == 0) *next = p.arg;
-    return;
+  if (!drawn) draw_from_p(in, s[i], p_row(i), next_u, sh, next);
+  if (in.picked == nullptr) return;
+  __syncthreads();  // the drawing thread's *next is visible to thread 0
+  if (threadIdx.x == 0) {
+    for (int j = 0; j < i; ++j) in.picked[first_row + j] = tokens[j];
+    in.picked[first_row + i] = *next;
   }
-  const float* row = p_row(i);
-  const RowSource src{row, nullptr,
-                      reinterpret_cast<uintptr_t>(row) % 16 == 0 && in.vocab % 4 == 0};
-  draw(in.vocab, src, token_of, p.tau, DrawWeights{Weights{p.m, p.inv_t}, p.min_w}, next_u, sh,
-       next);
 }
 
 }  // namespace

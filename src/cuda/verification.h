@@ -28,7 +28,9 @@ void keep_logit_rows(const float* logits, int32_t n_rows, int32_t vocab, const i
 // rejection the next token is the residual norm(max(0, p_i - q_i)) drawn by
 // the sampling rule's inverse CDF in token order with u_{i+1} (p_i itself if
 // that is all zero), else the bonus drawn from p_k with u_k.
-// out [n_chunks, 2]: n_accepted, next token.
+// out [n_chunks, 2]: n_accepted, next token. With `picked` set ([target
+// rows], e.g. the sampling kernel's picks), chunk c's rows there become the
+// tokens it emitted: row chunks[3c] + i the i-th (i <= n_accepted).
 struct DraftVerification {
   const float* target = nullptr;
   int64_t target_ld = 0;
@@ -43,6 +45,7 @@ struct DraftVerification {
   const float* uniforms = nullptr;  // [n_chunks, max_k + 1]
   const float* params = nullptr;    // [n_chunks, 3] temperature, top_p, min_p
   const int32_t* top_k = nullptr;   // [n_chunks]
+  int32_t* picked = nullptr;        // [target rows] or null
 };
 
 // Device scratch verify_draft_rows needs (one summary per row it reads).

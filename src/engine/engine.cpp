@@ -112,18 +112,21 @@ class EngineCore {
                  const RowLogprobs* logprobs = nullptr);
   // A verification chunk's rows: [1 + n_draft, vocab] raw logits, or null and
   // the model's greedy ids, or neither and the model's own verification.
+  // (With device_outcome: `logprobs` [1 + n_draft] the chunk's rows', whose
+  // picked tokens are the emitted ones, when the request asks for them.)
   void on_verify(Sequence* seq, const float* rows, const int32_t* greedy_ids,
-                 const VerifyOutcome* device_outcome = nullptr);
+                 const VerifyOutcome* device_outcome = nullptr,
+                 const RowLogprobs* logprobs = nullptr);
   // Appends generated tokens to one choice and streams them; stops at the
   // first that ends it (EOS, stop id, max_tokens, context). `logprob_rows`
   // [tokens.size(), vocab] raw logits when logprobs are asked for, or
-  // picked_logprobs: the one token's, computed by the model.
+  // picked_logprobs [tokens.size()]: theirs, computed by the model.
   // The grammar state is already past the first `n_grammar_advanced`
   // tokens (verified drafts, none completing the document but maybe the
   // last: VerifyResult::grammar_ended, which on_verify handles).
   void emit(Sequence* seq, std::span<const int32_t> tokens, const float* logprob_rows,
             Clock::time_point now, int32_t n_grammar_advanced = 0,
-            const RowLogprobs* picked_logprobs = nullptr);
+            std::span<const RowLogprobs> picked_logprobs = {});
   // How the step's logit rows get their tokens. With a model that picks
   // tokens (a GPU) and a row it may pick: plan.tokens_on_device, each row's
   // RowSampling (a sampled row's uniform drawn now from its sequence's own
@@ -456,9 +459,16 @@ void EngineCore::plan_token_picking(ScheduleResult& scheduled) {
         plan.host_rows.push_back(static_cast<int32_t>(row) + i);
       }
     } else if (host_row_[row] == kVerifiedRow) {
-      // Its rows take the argmax (unused); the verification picks the tokens.
+      // Its rows take the argmax; the verification then makes them the
+      // tokens it emitted, whose logprobs the model computes where asked.
       plan.verifications.push_back(specdecode_->verification(chunk.seq, static_cast<int32_t>(row)));
       plan.draft_rows = specdecode_->kept_rows();
+      const int32_t top_logprobs = chunk.seq->request->options.top_logprobs;
+      if (top_logprobs >= 0) {
+        if (plan.top_logprobs.empty()) plan.top_logprobs.assign(plan.logit_rows.size(), -1);
+        std::fill_n(plan.top_logprobs.begin() + static_cast<std::ptrdiff_t>(row),
+                    chunk.n_logit_rows, top_logprobs);
+      }
     } else {
       // A picked sampled chunk has one row (sampled verifications are host
       // rows); a greedy one, every row included, takes the argmax.
@@ -577,13 +587,14 @@ void EngineCore::on_logits(Sequence* seq, float* logits, int32_t chosen,
     }
     const int32_t token = logits == nullptr ? chosen : s->sampler->sample(row);
     emit(s, std::span<const int32_t>(&token, 1), raw.empty() ? nullptr : raw.data(), now, 0,
-         logprobs);
+         logprobs != nullptr ? std::span<const RowLogprobs>(logprobs, 1)
+                             : std::span<const RowLogprobs>());
   }
 }
 
 void EngineCore::emit(Sequence* s, std::span<const int32_t> tokens, const float* logprob_rows,
                       Clock::time_point now, int32_t n_grammar_advanced,
-                      const RowLogprobs* picked_logprobs) {
+                      std::span<const RowLogprobs> picked_logprobs) {
   Request& request = *s->request;
   const ModelConfig& config = model_.config();
   const SamplingParams& params = request.options.params;
@@ -605,9 +616,9 @@ void EngineCore::emit(Sequence* s, std::span<const int32_t> tokens, const float*
       finish(s, FinishReason::kFinishStop, std::move(event));
       return;
     }
-    if (request.options.top_logprobs >= 0 && picked_logprobs != nullptr) {
-      SS_CHECK_EQ(tokens.size(), size_t{1});
-      event.logprobs.push_back(to_token_logprob(token, *picked_logprobs));
+    if (request.options.top_logprobs >= 0 && !picked_logprobs.empty()) {
+      SS_CHECK_EQ(tokens.size(), picked_logprobs.size());
+      event.logprobs.push_back(to_token_logprob(token, picked_logprobs[i]));
     } else if (request.options.top_logprobs >= 0) {
       SS_CHECK(logprob_rows != nullptr);
       event.logprobs.push_back(compute_logprobs(logprob_rows + static_cast<int64_t>(i) * vocab_,
@@ -644,7 +655,7 @@ void EngineCore::emit(Sequence* s, std::span<const int32_t> tokens, const float*
 }
 
 void EngineCore::on_verify(Sequence* seq, const float* rows, const int32_t* greedy_ids,
-                           const VerifyOutcome* device_outcome) {
+                           const VerifyOutcome* device_outcome, const RowLogprobs* logprobs) {
   const int32_t n_draft = seq->n_draft;
   VerifyResult verified = specdecode_->verify(seq, rows, greedy_ids, vocab_, device_outcome);
   // The target's KV holds the pending token and every draft token; keep the
@@ -663,7 +674,9 @@ void EngineCore::on_verify(Sequence* seq, const float* rows, const int32_t* gree
     seq->request->stream->stats.speculative.draft_tokens += verified.n_drafted;
     seq->request->stream->stats.speculative.accepted_tokens += verified.n_accepted;
   }
-  emit(seq, verified.tokens, rows, Clock::now(), verified.n_grammar_advanced);
+  emit(seq, verified.tokens, rows, Clock::now(), verified.n_grammar_advanced,
+       logprobs != nullptr ? std::span<const RowLogprobs>(logprobs, verified.tokens.size())
+                           : std::span<const RowLogprobs>());
   // The accepted draft tokens left the grammar where nothing may follow (a
   // complete document or a dead end): the choice ends here, with "stop".
   if (verified.grammar_ended && !seq->finished) {
@@ -735,7 +748,8 @@ void EngineCore::step() {
     }
     const auto emit_start = Clock::now();
     if (picked && host_row_[r] == kVerifiedRow) {
-      on_verify(chunk.seq, nullptr, nullptr, &output.verified[n_verified++]);
+      const RowLogprobs* logprobs = output.logprobs.empty() ? nullptr : &output.logprobs[r];
+      on_verify(chunk.seq, nullptr, nullptr, &output.verified[n_verified++], logprobs);
     } else if (chunk.n_logit_rows > 1) {
       on_verify(chunk.seq, logits, logits != nullptr ? nullptr : output.picked_tokens.data() + row);
     } else if (logits == nullptr) {

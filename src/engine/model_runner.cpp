@@ -145,9 +145,15 @@ void ModelRunner::verify_on_host(const StepPlan& plan, StepOutput& output) const
   const KeptRows& draft = plan.draft_rows;
   output.verified.clear();
   for (const RowVerification& v : plan.verifications) {
-    output.verified.push_back(verify_rows(output.logits.f32() + int64_t{v.first_row} * vocab, vocab,
-                                          draft.data + v.first_kept_row * draft.vocab, draft.vocab,
-                                          v));
+    const VerifyOutcome o =
+        verify_rows(output.logits.f32() + int64_t{v.first_row} * vocab, vocab,
+                    draft.data + v.first_kept_row * draft.vocab, draft.vocab, v);
+    output.verified.push_back(o);
+    // The chunk's rows pick the emitted tokens (their logprobs follow).
+    for (int32_t i = 0; i <= o.n_accepted; ++i) {
+      output.picked_tokens[size_t(v.first_row + i)] =
+          i < o.n_accepted ? v.draft_tokens[size_t(i)] : o.next_token;
+    }
   }
 }
 
@@ -169,13 +175,13 @@ void ModelRunner::pick_on_host(const StepPlan& plan, StepOutput& output) {
       std::copy(from, from + vocab, kept_host_.data() + int64_t{plan.keep_rows[r]} * vocab);
     }
   }
-  if (!plan.verifications.empty()) verify_on_host(plan, output);
   output.picked_tokens.resize(n_rows);
   for (size_t r = 0; r < n_rows; ++r) {
     const RowSampling sampling = plan.sampling.empty() ? RowSampling{} : plan.sampling[r];
     const float* row = output.logits.f32() + static_cast<int64_t>(r) * vocab;
     output.picked_tokens[r] = sample_row(row, vocab, sampling, &plan.masks, r);
   }
+  if (!plan.verifications.empty()) verify_on_host(plan, output);  // re-picks their rows
   if (!plan.top_logprobs.empty()) {
     output.logprobs.assign(n_rows, RowLogprobs{});
     for (size_t r = 0; r < n_rows; ++r) {

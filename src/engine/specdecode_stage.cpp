@@ -86,7 +86,7 @@ SpecDecodeStage::~SpecDecodeStage() {
 bool SpecDecodeStage::samples_on_device(const Sequence& seq) const {
   const RequestOptions& o = seq.request->options;
   return device_verification_ && options_.emulated_acceptance < 0 && !seq.sampler->greedy() &&
-         !o.params.has_penalties() && !seq.grammar && o.top_logprobs < 0;
+         !o.params.has_penalties() && !seq.grammar;
 }
 
 bool SpecDecodeStage::verified_on_device(const Sequence& seq) const {

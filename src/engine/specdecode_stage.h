@@ -148,8 +148,8 @@ class SpecDecodeStage {
   bool advance_grammar(Sequence& seq, DraftState& state) const;
   void rollback_round(DraftState& state, int32_t n_accepted);
   // A sampled request whose draft rows can stay on the device for a
-  // verification there (no penalties, grammar or logprobs: those need the
-  // host's distributions).
+  // verification there (no penalties or grammar: those need the host's
+  // distributions; logprobs the model computes).
   bool samples_on_device(const Sequence& seq) const;
 
   SpecDecodeOptions options_;

@@ -59,8 +59,9 @@ struct StepPlan {
   // With tokens_on_device: sampled speculative verifications done where the
   // tokens are picked (model/row_verification.h), against draft_rows (the
   // draft model's kept rows, on the same device as this model). Their logit
-  // rows' picked tokens are not used; outcomes come back in
-  // StepOutput::verified, in this order.
+  // rows' picked tokens (and logprobs, with top_logprobs) are the tokens it
+  // emitted, row i the i-th (rows past the last emitted: unused); outcomes
+  // come back in StepOutput::verified, in this order.
   std::vector<RowVerification> verifications;
   KeptRows draft_rows;
 

@@ -54,7 +54,9 @@ struct ForwardBatch {
   // (kept_rows()) its logits are copied to, or -1 (empty: none) ...
   std::span<const int32_t> keep_rows;
   // ... and sampled speculative verifications against a draft's kept rows
-  // on this model's device, outcomes into *verified [verifications.size()].
+  // on this model's device, outcomes into *verified [verifications.size()];
+  // a verification's rows pick (and report logprobs of) the tokens it
+  // emitted, row i the i-th.
   std::span<const RowVerification> verifications;
   KeptRows draft_rows;
   std::vector<VerifyOutcome>* verified = nullptr;

@@ -6,7 +6,9 @@
 // verify_stochastic decide): seeded requests give the same tokens (up to a
 // uniform within rounding of a boundary), the law of the first three tokens
 // equals plain sampling's without a draft (chi-square homogeneity), and
-// every such verification is counted as a device one. llama-gqa target,
+// every such verification is counted as a device one (logprobs requests
+// included: the logprobs of the emitted tokens come from the device and
+// equal the host path's). llama-gqa target,
 // llama3-rope draft (golden models). Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -78,6 +80,7 @@ TEST(CudaDeviceVerification, SeededOutputEqualsTheHostPath) {
   for (int r = 0; r < kRequests; ++r) {
     requests.push_back(sampled(100 + r, 16, false));
     if (r % 2 == 1) requests.back().params.min_p = 0.05f;
+    if (r % 3 == 0) requests.back().top_logprobs = r % 4;  // computed on the device too
   }
   Engine host(*f.host_target, spec_options(f.host_draft.get(), kRequests));
   Engine device(*f.target, spec_options(f.draft.get(), kRequests));
@@ -87,6 +90,19 @@ TEST(CudaDeviceVerification, SeededOutputEqualsTheHostPath) {
   for (size_t i = 0; i < requests.size(); ++i) {
     ASSERT_EQ(got[i].tokens[0].size(), 16u);
     same += got[i].tokens[0] == want[i].tokens[0];
+    if (requests[i].top_logprobs < 0 || got[i].tokens[0] != want[i].tokens[0]) continue;
+    ASSERT_EQ(got[i].logprobs[0].size(), 16u);
+    for (size_t t = 0; t < 16; ++t) {
+      const TokenLogprob& g = got[i].logprobs[0][t];
+      const TokenLogprob& w = want[i].logprobs[0][t];
+      EXPECT_EQ(g.token, got[i].tokens[0][t]);
+      EXPECT_NEAR(g.logprob, w.logprob, 1e-4);
+      ASSERT_EQ(g.top.size(), size_t(requests[i].top_logprobs));
+      for (size_t a = 0; a < g.top.size() && a < w.top.size(); ++a) {
+        EXPECT_EQ(g.top[a].first, w.top[a].first);
+        EXPECT_NEAR(g.top[a].second, w.top[a].second, 1e-4);
+      }
+    }
   }
   std::printf("  %d of %zu seeded streams identical\n", same, requests.size());
   EXPECT_GE(same, kRequests * 9 / 10);

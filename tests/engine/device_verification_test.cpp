@@ -9,9 +9,11 @@
 // draw within rounding of a boundary may differ; without top-k / top-p, where
 // the host walks tokens in id order too), and the output's law is
 // plain sampling's (chi-square homogeneity against an engine without a
-// draft). Every verification of such requests is counted as a device one;
-// requests the device cannot verify (penalties, logprobs) share the steps
-// and verify on the host; both pools drain.
+// draft). Every verification of such requests is counted as a device one,
+// and the logprobs of the tokens it emitted (the target's, computed where
+// the tokens are picked) equal the host path's; a request the device cannot
+// verify (penalties) shares the steps and verifies on the host; both pools
+// drain.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -95,23 +97,37 @@ TEST(DeviceVerification, SeededOutputEqualsTheHostPath) {
   std::vector<RequestOptions> requests;
   // Without top-k / top-p: the host's Sampler::sample walks candidates best
   // first there, so only the law would agree (SampledLawEqualsPlainSampling).
-  for (int r = 0; r < kRequests; ++r) requests.push_back(sampled(100 + r, 16, r % 2));
-  // Two that the device cannot verify, in the same steps: penalties and logprobs.
+  for (int r = 0; r < kRequests; ++r) {
+    requests.push_back(sampled(100 + r, 16, r % 2));
+    if (r % 3 == 0) requests.back().top_logprobs = r % 4;  // 0 .. 3 alternatives
+  }
+  // One the device cannot verify, in the same steps: penalties.
   RequestOptions penalised = sampled(7, 16, 0);
   penalised.params.presence_penalty = 0.5f;
-  RequestOptions with_logprobs = sampled(8, 16, 1);
-  with_logprobs.top_logprobs = 2;
   requests.push_back(penalised);
-  requests.push_back(with_logprobs);
 
-  Engine host(*f.host.target, spec_options(*f.host.draft, kRequests + 2));
-  Engine devices(*f.devices.target, spec_options(*f.devices.draft, kRequests + 2));
+  Engine host(*f.host.target, spec_options(*f.host.draft, kRequests + 1));
+  Engine devices(*f.devices.target, spec_options(*f.devices.draft, kRequests + 1));
   const auto want = testing::run_all(host, requests);
   const auto got = testing::run_all(devices, requests);
   int same = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     ASSERT_EQ(got[i].tokens[0].size(), 16u);
     same += got[i].tokens[0] == want[i].tokens[0];
+    if (requests[i].top_logprobs < 0 || got[i].tokens[0] != want[i].tokens[0]) continue;
+    ASSERT_EQ(got[i].logprobs[0].size(), 16u);
+    for (size_t t = 0; t < 16; ++t) {
+      const TokenLogprob& g = got[i].logprobs[0][t];
+      const TokenLogprob& w = want[i].logprobs[0][t];
+      EXPECT_EQ(g.token, got[i].tokens[0][t]);
+      EXPECT_NEAR(g.logprob, w.logprob, 1e-4);
+      ASSERT_EQ(g.top.size(), size_t(requests[i].top_logprobs));
+      ASSERT_EQ(g.top.size(), w.top.size());
+      for (size_t a = 0; a < g.top.size(); ++a) {
+        EXPECT_EQ(g.top[a].first, w.top[a].first);
+        EXPECT_NEAR(g.top[a].second, w.top[a].second, 1e-4);
+      }
+    }
   }
   std::printf("  %d of %zu seeded streams identical\n", same, requests.size());
   EXPECT_GE(same, static_cast<int>(requests.size()) * 9 / 10);
@@ -120,9 +136,9 @@ TEST(DeviceVerification, SeededOutputEqualsTheHostPath) {
   const EngineMetrics d = devices.metrics();
   EXPECT_EQ(h.specdecode_device_verify_total, 0);
   EXPECT_GT(d.specdecode_device_verify_total, kRequests);
-  // Only the two host-verified requests' verifications are not device ones.
+  // Only the penalised request's verifications are not device ones.
   EXPECT_GT(d.specdecode_verify_total, d.specdecode_device_verify_total);
-  EXPECT_LE(d.specdecode_verify_total - d.specdecode_device_verify_total, 2 * 16);
+  EXPECT_LE(d.specdecode_verify_total - d.specdecode_device_verify_total, 16);
   EXPECT_GT(d.specdecode_accepted_tokens_total, 0);
   EXPECT_LT(d.specdecode_accepted_tokens_total, d.specdecode_draft_tokens_total);
   testing::expect_engine_drained(host);
