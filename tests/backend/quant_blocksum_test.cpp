@@ -2,6 +2,9 @@
 // equals the scalar reference blocksum_dot_ref on the same Q8_0 activation
 // blocks bit for bit, and stays within the f32 rounding of the one-row
 // decode kernel (the same integers per block, summed in another order).
+// Q4_K / Q5_K weights (unpacked to the same kernel, their mins taken off at
+// the end) equal the dequantized weights times the activation blocks up to
+// f32 rounding.
 #include "backend/cpu/quant_blocksum.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +17,8 @@
 #include "backend/cpu/quant_kernels.h"
 #include "backend/cpu/quant_matmul.h"
 #include "cpu_test_helpers.h"
+#include "gguf/gguf_dequant.h"
+#include "gguf/gguf_types.h"
 #include "quant_rows_check.h"
 #include "quant_test_helpers.h"
 
@@ -33,6 +38,14 @@ Tensor activations(std::mt19937& rng, int64_t n, int64_t in) {
   return x;
 }
 
+// w [out, in] (Q4_K or Q5_K) by gguf's reference dequantizer into out [out * in].
+bool dequantize_weights(DType dtype, const Tensor& w, float* out) {
+  const gguf::GgmlType type = dtype == DType::kQ4_K ? gguf::GgmlType::kQ4_K : gguf::GgmlType::kQ5_K;
+  return gguf::dequantize(static_cast<uint32_t>(type), static_cast<const uint8_t*>(w.raw()),
+                          w.size(0) * w.size(1), out)
+      .ok();
+}
+
 // x's rows as Q8_0 activation blocks, as every int8 path quantizes them.
 std::vector<quant::BlockQ8_0> act_blocks(const Tensor& x) {
   const int64_t n = x.size(0), in = x.size(1);
@@ -42,13 +55,58 @@ std::vector<quant::BlockQ8_0> act_blocks(const Tensor& x) {
   return a;
 }
 
-TEST(QuantBlocksum, OnlyQ8_0OnAvx512Vnni) {
+TEST(QuantBlocksum, Q8_0AndFourAndFiveBitKQuantsOnAvx512Vnni) {
   EXPECT_FALSE(quant_blocksum_available(DType::kQ4_0, Isa::kAvx512Vnni));
-  EXPECT_FALSE(quant_blocksum_available(DType::kQ4_K, Isa::kAvx512Vnni));
+  EXPECT_FALSE(quant_blocksum_available(DType::kQ6_K, Isa::kAvx512Vnni));
   EXPECT_FALSE(quant_blocksum_available(DType::kQ8_0, Isa::kAvx2));
+  EXPECT_FALSE(quant_blocksum_available(DType::kQ4_K, Isa::kAvx2));
   EXPECT_FALSE(quant_blocksum_available(DType::kQ8_0, Isa::kScalar));
-  EXPECT_EQ(quant_blocksum_available(DType::kQ8_0, Isa::kAvx512Vnni),
-            quant_isa_available(Isa::kAvx512Vnni));
+  for (DType dtype : {DType::kQ8_0, DType::kQ4_K, DType::kQ5_K}) {
+    EXPECT_EQ(quant_blocksum_available(dtype, Isa::kAvx512Vnni),
+              quant_isa_available(Isa::kAvx512Vnni));
+  }
+}
+
+// K-quant weights: the dequantized weights (gguf's reference dequantizer)
+// times the Q8_0 activation blocks' values, in double, against the kernel's
+// f32 result: within a few ulps of the sum of |terms| (scale * q and min
+// summed separately, so both parts' magnitudes count). Shapes cross the
+// register tile, the cache tile and the chunks; bias included.
+TEST(QuantBlocksum, KQuantsEqualTheDequantizedProduct) {
+  if (!quant_isa_available(Isa::kAvx512Vnni)) GTEST_SKIP() << kNoVnni;
+  ThreadPool pool(3);
+  std::mt19937 rng(515);
+  for (DType dtype : {DType::kQ4_K, DType::kQ5_K}) {
+    for (int64_t out : {1, 5, 33, 70}) {
+      for (int64_t n : {1, 16, 17, 50}) {
+        for (int64_t supers : {1, 3}) {
+          const int64_t in = supers * 256, blocks = in / 32;
+          Tensor w = random_quantized(rng, dtype, out, in);
+          Tensor x = activations(rng, n, in);
+          Tensor bias = random_f32(rng, {out});
+          Tensor y = Tensor::zeros(DType::kF32, {n, out});
+          matmul_quant_blocksum(pool, x, w, &bias, y, Isa::kAvx512Vnni);
+          std::vector<float> wf(size_t(out * in));
+          ASSERT_TRUE(dequantize_weights(dtype, w, wf.data()));
+          const std::vector<quant::BlockQ8_0> a = act_blocks(x);
+          for (int64_t i = 0; i < n; ++i) {
+            for (int64_t o = 0; o < out; ++o) {
+              double ref = bias.f32()[o], mag = std::fabs(bias.f32()[o]);
+              for (int64_t j = 0; j < in; ++j) {
+                const quant::BlockQ8_0& ab = a[size_t(i * blocks + j / 32)];
+                const double av = double(f16_to_f32(ab.d)) * ab.qs[j % 32];
+                ref += double(wf[size_t(o * in + j)]) * av;
+                mag += std::fabs(double(wf[size_t(o * in + j)]) * av) * 4.0;
+              }
+              ASSERT_NEAR(y.f32()[i * out + o], ref, 4e-6 * mag + 1e-6)
+                  << dtype_name(dtype) << " out=" << out << " n=" << n << " in=" << in << " at "
+                  << i << "," << o;
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 // Shapes around the register tile (4 weight rows x 2 groups of 16

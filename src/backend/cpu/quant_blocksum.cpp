@@ -1,13 +1,18 @@
 #include "backend/cpu/quant_blocksum.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/quant_blocks.h"
 #include "backend/cpu/quant_kernels.h"
 #include "backend/cpu/quant_matmul.h"
+#include "gguf/gguf_dequant.h"
 
 namespace specstack::cpu {
 
@@ -61,9 +66,52 @@ struct Aligned {
 
 }  // namespace
 
+namespace {
+
+// K-quant weight rows (Q4_K, Q5_K) as the kernel's Q8_0 rows: each
+// 32-value sub-block's q (0..15 / 0..31, valid int8) in out's qs (its d
+// unused), its scale d * sc in scales and its min dmin * m in mins [n_rows,
+// n_blocks] f32, so that w = scale * q - min exactly as dequantization has it.
+void unpack_kquant_rows(DType dtype, const uint8_t* w, int64_t w_row_bytes, int64_t n_rows,
+                        int64_t n_blocks, quant::BlockQ8_0* out, float* scales, float* mins) {
+  const bool five_bit = dtype == DType::kQ5_K;
+  const int64_t super_bytes = five_bit ? sizeof(quant::BlockQ5_K) : sizeof(quant::BlockQ4_K);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    for (int64_t s = 0; s < n_blocks / 8; ++s) {
+      const uint8_t* block = w + r * w_row_bytes + s * super_bytes;
+      uint16_t d16, dmin16;
+      std::memcpy(&d16, block, 2);
+      std::memcpy(&dmin16, block + 2, 2);
+      const float d = f16_to_f32(d16), dmin = f16_to_f32(dmin16);
+      const uint8_t* sc = block + 4;
+      const uint8_t* qh = block + 16;  // Q5_K only
+      const uint8_t* ql = block + (five_bit ? 48 : 16);
+      for (int j = 0; j < 4; ++j) {  // 64 values: low nibbles, then high
+        for (int half = 0; half < 2; ++half) {
+          const int sub = 2 * j + half;
+          const int64_t b = r * n_blocks + s * 8 + sub;
+          int scale = 0, min = 0;
+          gguf::scale_min_k4(sub, sc, scale, min);
+          scales[b] = d * static_cast<float>(scale);
+          mins[b] = dmin * static_cast<float>(min);
+          for (int l = 0; l < 32; ++l) {
+            int q = half == 0 ? ql[32 * j + l] & 0x0F : ql[32 * j + l] >> 4;
+            if (five_bit && ((qh[l] >> sub) & 1) != 0) q += 16;
+            out[b].qs[l] = static_cast<int8_t>(q);
+          }
+          out[b].d = 0;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
 bool quant_blocksum_available(DType dtype, Isa isa) {
 #if SS_QUANT_AVX512
-  return dtype == DType::kQ8_0 && isa == Isa::kAvx512Vnni && quant_isa_available(isa);
+  return (dtype == DType::kQ8_0 || dtype == DType::kQ4_K || dtype == DType::kQ5_K) &&
+         isa == Isa::kAvx512Vnni && quant_isa_available(isa);
 #else
   (void)dtype;
   (void)isa;
@@ -93,12 +141,28 @@ void matmul_quant_blocksum(ThreadPool& pool, const Tensor& x, const Tensor& w, c
   if (n == 0 || out == 0) return;
 #if SS_QUANT_AVX512
   namespace v = quant_avx512vnni;
-  const QuantKernel k = quant_kernel(w.dtype(), isa);
-  SS_CHECK_EQ(in % k.act_block_elements, 0);  // rows are whole weight blocks
+  // Activations as Q8_0 blocks whatever the weights (32 values a block: a
+  // K-quant sub-block).
+  const QuantKernel k = quant_kernel(DType::kQ8_0, isa);
+  SS_CHECK_EQ(in % dtype_block_elements(w.dtype()), 0);  // rows are whole weight blocks
   const int64_t n_blocks = in / k.act_block_elements;
   const int64_t act_row_bytes = n_blocks * int64_t(k.act_block_bytes);
   const int64_t w_row_bytes = int64_t(dtype_bytes(w.dtype(), in));
   const std::unique_ptr<uint8_t[]> act = quantize_activation_rows(pool, k, x);
+  // K-quants: w = scale * q - min per block, so y = Σ scale d_a (q · a) (the
+  // kernel, on the unpacked q) - Σ min (d_a Σ a); act_sums [n, n_blocks]
+  // holds d_a Σ a.
+  const bool kquant = w.dtype() != DType::kQ8_0;
+  std::vector<float> act_sums;
+  if (kquant) {
+    act_sums.resize(size_t(n * n_blocks));
+    const auto* a = reinterpret_cast<const quant::BlockQ8_0*>(act.get());
+    for (int64_t i = 0; i < n * n_blocks; ++i) {
+      int32_t sum = 0;
+      for (int j = 0; j < quant::kQk; ++j) sum += a[i].qs[j];
+      act_sums[size_t(i)] = f16_to_f32(a[i].d) * static_cast<float>(sum);
+    }
+  }
 
   // pa [n_groups][n_blocks][8][16] dwords a + 128, pas [n_groups][n_blocks][16].
   const int64_t n_groups = (n + kLanes - 1) / kLanes;
@@ -122,20 +186,49 @@ void matmul_quant_blocksum(ThreadPool& pool, const Tensor& x, const Tensor& w, c
   pool.parallel_for(out, grain, [&](int64_t begin, int64_t end) {
     const std::unique_ptr<int32_t[]> corr(new int32_t[size_t(kCacheRows * n_blocks)]);
     const std::unique_ptr<float[]> dw(new float[size_t(kCacheRows * n_blocks)]);
+    // K-quants: the cache tile's rows unpacked, and their blocks' mins.
+    const int64_t unpacked_row_bytes = n_blocks * int64_t(sizeof(quant::BlockQ8_0));
+    std::unique_ptr<quant::BlockQ8_0[]> unpacked;
+    std::unique_ptr<float[]> mins, unused_scales;
+    if (kquant) {
+      unpacked.reset(new quant::BlockQ8_0[size_t(kCacheRows * n_blocks)]);
+      mins.reset(new float[size_t(kCacheRows * n_blocks)]);
+      unused_scales.reset(new float[size_t(kCacheRows * n_blocks)]);
+    }
+    std::vector<float> min_terms(kquant ? size_t(n * kCacheRows) : 0);
     // acc [kCacheRows / R tiles][R x G x 16]: one group pair's accumulators.
     const Aligned<float> acc(kCacheRows * G * kLanes);
     for (int64_t o0 = begin; o0 < end; o0 += kCacheRows) {
       const int64_t o1 = std::min(o0 + kCacheRows, end);
-      v::blocksum_weight_tables(w_data + o0 * w_row_bytes, w_row_bytes, o1 - o0, n_blocks,
-                                corr.get(), dw.get());
+      const uint8_t* tile_w = w_data + o0 * w_row_bytes;  // the rows the kernel reads
+      int64_t tile_stride = w_row_bytes;
+      if (kquant) {
+        unpack_kquant_rows(w.dtype(), tile_w, w_row_bytes, o1 - o0, n_blocks, unpacked.get(),
+                           dw.get(), mins.get());
+        tile_w = reinterpret_cast<const uint8_t*>(unpacked.get());
+        tile_stride = unpacked_row_bytes;
+      }
+      // corr = -128 Σq; dw = the blocks' f16 scales (Q8_0; a K-quant keeps
+      // the f32 scales unpacking wrote).
+      v::blocksum_weight_tables(tile_w, tile_stride, o1 - o0, n_blocks, corr.get(),
+                                kquant ? unused_scales.get() : dw.get());
+      if (kquant) {
+        // min_terms [n, kCacheRows] = act_sums [n, n_blocks] · mins [rows, n_blocks]ᵀ:
+        // Σ_blocks min · d_a Σ a for every (activation row, weight row), in
+        // one small sgemm (single-threaded here, as every sgemm of this
+        // backend) rather than an FMA chain per output.
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blasint(n), blasint(o1 - o0),
+                    blasint(n_blocks), 1.0f, act_sums.data(), blasint(n_blocks), mins.get(),
+                    blasint(n_blocks), 0.0f, min_terms.data(), blasint(kCacheRows));
+      }
       for (int64_t g0 = 0; g0 < n_groups; g0 += G) {
         const int groups = int(std::min(G, n_groups - g0));
         for (int64_t c0 = 0; c0 < n_blocks; c0 += kChunkBlocks) {
           const int64_t chunk = std::min(kChunkBlocks, n_blocks - c0);
           for (int64_t o = o0; o < o1; o += R) {
             const int rows = int(std::min(R, o1 - o));
-            v::blocksum_tile(w_data + o * w_row_bytes + c0 * w_row_bytes / n_blocks, w_row_bytes,
-                             corr.get() + (o - o0) * n_blocks + c0,
+            v::blocksum_tile(tile_w + (o - o0) * tile_stride + c0 * tile_stride / n_blocks,
+                             tile_stride, corr.get() + (o - o0) * n_blocks + c0,
                              dw.get() + (o - o0) * n_blocks + c0, n_blocks,
                              pa.get() + g0 * ga_stride + c0 * kGroupBlockBytes,
                              pas.get() + g0 * gs_stride + c0 * kLanes, ga_stride, gs_stride, chunk,
@@ -151,8 +244,11 @@ void matmul_quant_blocksum(ThreadPool& pool, const Tensor& x, const Tensor& w, c
               const int64_t row0 = (g0 + g) * kLanes;
               const int64_t lanes = std::min(kLanes, n - row0);
               const float add = b ? b[o + r] : 0.0f;
-              for (int64_t l = 0; l < lanes; ++l)
-                y_data[(row0 + l) * out + o + r] = a[(r * groups + g) * kLanes + l] + add;
+              for (int64_t l = 0; l < lanes; ++l) {
+                float value = a[(r * groups + g) * kLanes + l];
+                if (kquant) value -= min_terms[(row0 + l) * kCacheRows + (o - o0 + r)];
+                y_data[(row0 + l) * out + o + r] = value + add;
+              }
             }
           }
         }

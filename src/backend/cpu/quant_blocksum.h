@@ -1,4 +1,5 @@
-// The block-sum int8 GEMM: prefill on Q8_0 weights with AVX-512 VNNI,
+// The block-sum int8 GEMM: prefill on Q8_0 (and Q4_K / Q5_K, unpacked to
+// it) weights with AVX-512 VNNI,
 // activations quantized to Q8_0 blocks as for every int8 path, each
 // (weight row, activation row) summed per 32-value block in int32 and the
 // blocks added in f32:
@@ -22,13 +23,17 @@
 
 namespace specstack::cpu {
 
-// Whether matmul_quant_blocksum serves weights of `dtype` on `isa` (Q8_0 on
-// AVX-512 VNNI, when this CPU has it).
+// Whether matmul_quant_blocksum serves weights of `dtype` on `isa` (Q8_0,
+// Q4_K and Q5_K on AVX-512 VNNI, when this CPU has it).
 bool quant_blocksum_available(DType dtype, Isa isa);
 
-// y = x · wᵀ (+ bias): x [n, in] f32, w [out, in] Q8_0, bias [out] f32 or
-// null, y [n, out] f32; y[i, o] = blocksum_dot_ref(w row o, x row i's
-// Q8_0 blocks) (+ bias[o]) bit for bit.
+// y = x · wᵀ (+ bias): x [n, in] f32, w [out, in] Q8_0 / Q4_K / Q5_K, bias
+// [out] f32 or null, y [n, out] f32. Q8_0: y[i, o] = blocksum_dot_ref(w row
+// o, x row i's Q8_0 blocks) (+ bias[o]) bit for bit. K-quants: each 32-value
+// sub-block is w = scale * q - min (q 0..15 / 0..31: a valid int8), so the
+// same kernel sums scale * d_a * (q · a) over the unpacked q, and
+// Σ min * d_a Σ a comes off at the end: the dequantized weights times the
+// Q8_0 activations, up to f32 rounding.
 void matmul_quant_blocksum(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias,
                            Tensor& y, Isa isa);
 

@@ -82,9 +82,11 @@ void matmul_quant_tiled(ThreadPool& pool, const Tensor& x, const Tensor& w, cons
                         Tensor& y, Isa isa);
 
 // Prefill (more x rows than matmul_quant_max_rows) on quantized weights.
-// kAuto: the block-sum GEMM where it exists (Q8_0 on AVX-512 VNNI,
-// quant_blocksum.h: 1.1x the packed tiles at 17 rows, 1.5-2.1x from 32 to
-// 512, one core of the VNNI dev VM, docs/benchmarks.md session 26), else
+// kAuto: the block-sum GEMM where it exists (Q8_0, Q4_K, Q5_K on AVX-512
+// VNNI, quant_blocksum.h: Q8_0 1.1x the packed tiles at 17 rows, 1.5-2.1x
+// from 32 to 512, one core of the VNNI dev VM, docs/benchmarks.md session
+// 26; Q4_K 1.2x dequantize + sgemm at 512 rows on the device Xeon, session
+// 27, and at least the tiles' speed from 32 rows on the dev VM), else
 // the int8 tiles by row count (quant_tiled_max_rows), else dequantize +
 // sgemm. Pinned: kInt8 the int8 tiles (bit-equal to the decode kernels),
 // kBlockSum the block-sum GEMM (kAuto's choice for the types it lacks),
