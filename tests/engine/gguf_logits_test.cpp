@@ -170,8 +170,11 @@ class GgufQuantTest : public ::testing::TestWithParam<QuantCase> {};
 // Which of a file's quantized matrices take an int8 prefill path (the
 // tiles for the 32-blocks Q8_0 / Q4_0 / Q5_0, cpu/quant_gemm.h, or the
 // block-sum GEMM for Q8_0, cpu/quant_blocksum.h: both quantize the
-// activations as llama.cpp does and sum each block in integers) at n rows
-// in this process (isa, SPECSTACK_QUANT_PREFILL).
+// activations as llama.cpp does and sum each block in integers; and the
+// block-sum GEMM for Q4_K / Q5_K, which quantizes their activations to Q8_0
+// blocks where llama.cpp takes Q8_K ones, so its logits sit between the
+// two references, within the int8 vs f32 distance) at n rows in this
+// process (isa, SPECSTACK_QUANT_PREFILL).
 enum class Tiles { kNone, kSome, kAll };
 Tiles tiles_for(const std::vector<uint32_t>& types, int64_t n) {
   int64_t tiled = 0;
@@ -180,6 +183,8 @@ Tiles tiles_for(const std::vector<uint32_t>& types, int64_t n) {
     const DType dtype = type == gguf::GgmlType::kQ8_0   ? DType::kQ8_0
                         : type == gguf::GgmlType::kQ4_0 ? DType::kQ4_0
                         : type == gguf::GgmlType::kQ5_0 ? DType::kQ5_0
+                        : type == gguf::GgmlType::kQ4_K ? DType::kQ4_K
+                        : type == gguf::GgmlType::kQ5_K ? DType::kQ5_K
                                                         : DType::kF32;
     const cpu::QuantPrefill path = cpu::quant_prefill_path();
     const cpu::Isa isa = cpu::quant_best_isa();
