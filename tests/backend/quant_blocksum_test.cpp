@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -55,13 +56,13 @@ std::vector<quant::BlockQ8_0> act_blocks(const Tensor& x) {
   return a;
 }
 
-TEST(QuantBlocksum, Q8_0AndFourAndFiveBitKQuantsOnAvx512Vnni) {
-  EXPECT_FALSE(quant_blocksum_available(DType::kQ4_0, Isa::kAvx512Vnni));
+TEST(QuantBlocksum, Q8_0AndFourAndFiveBitTypesOnAvx512Vnni) {
   EXPECT_FALSE(quant_blocksum_available(DType::kQ6_K, Isa::kAvx512Vnni));
+  EXPECT_FALSE(quant_blocksum_available(DType::kBF16, Isa::kAvx512Vnni));
   EXPECT_FALSE(quant_blocksum_available(DType::kQ8_0, Isa::kAvx2));
   EXPECT_FALSE(quant_blocksum_available(DType::kQ4_K, Isa::kAvx2));
   EXPECT_FALSE(quant_blocksum_available(DType::kQ8_0, Isa::kScalar));
-  for (DType dtype : {DType::kQ8_0, DType::kQ4_K, DType::kQ5_K}) {
+  for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_K, DType::kQ5_K}) {
     EXPECT_EQ(quant_blocksum_available(dtype, Isa::kAvx512Vnni),
               quant_isa_available(Isa::kAvx512Vnni));
   }
@@ -135,6 +136,46 @@ TEST(QuantBlocksum, MatmulEqualsScalarReferenceBitForBit) {
                 << "out=" << out << " n=" << n << " blocks=" << blocks << " at " << i << "," << o;
           }
         }
+      }
+    }
+  }
+}
+
+// Q4_0 / Q5_0 weights: their blocks are Q8_0 blocks (q - 8 / q - 16 with
+// the same f16 scale), so the result equals blocksum_dot_ref over those
+// blocks bit for bit; the blocks are rebuilt here from gguf's reference
+// dequantizer (value / d is the exact small integer).
+TEST(QuantBlocksum, Q4_0AndQ5_0EqualTheScalarReferenceOfTheirBlocks) {
+  if (!quant_isa_available(Isa::kAvx512Vnni)) GTEST_SKIP() << kNoVnni;
+  ThreadPool pool(3);
+  std::mt19937 rng(616);
+  for (DType dtype : {DType::kQ4_0, DType::kQ5_0}) {
+    const int64_t out = 37, n = 21, blocks = 19, in = blocks * 32;
+    Tensor w = random_quantized(rng, dtype, out, in);
+    Tensor x = activations(rng, n, in);
+    Tensor y = Tensor::zeros(DType::kF32, {n, out});
+    matmul_quant_blocksum(pool, x, w, nullptr, y, Isa::kAvx512Vnni);
+    std::vector<float> wf(size_t(out * in));
+    const gguf::GgmlType type =
+        dtype == DType::kQ4_0 ? gguf::GgmlType::kQ4_0 : gguf::GgmlType::kQ5_0;
+    ASSERT_TRUE(gguf::dequantize(static_cast<uint32_t>(type), static_cast<const uint8_t*>(w.raw()),
+                                 out * in, wf.data())
+                    .ok());
+    const size_t block_bytes = dtype_block_bytes(dtype);
+    std::vector<quant::BlockQ8_0> wb(size_t(out * blocks));
+    for (int64_t b = 0; b < out * blocks; ++b) {
+      std::memcpy(&wb[size_t(b)].d, static_cast<const uint8_t*>(w.raw()) + b * block_bytes, 2);
+      const float d = f16_to_f32(wb[size_t(b)].d);
+      for (int j = 0; j < 32; ++j)
+        wb[size_t(b)].qs[j] = static_cast<int8_t>(std::lround(wf[size_t(b * 32 + j)] / d));
+    }
+    const std::vector<quant::BlockQ8_0> a = act_blocks(x);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t o = 0; o < out; ++o) {
+        ASSERT_EQ(
+            float_bits(y.f32()[i * out + o]),
+            float_bits(blocksum_dot_ref(wb.data() + o * blocks, a.data() + i * blocks, blocks)))
+            << dtype_name(dtype) << " at " << i << "," << o;
       }
     }
   }

@@ -233,7 +233,8 @@ TEST(QuantGemm, PrefillPathFollowsTheVariable) {
   EXPECT_NE(note.find("SPECSTACK_QUANT_PREFILL=fast ignored"), std::string::npos) << note;
 }
 
-// kAuto: the block-sum GEMM for Q8_0 on AVX-512 VNNI at every count, else
+// kAuto: the block-sum GEMM for Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K on AVX-512
+// VNNI at every count (not Q6_K), else
 // the tiles up to the isa's row limit (AVX2 32, AVX-512 VNNI 256),
 // dequantize + sgemm beyond and for types without tiles; the pinned paths
 // hold at every count, kBlockSum falling back to kAuto's choice for the
@@ -252,12 +253,14 @@ TEST(QuantGemm, PrefillPathByRowCount) {
                 blocksum);
       EXPECT_FALSE(quant_prefill_uses_blocksum(QuantPrefill::kInt8, DType::kQ8_0, isa, n));
       EXPECT_FALSE(quant_prefill_uses_blocksum(QuantPrefill::kSgemm, DType::kQ8_0, isa, n));
-      EXPECT_FALSE(quant_prefill_uses_blocksum(QuantPrefill::kAuto, DType::kQ4_0, isa, n));
+      EXPECT_EQ(quant_prefill_uses_blocksum(QuantPrefill::kAuto, DType::kQ4_0, isa, n), blocksum);
+      EXPECT_EQ(quant_prefill_uses_blocksum(QuantPrefill::kAuto, DType::kQ4_K, isa, n), blocksum);
+      EXPECT_FALSE(quant_prefill_uses_blocksum(QuantPrefill::kAuto, DType::kQ6_K, isa, n));
       EXPECT_EQ(quant_prefill_uses_tiles(QuantPrefill::kAuto, DType::kQ8_0, isa, n),
                 !blocksum && n <= limit);
     }
     for (QuantPrefill p : {QuantPrefill::kAuto, QuantPrefill::kBlockSum}) {
-      EXPECT_TRUE(quant_prefill_uses_tiles(p, DType::kQ4_0, isa, limit));
+      EXPECT_EQ(quant_prefill_uses_tiles(p, DType::kQ4_0, isa, limit), !blocksum);
       EXPECT_FALSE(quant_prefill_uses_tiles(p, DType::kQ4_0, isa, limit + 1));
     }
     EXPECT_TRUE(quant_prefill_uses_tiles(QuantPrefill::kInt8, DType::kQ8_0, isa, 4096));

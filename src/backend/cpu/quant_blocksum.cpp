@@ -106,11 +106,37 @@ void unpack_kquant_rows(DType dtype, const uint8_t* w, int64_t w_row_bytes, int6
   }
 }
 
+// Q4_0 / Q5_0 rows as Q8_0 rows, exactly: q - 8 (q - 16) is a valid int8
+// and the block's f16 scale carries over.
+void unpack_legacy_rows(DType dtype, const uint8_t* w, int64_t w_row_bytes, int64_t n_rows,
+                        int64_t n_blocks, quant::BlockQ8_0* out) {
+  const bool five_bit = dtype == DType::kQ5_0;
+  const int64_t block_bytes = five_bit ? sizeof(quant::BlockQ5_0) : sizeof(quant::BlockQ4_0);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    for (int64_t blk = 0; blk < n_blocks; ++blk) {
+      const uint8_t* block = w + r * w_row_bytes + blk * block_bytes;
+      quant::BlockQ8_0& o = out[r * n_blocks + blk];
+      std::memcpy(&o.d, block, 2);
+      uint32_t qh = 0;
+      if (five_bit) std::memcpy(&qh, block + 2, 4);
+      const uint8_t* qs = block + (five_bit ? 6 : 2);
+      const int offset = five_bit ? 16 : 8;
+      for (int j = 0; j < 16; ++j) {
+        const int lo = (qs[j] & 0x0F) | (five_bit ? int((qh >> j) & 1) << 4 : 0);
+        const int hi = (qs[j] >> 4) | (five_bit ? int((qh >> (j + 16)) & 1) << 4 : 0);
+        o.qs[j] = static_cast<int8_t>(lo - offset);
+        o.qs[j + 16] = static_cast<int8_t>(hi - offset);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 bool quant_blocksum_available(DType dtype, Isa isa) {
 #if SS_QUANT_AVX512
-  return (dtype == DType::kQ8_0 || dtype == DType::kQ4_K || dtype == DType::kQ5_K) &&
+  return (dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kQ5_0 ||
+          dtype == DType::kQ4_K || dtype == DType::kQ5_K) &&
          isa == Isa::kAvx512Vnni && quant_isa_available(isa);
 #else
   (void)dtype;
@@ -152,7 +178,8 @@ void matmul_quant_blocksum(ThreadPool& pool, const Tensor& x, const Tensor& w, c
   // K-quants: w = scale * q - min per block, so y = Σ scale d_a (q · a) (the
   // kernel, on the unpacked q) - Σ min (d_a Σ a); act_sums [n, n_blocks]
   // holds d_a Σ a.
-  const bool kquant = w.dtype() != DType::kQ8_0;
+  const bool kquant = w.dtype() == DType::kQ4_K || w.dtype() == DType::kQ5_K;
+  const bool unpacks = w.dtype() != DType::kQ8_0;  // Q4_0 / Q5_0: exact Q8_0 blocks
   std::vector<float> act_sums;
   if (kquant) {
     act_sums.resize(size_t(n * n_blocks));
@@ -190,8 +217,8 @@ void matmul_quant_blocksum(ThreadPool& pool, const Tensor& x, const Tensor& w, c
     const int64_t unpacked_row_bytes = n_blocks * int64_t(sizeof(quant::BlockQ8_0));
     std::unique_ptr<quant::BlockQ8_0[]> unpacked;
     std::unique_ptr<float[]> mins, unused_scales;
+    if (unpacks) unpacked.reset(new quant::BlockQ8_0[size_t(kCacheRows * n_blocks)]);
     if (kquant) {
-      unpacked.reset(new quant::BlockQ8_0[size_t(kCacheRows * n_blocks)]);
       mins.reset(new float[size_t(kCacheRows * n_blocks)]);
       unused_scales.reset(new float[size_t(kCacheRows * n_blocks)]);
     }
@@ -205,11 +232,15 @@ void matmul_quant_blocksum(ThreadPool& pool, const Tensor& x, const Tensor& w, c
       if (kquant) {
         unpack_kquant_rows(w.dtype(), tile_w, w_row_bytes, o1 - o0, n_blocks, unpacked.get(),
                            dw.get(), mins.get());
+      } else if (unpacks) {
+        unpack_legacy_rows(w.dtype(), tile_w, w_row_bytes, o1 - o0, n_blocks, unpacked.get());
+      }
+      if (unpacks) {
         tile_w = reinterpret_cast<const uint8_t*>(unpacked.get());
         tile_stride = unpacked_row_bytes;
       }
-      // corr = -128 Σq; dw = the blocks' f16 scales (Q8_0; a K-quant keeps
-      // the f32 scales unpacking wrote).
+      // corr = -128 Σq; dw = the blocks' f16 scales (Q8_0, Q4_0, Q5_0; a
+      // K-quant keeps the f32 scales unpacking wrote).
       v::blocksum_weight_tables(tile_w, tile_stride, o1 - o0, n_blocks, corr.get(),
                                 kquant ? unused_scales.get() : dw.get());
       if (kquant) {

@@ -1,4 +1,4 @@
-// The block-sum int8 GEMM: prefill on Q8_0 (and Q4_K / Q5_K, unpacked to
+// The block-sum int8 GEMM: prefill on Q8_0 (and Q4_0 / Q5_0 / Q4_K / Q5_K, unpacked to
 // it) weights with AVX-512 VNNI,
 // activations quantized to Q8_0 blocks as for every int8 path, each
 // (weight row, activation row) summed per 32-value block in int32 and the
@@ -24,12 +24,13 @@
 namespace specstack::cpu {
 
 // Whether matmul_quant_blocksum serves weights of `dtype` on `isa` (Q8_0,
-// Q4_K and Q5_K on AVX-512 VNNI, when this CPU has it).
+// Q4_0, Q5_0, Q4_K and Q5_K on AVX-512 VNNI, when this CPU has it).
 bool quant_blocksum_available(DType dtype, Isa isa);
 
-// y = x · wᵀ (+ bias): x [n, in] f32, w [out, in] Q8_0 / Q4_K / Q5_K, bias
+// y = x · wᵀ (+ bias): x [n, in] f32, w [out, in] Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K, bias
 // [out] f32 or null, y [n, out] f32. Q8_0: y[i, o] = blocksum_dot_ref(w row
-// o, x row i's Q8_0 blocks) (+ bias[o]) bit for bit. K-quants: each 32-value
+// o, x row i's Q8_0 blocks) (+ bias[o]) bit for bit; Q4_0 / Q5_0 the same
+// over their blocks as Q8_0 ones (q - 8 / q - 16, the same f16 scale). K-quants: each 32-value
 // sub-block is w = scale * q - min (q 0..15 / 0..31: a valid int8), so the
 // same kernel sums scale * d_a * (q · a) over the unpacked q, and
 // Σ min * d_a Σ a comes off at the end: the dequantized weights times the

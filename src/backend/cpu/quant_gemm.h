@@ -82,8 +82,9 @@ void matmul_quant_tiled(ThreadPool& pool, const Tensor& x, const Tensor& w, cons
                         Tensor& y, Isa isa);
 
 // Prefill (more x rows than matmul_quant_max_rows) on quantized weights.
-// kAuto: the block-sum GEMM where it exists (Q8_0, Q4_K, Q5_K on AVX-512
-// VNNI, quant_blocksum.h: Q8_0 1.1x the packed tiles at 17 rows, 1.5-2.1x
+// kAuto: the block-sum GEMM where it exists (Q8_0, Q4_0, Q5_0, Q4_K, Q5_K
+// on AVX-512 VNNI, quant_blocksum.h; Q4_0 / Q5_0 run the Q8_0 kernel on
+// their unpacked blocks, not measured separately: Q8_0 1.1x the packed tiles at 17 rows, 1.5-2.1x
 // from 32 to 512, one core of the VNNI dev VM, docs/benchmarks.md session
 // 26; Q4_K 1.2x dequantize + sgemm at 512 rows on the device Xeon, session
 // 27, and at least the tiles' speed from 32 rows on the dev VM), else
