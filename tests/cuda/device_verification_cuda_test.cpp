@@ -14,11 +14,10 @@
 
 #include <cstdio>
 
-#include "../engine/chi_square.h"
+#include "../engine/device_verification_cases.h"
 #include "../engine/engine_test_util.h"
 #include "../engine/golden_reference.h"
 #include "../engine/golden_run.h"
-#include "../engine/sampling_law.h"
 #include "backend/cpu/cpu_backend.h"
 #include "cuda_test_util.h"
 #include "engine/engine.h"
@@ -52,25 +51,7 @@ Fixture& fixture() {
   return *f;
 }
 
-EngineOptions spec_options(ModelInstance* draft, int n_requests) {
-  EngineOptions options;
-  options.specdecode.draft = draft;
-  options.specdecode.max_draft_tokens = 4;
-  options.specdecode.adaptive = false;
-  options.max_queue = n_requests;
-  return options;
-}
-
-RequestOptions sampled(uint64_t seed, int32_t max_tokens, bool all_filters) {
-  RequestOptions options;
-  options.prompt = fixture().prompt;
-  options.params.max_tokens = max_tokens;
-  options.params.ignore_eos = true;
-  options.params.seed = seed;
-  options.params.temperature = 1.0f;
-  if (all_filters) testing::set_law_filters(options.params);
-  return options;
-}
+using testing::fixed_k_spec_options;
 
 TEST(CudaDeviceVerification, SeededOutputEqualsTheHostPath) {
   SS_REQUIRE_GPU();
@@ -78,34 +59,13 @@ TEST(CudaDeviceVerification, SeededOutputEqualsTheHostPath) {
   constexpr int kRequests = 48;
   std::vector<RequestOptions> requests;
   for (int r = 0; r < kRequests; ++r) {
-    requests.push_back(sampled(100 + r, 16, false));
+    requests.push_back(testing::seeded_sampled(f.prompt, 100 + r, 16));
     if (r % 2 == 1) requests.back().params.min_p = 0.05f;
     if (r % 3 == 0) requests.back().top_logprobs = r % 4;  // computed on the device too
   }
-  Engine host(*f.host_target, spec_options(f.host_draft.get(), kRequests));
-  Engine device(*f.target, spec_options(f.draft.get(), kRequests));
-  const auto want = testing::run_all(host, requests);
-  const auto got = testing::run_all(device, requests);
-  int same = 0;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    ASSERT_EQ(got[i].tokens[0].size(), 16u);
-    same += got[i].tokens[0] == want[i].tokens[0];
-    if (requests[i].top_logprobs < 0 || got[i].tokens[0] != want[i].tokens[0]) continue;
-    ASSERT_EQ(got[i].logprobs[0].size(), 16u);
-    for (size_t t = 0; t < 16; ++t) {
-      const TokenLogprob& g = got[i].logprobs[0][t];
-      const TokenLogprob& w = want[i].logprobs[0][t];
-      EXPECT_EQ(g.token, got[i].tokens[0][t]);
-      EXPECT_NEAR(g.logprob, w.logprob, 1e-4);
-      ASSERT_EQ(g.top.size(), size_t(requests[i].top_logprobs));
-      for (size_t a = 0; a < g.top.size() && a < w.top.size(); ++a) {
-        EXPECT_EQ(g.top[a].first, w.top[a].first);
-        EXPECT_NEAR(g.top[a].second, w.top[a].second, 1e-4);
-      }
-    }
-  }
-  std::printf("  %d of %zu seeded streams identical\n", same, requests.size());
-  EXPECT_GE(same, kRequests * 9 / 10);
+  Engine host(*f.host_target, fixed_k_spec_options(f.host_draft.get(), kRequests));
+  Engine device(*f.target, fixed_k_spec_options(f.draft.get(), kRequests));
+  testing::expect_seeded_streams_match(host, device, requests);
   const EngineMetrics d = device.metrics();
   EXPECT_EQ(d.specdecode_device_verify_total, d.specdecode_verify_total);
   EXPECT_GT(d.specdecode_device_verify_total, kRequests);
@@ -121,22 +81,12 @@ TEST(CudaDeviceVerification, SampledLawEqualsPlainSampling) {
   EngineOptions plain_options;
   plain_options.max_queue = kRequests + 1;  // the probe request may not have left yet
   Engine plain(*f.host_target, plain_options);
-  const std::vector<int32_t> top =
-      testing::most_likely_first_tokens(plain, sampled(1, 1, false), 10);
-  ASSERT_EQ(top.size(), 10u);
-  const auto make = [&](uint64_t seed) { return sampled(seed, 3, true); };
-  const auto cell_of = [&](const std::vector<int32_t>& tokens) {
-    return testing::first_two_cell(top, tokens) * 2 + static_cast<size_t>(tokens.at(2) % 2);
-  };
-  const std::vector<int64_t> expected =
-      testing::sample_cells(plain, make, kRequests, 1, cell_of, 44);
-  Engine device(*f.target, spec_options(f.draft.get(), kRequests));
-  const std::vector<int64_t> observed =
-      testing::sample_cells(device, make, kRequests, 1'000'000, cell_of, 44);
-  const ChiSquareFit fit = chi_square_homogeneity(expected, observed);
-  std::printf("  chi2 %.2f df %d p %.4f\n", fit.statistic, fit.df, fit.p_value);
-  EXPECT_GE(fit.df, 8);
-  EXPECT_GT(fit.p_value, 0.001);
+  Engine device(*f.target, fixed_k_spec_options(f.draft.get(), kRequests));
+  testing::expect_law_equals_plain(plain, device, kRequests, [&](uint64_t seed) {
+    RequestOptions options = testing::seeded_sampled(f.prompt, seed, 3);
+    testing::set_law_filters(options.params);
+    return options;
+  });
   EXPECT_GT(device.metrics().specdecode_device_verify_total, kRequests / 2);
   testing::expect_engine_drained(device);
 }

@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "../engine/device_verification_cases.h"
 #include "cuda/cuda_test_util.h"
 #include "model/row_verification.h"
 
@@ -23,18 +24,11 @@ namespace {
 
 namespace ct = ::specstack::cuda::testing;
 
-RowSampling rule(float temperature, int32_t top_k, float top_p, float min_p) {
-  RowSampling r;
-  r.temperature = temperature;
-  r.top_k = top_k;
-  r.top_p = top_p;
-  r.min_p = min_p;
-  return r;
-}
+using ::specstack::testing::row_rule;
 
-const RowSampling kRules[] = {rule(1.0f, 0, 1.0f, 0.0f), rule(0.7f, 40, 1.0f, 0.0f),
-                              rule(1.0f, 0, 0.9f, 0.0f), rule(1.2f, 0, 1.0f, 0.05f),
-                              rule(0.8f, 50, 0.95f, 0.02f)};
+const RowSampling kRules[] = {row_rule(1.0f, 0, 1.0f, 0.0f), row_rule(0.7f, 40, 1.0f, 0.0f),
+                              row_rule(1.0f, 0, 0.9f, 0.0f), row_rule(1.2f, 0, 1.0f, 0.05f),
+                              row_rule(0.8f, 50, 0.95f, 0.02f)};
 
 // Whether `token` has positive probability where the verification drew it:
 // the residual of row n_accepted, or p_k after all k were accepted.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "chi_square.h"
+#include "device_verification_cases.h"
 
 namespace specstack {
 namespace {
@@ -35,14 +36,7 @@ const std::vector<float> kDraft = {
     2.0f,  1.5f,  1.0f, 0.5f,  0.0f, 1.0f, -1.0f, 0.0f, 0.0f,    // q_1
     0.0f,  -1.0f, 1.0f, 0.0f,  2.0f, 0.0f, 1.0f,  0.0f, -1.0f};  // q_2
 
-RowSampling rule(float temperature, int32_t top_k, float top_p, float min_p) {
-  RowSampling r;
-  r.temperature = temperature;
-  r.top_k = top_k;
-  r.top_p = top_p;
-  r.min_p = min_p;
-  return r;
-}
+using testing::row_rule;
 
 std::vector<float> distribution(const float* logits, int64_t vocab, const RowSampling& r) {
   std::vector<float> probs;
@@ -90,7 +84,7 @@ ChiSquareFit fit_to(const std::vector<int64_t>& counts, const std::vector<float>
 TEST(RowVerification, ConsumesTheUniformsItSays) {
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<float> unit(0.0f, 0.99999994f);
-  const RowSampling r = rule(1.0f, 0, 1.0f, 0.0f);
+  const RowSampling r = row_rule(1.0f, 0, 1.0f, 0.0f);
   int seen_rejection = 0, seen_all = 0;
   for (int t = 0; t < 2000; ++t) {
     RowVerification v;
@@ -129,10 +123,10 @@ TEST(RowVerification, ConsumesTheUniformsItSays) {
 TEST(RowVerification, OutputHasTheTargetsLawForEveryFilter) {
   constexpr int kTrials = 60000;
   for (const RowSampling& r :
-       {rule(1.0f, 0, 1.0f, 0.0f), rule(0.7f, 5, 1.0f, 0.0f), rule(1.3f, 0, 0.8f, 0.0f),
-        rule(1.0f, 0, 1.0f, 0.2f), rule(1.0f, 6, 0.9f, 0.05f)}) {
-    SCOPED_TRACE(testing::Message() << "T " << r.temperature << " top_k " << r.top_k << " top_p "
-                                    << r.top_p << " min_p " << r.min_p);
+       {row_rule(1.0f, 0, 1.0f, 0.0f), row_rule(0.7f, 5, 1.0f, 0.0f), row_rule(1.3f, 0, 0.8f, 0.0f),
+        row_rule(1.0f, 0, 1.0f, 0.2f), row_rule(1.0f, 6, 0.9f, 0.05f)}) {
+    SCOPED_TRACE(::testing::Message() << "T " << r.temperature << " top_k " << r.top_k << " top_p "
+                                      << r.top_p << " min_p " << r.min_p);
     const Counts counts = verify_many(r, kTrials, 11);
     const ChiSquareFit first = fit_to(counts.first, distribution(kTarget.data(), kVocab, r));
     const ChiSquareFit second =
@@ -147,7 +141,7 @@ TEST(RowVerification, OutputHasTheTargetsLawForEveryFilter) {
 }
 
 TEST(RowVerification, DraftsNotDrawnFromTheirRowsFailTheLaw) {
-  const RowSampling r = rule(1.0f, 0, 1.0f, 0.0f);
+  const RowSampling r = row_rule(1.0f, 0, 1.0f, 0.0f);
   const Counts counts = verify_many(r, 60000, 11, /*draft_from_q=*/false);
   const ChiSquareFit first = fit_to(counts.first, distribution(kTarget.data(), kVocab, r));
   std::printf("  negative control: chi2 %.2f df %d p %.3g\n", first.statistic, first.df,
