@@ -65,7 +65,8 @@ TEST(CudaDeviceVerification, SeededOutputEqualsTheHostPath) {
   }
   Engine host(*f.host_target, fixed_k_spec_options(f.host_draft.get(), kRequests));
   Engine device(*f.target, fixed_k_spec_options(f.draft.get(), kRequests));
-  testing::expect_seeded_streams_match(host, device, requests);
+  // Logprobs within bf16 rounding of logits ~5 (H200: up to 0.015 seen).
+  testing::expect_seeded_streams_match(host, device, requests, 0.05);
   const EngineMetrics d = device.metrics();
   EXPECT_EQ(d.specdecode_device_verify_total, d.specdecode_verify_total);
   EXPECT_GT(d.specdecode_device_verify_total, kRequests);
