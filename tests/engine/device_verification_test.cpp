@@ -13,9 +13,11 @@
 // and the logprobs of the tokens it emitted (the target's, computed where
 // the tokens are picked) equal the host path's; a request the device cannot
 // verify (penalties) shares the steps and verifies on the host; both pools
-// drain.
+// drain, after preemption and cancellation mid-speculation too.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 #include "backend/cpu/cpu_backend.h"
@@ -102,6 +104,61 @@ TEST(DeviceVerification, SampledLawEqualsPlainSampling) {
   });
   EXPECT_GT(devices.metrics().specdecode_device_verify_total, kRequests / 2);
   testing::expect_engine_drained(devices);
+}
+
+// Preemption and cancellation while drafts are kept for the device
+// verification: a target pool of 12 blocks of 16 cannot hold four requests
+// of 50 + 40 tokens, so sequences are preempted between drafting and
+// verifying (their kept rows then belong to nobody) and recompute; every
+// request still runs to max_tokens, its verifications are device ones, and
+// both pools drain; then eight requests cancelled mid-speculation drain too.
+TEST(DeviceVerification, PreemptionAndCancelMidSpeculationFreeBothPools) {
+  Fixture& f = fixture();
+  ModelInstanceOptions small;
+  small.kv_tokens = 12 * 16;
+  small.token_picking = TokenPicking::kAlways;
+  auto target = testing::load_golden_model("llama-gqa", f.backend, small);
+  std::vector<int32_t> prompt = f.prompt;
+  prompt.resize(std::min<size_t>(prompt.size(), 50));
+  int32_t preemptions = 0;
+  // As SpecDecodeEngine's preemption test: the engine thread may run the
+  // first requests before the others arrive, so preemption must happen in
+  // one of a few attempts.
+  for (int attempt = 0; attempt < 5 && preemptions == 0; ++attempt) {
+    SCOPED_TRACE(attempt);
+    Engine engine(*target, testing::fixed_k_spec_options(f.devices.draft.get(), 8));
+    std::vector<RequestOptions> requests;
+    for (int r = 0; r < 4; ++r) requests.push_back(testing::seeded_sampled(prompt, 40 + r, 40));
+    for (const testing::RequestOutput& out : testing::run_all(engine, requests)) {
+      EXPECT_EQ(out.tokens[0].size(), 40u);
+    }
+    const EngineMetrics m = engine.metrics();
+    preemptions += static_cast<int32_t>(m.preemptions_total);
+    EXPECT_GT(m.specdecode_device_verify_total, 0);
+    EXPECT_EQ(m.specdecode_device_verify_total, m.specdecode_verify_total);
+    testing::expect_engine_drained(engine);
+  }
+  EXPECT_GT(preemptions, 0);
+
+  Engine engine(*f.devices.target, testing::fixed_k_spec_options(f.devices.draft.get(), 8));
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int r = 0; r < 8; ++r) {
+    auto stream = engine.submit(testing::seeded_sampled(f.prompt, 60 + r, 200));
+    ASSERT_TRUE(stream.ok());
+    streams.push_back(std::move(stream).value());
+  }
+  for (size_t r = 0; r < streams.size(); ++r) {
+    int32_t seen = 0;
+    while (!streams[r]->done()) {
+      auto event = streams[r]->next(std::chrono::milliseconds(5000));
+      if (!event) continue;
+      seen += static_cast<int32_t>(event->tokens.size());
+      if (seen >= 5 + int32_t(r)) streams[r]->cancel();
+    }
+    EXPECT_LT(seen, 200);
+  }
+  EXPECT_GT(engine.metrics().specdecode_device_verify_total, 0);
+  testing::expect_engine_drained(engine);
 }
 
 }  // namespace
