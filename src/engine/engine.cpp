@@ -441,7 +441,7 @@ void EngineCore::plan_token_picking(ScheduleResult& scheduled) {
   for (const ScheduledChunk& chunk : scheduled.chunks) {
     if (!chunk.wants_logits) continue;
     uint8_t who = needs_host_logits(chunk) ? kHostRow : kPickedRow;
-    if (chunk.n_logit_rows > 1 && specdecode_ && specdecode_->verified_on_device(*chunk.seq)) {
+    if (chunk.n_logit_rows > 1 && specdecode_ && specdecode_->verified_on_device(chunk.seq)) {
       who = kVerifiedRow;
     }
     std::fill_n(host_row_.begin() + static_cast<std::ptrdiff_t>(row), chunk.n_logit_rows, who);
@@ -470,8 +470,9 @@ void EngineCore::plan_token_picking(ScheduleResult& scheduled) {
                     chunk.n_logit_rows, top_logprobs);
       }
     } else {
-      // A picked sampled chunk has one row (sampled verifications are host
-      // rows); a greedy one, every row included, takes the argmax.
+      // A picked sampled chunk has one row (a sampled verification is host
+      // rows or a kVerifiedRow chunk); a greedy one, every row included,
+      // takes the argmax.
       plan.sampling[row] = chunk.seq->sampler->device_draw();
       const int32_t top_logprobs = chunk.seq->request->options.top_logprobs;
       if (top_logprobs >= 0) {  // one row: verifications with logprobs are host rows

@@ -89,9 +89,9 @@ bool SpecDecodeStage::samples_on_device(const Sequence& seq) const {
          !o.params.has_penalties() && !seq.grammar;
 }
 
-bool SpecDecodeStage::verified_on_device(const Sequence& seq) const {
-  auto it = states_.find(const_cast<Sequence*>(&seq));
-  return it != states_.end() && it->second->open && it->second->kept_base >= 0 && seq.n_draft > 0;
+bool SpecDecodeStage::verified_on_device(Sequence* seq) const {
+  auto it = states_.find(seq);
+  return it != states_.end() && it->second->open && it->second->kept_base >= 0 && seq->n_draft > 0;
 }
 
 RowVerification SpecDecodeStage::verification(Sequence* seq, int32_t first_row) const {
@@ -317,7 +317,7 @@ SpecDecodeStage::ProposeStats SpecDecodeStage::propose(const std::vector<Sequenc
     bool drafts;             // reached the end: its last row gives draft token 1
     int32_t logit_row = -1;  // its draft-token-1 row in the first forward's output
     // On a draft that picks tokens: its rows come to the host all the same
-    // (penalties, a grammar with sampling, logprobs: the host's distribution).
+    // (penalties, a grammar with sampling: the host's distribution).
     bool host_drawn = false;
   };
   std::vector<Row> rows;

@@ -99,7 +99,7 @@ class SpecDecodeStage {
   // Whether seq's draft tokens of this step were drawn where the draft picks
   // tokens, their rows kept there: the target verifies them where it picks
   // its own (StepPlan::verifications, described by verification()).
-  bool verified_on_device(const Sequence& seq) const;
+  bool verified_on_device(Sequence* seq) const;
   // The target plan's verification of seq's n_draft tokens, its row 0 being
   // logit row first_row; draws nothing (verify() consumes the uniforms used).
   RowVerification verification(Sequence* seq, int32_t first_row) const;

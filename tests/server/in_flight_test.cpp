@@ -5,11 +5,24 @@
 
 #include <gtest/gtest.h>
 
+#include "base/check.h"
 #include "fake_engine.h"
 #include "server_test_util.h"
 
 namespace specstack {
 namespace {
+
+// Completion sessions on a FakeEngine whose streams never end on their own.
+struct EndlessSessions {
+  std::unique_ptr<Tokenizer> tokenizer = testing::load_tinystories_tokenizer();
+  testing::FakeEngine engine;
+  // The next session (stream i of the engine for the i-th call).
+  std::shared_ptr<CompletionSession> next() {
+    auto stream = engine.submit(RequestOptions{});
+    SS_CHECK(stream.ok());
+    return std::make_shared<CompletionSession>(*tokenizer, SessionOptions{}, *stream);
+  }
+};
 
 TEST(InFlightRequests, CountsTicketsUntilDropped) {
   InFlightRequests registry;
@@ -25,12 +38,10 @@ TEST(InFlightRequests, CountsTicketsUntilDropped) {
 }
 
 TEST(InFlightRequests, ShutdownAllEndsAttachedSessionsAtTheirNextPoll) {
-  auto tokenizer = testing::load_tinystories_tokenizer();
-  ASSERT_NE(tokenizer, nullptr);
-  testing::FakeEngine engine;  // the stream never ends on its own
-  auto stream = engine.submit(RequestOptions{});
-  ASSERT_TRUE(stream.ok());
-  auto session = std::make_shared<CompletionSession>(*tokenizer, SessionOptions{}, *stream);
+  EndlessSessions sessions;
+  ASSERT_NE(sessions.tokenizer, nullptr);
+  testing::FakeEngine& engine = sessions.engine;
+  auto session = sessions.next();
   InFlightRequests registry;
   auto ticket = registry.enter();
   ticket->attach(session);
@@ -54,12 +65,10 @@ TEST(InFlightRequests, ShutdownAllEndsAttachedSessionsAtTheirNextPoll) {
 // A request submitted just before the drain asked everyone, but attached
 // just after, still ends at its first poll (the race the drain test met).
 TEST(InFlightRequests, AskedBeforeItsSessionAttachesItEndsWhenItDoes) {
-  auto tokenizer = testing::load_tinystories_tokenizer();
-  ASSERT_NE(tokenizer, nullptr);
-  testing::FakeEngine engine;  // the stream never ends on its own
-  auto stream = engine.submit(RequestOptions{});
-  ASSERT_TRUE(stream.ok());
-  auto session = std::make_shared<CompletionSession>(*tokenizer, SessionOptions{}, *stream);
+  EndlessSessions sessions;
+  ASSERT_NE(sessions.tokenizer, nullptr);
+  testing::FakeEngine& engine = sessions.engine;
+  auto session = sessions.next();
   InFlightRequests registry;
   auto ticket = registry.enter();
   EXPECT_EQ(registry.shutdown_all(), 1);
@@ -70,9 +79,7 @@ TEST(InFlightRequests, AskedBeforeItsSessionAttachesItEndsWhenItDoes) {
   EXPECT_TRUE(engine.stream(0)->cancelled());
   // A ticket that enters after the call is not asked.
   auto later = registry.enter();
-  auto other_stream = engine.submit(RequestOptions{});
-  ASSERT_TRUE(other_stream.ok());
-  auto other = std::make_shared<CompletionSession>(*tokenizer, SessionOptions{}, *other_stream);
+  auto other = sessions.next();
   later->attach(other);
   other->poll(std::chrono::milliseconds(0));
   EXPECT_FALSE(other->finished());
