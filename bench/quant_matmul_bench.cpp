@@ -16,7 +16,8 @@
 // (the kernel's prepared form where it has one: Q4_0 on AVX2 / AVX-512
 // VNNI) and/or "blocks" (the quantized blocks, as before session 25), an A/B
 // inside one process; the other types run the same code either way.
-// --paths: "rows" (matmul_quant, the decode path), "tiled" (the int8 GEMM
+// --paths: "rows" (matmul_quant, the decode path), "panels" (Q8_0 repacked
+// into 16-row panels, quant_panels.h, AVX-512 VNNI), "tiled" (the int8 GEMM
 // tiles of quant_gemm.h, Q8_0 only), "blocksum" (quant_blocksum.h's GEMM,
 // Q8_0 on AVX-512 VNNI) and "sgemm" (matmul_large: dequantized
 // weight tiles + OpenBLAS, what prefill ran before), interleaved likewise;
@@ -40,6 +41,7 @@
 #include "backend/cpu/quant_gemm.h"
 #include "backend/cpu/quant_kernels.h"
 #include "backend/cpu/quant_matmul.h"
+#include "backend/cpu/quant_panels.h"
 #include "base/mapped_file.h"
 #include "base/thread_pool.h"
 
@@ -113,9 +115,9 @@ int main(int argc, char** argv) {
   app.add_option("--acts", acts_list, "prep and/or blocks (the rows path)")
       ->delimiter(',')
       ->check(CLI::IsMember({"prep", "blocks"}));
-  app.add_option("--paths", path_list, "rows, tiled, blocksum and/or sgemm")
+  app.add_option("--paths", path_list, "rows, panels, tiled, blocksum and/or sgemm")
       ->delimiter(',')
-      ->check(CLI::IsMember({"rows", "tiled", "blocksum", "sgemm"}));
+      ->check(CLI::IsMember({"rows", "panels", "tiled", "blocksum", "sgemm"}));
   app.add_option("--memory", memory_list, "anon and/or file")
       ->delimiter(',')
       ->check(CLI::IsMember({"anon", "file"}));
@@ -163,6 +165,8 @@ int main(int argc, char** argv) {
         for (const std::string& path : path_list) {
           if (path == "tiled" && cpu::quant_tile(*dtype, isa).fn == nullptr) continue;
           if (path == "blocksum" && !cpu::quant_blocksum_available(*dtype, isa)) continue;
+          if (path == "panels" && (*dtype != DType::kQ8_0 || !cpu::quant_panels_available(isa)))
+            continue;
           for (int t : thread_list) {
             for (int passes : path == "rows" ? pass_list : std::vector<int>{4}) {
               for (const std::string& acts :
@@ -187,6 +191,14 @@ int main(int argc, char** argv) {
         }
       }
       std::vector<std::unique_ptr<ThreadPool>> pools(9);
+      // Q8_0 panels: each copy repacked once (anonymous memory either way).
+      std::vector<Tensor> panel_copies;
+      for (const Variant& v : variants) {
+        if (v.path != "panels" || !panel_copies.empty()) continue;
+        ThreadPool repack_pool(1);
+        for (int64_t c = 0; c < copies; ++c)
+          panel_copies.push_back(cpu::repack_q8_0_panels(repack_pool, weights(false, c)));
+      }
       for (int t : thread_list) pools[size_t(std::min(t, 8))] = std::make_unique<ThreadPool>(t);
       Tensor x = Tensor::zeros(DType::kF32, {rows, in});
       std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -195,6 +207,7 @@ int main(int argc, char** argv) {
       int64_t next = 0;
       for (int64_t c = -2; c < calls; ++c) {  // two warm-up calls per variant
         for (Variant& v : variants) {
+          const int64_t copy = next;
           Tensor w = weights(v.file, next++);
           const auto t0 = std::chrono::steady_clock::now();
           ThreadPool& pool = *pools[size_t(std::min(v.threads, 8))];
@@ -202,6 +215,9 @@ int main(int argc, char** argv) {
             cpu::matmul_quant_tiled(pool, x, w, nullptr, y, v.isa);
           } else if (v.path == "blocksum") {
             cpu::matmul_quant_blocksum(pool, x, w, nullptr, y, v.isa);
+          } else if (v.path == "panels") {
+            cpu::matmul_q8_0_panels(pool, x, panel_copies[size_t(copy % copies)], nullptr, y,
+                                    v.isa);
           } else if (v.path == "sgemm") {
             cpu::matmul_large(pool, x, w, nullptr, y);
           } else {

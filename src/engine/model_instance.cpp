@@ -88,6 +88,9 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create(const ModelInstance
                         load_weights(config, options.model_dir, options.on_progress, load));
   }
   std::string load_note = std::move(weights.load_note);
+  // The CPU kernels' own layout (Q8_0 panels on AVX-512 VNNI), once.
+  if (auto* cpu = dynamic_cast<CpuBackend*>(&backend))
+    lay_out_cpu_weights(weights, cpu->pool(), options.cpu_layout);
 
   std::unique_ptr<ModelInstance> instance(new ModelInstance());
   instance->model_ = std::make_unique<Transformer>(std::move(config), std::move(weights), backend);

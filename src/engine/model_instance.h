@@ -15,6 +15,7 @@
 #include "engine/model_runner.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_manager.h"
+#include "model/cpu_weight_layout.h"
 #include "model/transformer.h"
 #include "specprefill/attention_capture.h"
 
@@ -38,6 +39,12 @@ struct ModelInstanceOptions {
   // error with --device cuda or a GGUF model. kFp8: --device cuda only (e4m3
   // linear layers, CudaModelOptions::fp8_weights).
   WeightQuantization quantization = WeightQuantization::kNone;
+  // CPU: how quantized matrices are laid out for the kernels
+  // (model/cpu_weight_layout.h): kAuto, Q8_0 panels where this CPU has the
+  // AVX-512 VNNI panel kernels (SPECSTACK_QUANT_PANELS=0: never); kAsStored;
+  // kPanels, on any CPU (elsewhere the panel matmul is its scalar reference:
+  // for tests).
+  CpuWeightLayout cpu_layout = CpuWeightLayout::kAuto;
   // Element type of the KV cache (--kv-dtype); unset: the device's own (f32
   // on the CPU, bf16 on the GPU). The CPU takes f32, bf16 or f16, the GPU
   // only bf16 (anything else is an error).

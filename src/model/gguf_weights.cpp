@@ -219,9 +219,11 @@ Result<ModelWeights> load_gguf_weights(const ModelConfig& config, const std::str
                                        const LoadProgress& on_progress,
                                        const WeightLoadOptions& options) {
   SS_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::open(path));
+  std::shared_ptr<const MappedFile> mapping = file.owner();
   GgufSource source(std::move(file), config, options);
   auto weights = build_weights(config, source, on_progress);
   if (!weights.ok()) return errorf("{}: {}", path, weights.message());
+  weights->mapping = std::move(mapping);
   return weights;
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/mapped_file.h"
 #include "base/status.h"
 #include "model/config.h"
 #include "tensor/tensor.h"
@@ -52,6 +53,9 @@ struct ModelWeights {
   Tensor rope_inv_freq;              // [head_dim / 2] f32, RoPE frequencies after any scaling
   size_t weight_bytes = 0;           // bytes of all distinct weight tensors, for start-up reporting
   std::string load_note;             // one line for the user (quantization fallbacks), or empty
+  // The model file the matrices are views of (GGUF), or null: a pass that
+  // copies a view out (model/cpu_weight_layout.h) may release the pages it read.
+  std::shared_ptr<const MappedFile> mapping;
 };
 
 // Progress of a weight load, for a start-up progress bar: called on the

@@ -11,8 +11,23 @@ namespace specstack {
 // The block-quantized types are ggml's block formats (GGUF weights kept as
 // stored; the layouts and kernels are in backend/cpu/quant_*). A tensor of
 // one is a matrix [rows, cols] whose rows are whole blocks, so only whole
-// rows can be sliced or viewed.
-enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kQ8_0, kQ4_0, kQ5_0, kQ4_K, kQ5_K, kQ6_K };
+// rows can be sliced or viewed. kQ8_0P is Q8_0 laid out for the CPU's
+// AVX-512 VNNI kernels in panels of 16 rows (backend/cpu/quant_panels.h):
+// the same bytes per element, but a row is not contiguous, so it is never
+// sliced, viewed by rows, written to a file or given to another backend.
+enum class DType : uint8_t {
+  kF32,
+  kBF16,
+  kF16,
+  kI32,
+  kQ8_0,
+  kQ4_0,
+  kQ5_0,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
+  kQ8_0P
+};
 
 inline bool dtype_is_quantized(DType dtype) {
   return dtype >= DType::kQ8_0;
@@ -24,6 +39,7 @@ inline int64_t dtype_block_elements(DType dtype) {
     case DType::kQ8_0:
     case DType::kQ4_0:
     case DType::kQ5_0:
+    case DType::kQ8_0P:
       return 32;
     case DType::kQ4_K:
     case DType::kQ5_K:
@@ -57,6 +73,8 @@ inline size_t dtype_block_bytes(DType dtype) {
       return 176;  // Q4_K + high bits[32]
     case DType::kQ6_K:
       return 210;  // ql[128], qh[64], int8 scales[16], f16 d
+    case DType::kQ8_0P:
+      return 34;  // per 16-row panel and block: 16 f16 d, then 8 x 16 dwords of q + 128
   }
   return 0;
 }
@@ -94,6 +112,8 @@ inline const char* dtype_name(DType dtype) {
       return "q5_k";
     case DType::kQ6_K:
       return "q6_k";
+    case DType::kQ8_0P:
+      return "q8_0p";
   }
   return "?";
 }

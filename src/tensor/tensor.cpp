@@ -46,6 +46,7 @@ Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
   SS_CHECK_LE(begin, end);
   SS_CHECK_LE(end, shape_[0]);
   int64_t row = shape_[0] == 0 ? 0 : numel() / shape_[0];
+  SS_CHECK_MSG(dtype_ != DType::kQ8_0P, "q8_0p rows are interleaved in panels: not sliceable");
   Tensor t = *this;
   t.shape_[0] = end - begin;
   SS_CHECK_EQ(row % dtype_block_elements(dtype_), 0);  // rows of whole blocks

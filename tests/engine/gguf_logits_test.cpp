@@ -34,10 +34,12 @@ std::string gguf_path(const std::string& file) {
 // dequantize: GGUF quantized matrices to f32 at load (the exact reference
 // path) rather than kept in their blocks for the quantized kernels.
 std::unique_ptr<ModelInstance> load(const std::string& model, CpuBackend& backend,
-                                    bool dequantize = false) {
+                                    bool dequantize = false,
+                                    CpuWeightLayout layout = CpuWeightLayout::kAuto) {
   ModelInstanceOptions options;
   options.model_dir = model;
   options.dequantize_gguf = dequantize;
+  options.cpu_layout = layout;
   options.kv_tokens = 512;
   auto instance = ModelInstance::create(options, backend);
   SS_CHECK_MSG(instance.ok(), instance.ok() ? "" : instance.message());
@@ -275,6 +277,44 @@ TEST_P(GgufQuantTest, MatchesLlamaCppOnTheSameFile) {
     }
     EXPECT_LE(whole.max_rel, one_chunk_f32 ? 1e-5 : 0.05) << c.file << " " << p;
     EXPECT_EQ(whole.argmax_agree, whole.decisive) << c.file << " " << p;
+  }
+}
+
+// The Q8_0 files with their matrices in panels (model/cpu_weight_layout.h),
+// forced on any CPU (where it lacks AVX-512 VNNI the panel matmul runs its
+// scalar reference): decode-sized chunks, which run on the panels, against
+// llama.cpp's quantized logits at the int8 kernels' bounds above. The
+// panels sum each block in integers and add the blocks in f32 in order (one
+// rounding per block, as llama.cpp's AMX kernels do), so they sit as close
+// to llama.cpp as the row kernels; and at least one logit differs from the
+// as-stored model's in its last bits (so the panels did run).
+TEST(GgufPanels, Q8_0FilesMatchLlamaCppQuantized) {
+  CpuBackend backend(CpuBackendOptions{2});
+  const int32_t chunk = int32_t(cpu::matmul_quant_max_rows());
+  for (const QuantCase& c :
+       {QuantCase{"qwen2.q8_0.gguf", 1000}, QuantCase{"mistral-swa.q8_0.gguf", 48},
+        QuantCase{"tinystories-656k.q8_0.gguf", 1000}}) {
+    auto panels = load(gguf_path(c.file), backend, false, CpuWeightLayout::kPanels);
+    auto stored = load(gguf_path(c.file), backend, false, CpuWeightLayout::kAsStored);
+    GoldenReference ref(gguf_path(c.file.substr(0, c.file.size() - 5) + ".llamacpp.safetensors"));
+    const int64_t vocab = panels->config().vocab_size;
+    bool any_differs = false;
+    for (const std::string& p : prompt_names(ref)) {
+      std::vector<int32_t> ids = ref.ids(p + ".input_ids");
+      const int64_t n = std::min<int64_t>(int64_t(ids.size()), c.max_positions);
+      ids.resize(size_t(n));
+      const std::vector<float> ours = prefill(*panels, ids, chunk);
+      const Stats quant = compare(ours, ref.get(p + ".logits").f32(), n, vocab, 0.25f);
+      std::printf(
+          "%s %s: panels vs llama.cpp quantized %.3g, %d/%d rows over 1e-5 (argmax %d/%d)\n",
+          c.file.c_str(), p.c_str(), quant.max_rel, quant.rows_over_1e5, int(n), quant.argmax_agree,
+          quant.decisive);
+      EXPECT_LE(quant.rows_over_1e5, n / 20) << c.file << " " << p;
+      EXPECT_LE(quant.max_rel, 0.05) << c.file << " " << p;
+      EXPECT_EQ(quant.argmax_agree, quant.decisive) << c.file << " " << p;
+      any_differs = any_differs || ours != prefill(*stored, ids, chunk);
+    }
+    EXPECT_TRUE(any_differs) << c.file << ": the panels gave the as-stored floats everywhere";
   }
 }
 

@@ -11,6 +11,7 @@
 #include "backend/cpu/quant_gemm.h"
 #include "backend/cpu/quant_kernels.h"
 #include "backend/cpu/quant_matmul.h"
+#include "backend/cpu/quant_panels.h"
 
 namespace specstack::cpu {
 namespace {
@@ -296,6 +297,13 @@ void matmul_large(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tens
 
 void matmul(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
   SS_CHECK_EQ(x.dim(), 2);
+  if (w.dtype() == DType::kQ8_0P) {  // Q8_0 panels (quant_panels.h)
+    if (x.size(0) <= kPanelMaxRows)
+      return matmul_q8_0_panels(pool, x, w, bias, y, quant_best_isa());
+    if (quant_prefill_uses_blocksum(quant_prefill_path(), w.dtype(), quant_best_isa(), x.size(0)))
+      return matmul_quant_blocksum(pool, x, w, bias, y, quant_best_isa());
+    return matmul_large(pool, x, w, bias, y);
+  }
   if (dtype_is_quantized(w.dtype())) {
     if (x.size(0) <= matmul_quant_max_rows())
       return matmul_quant(pool, x, w, bias, y, quant_best_isa(), quant_rows_per_pass());

@@ -12,6 +12,7 @@
 #include "backend/cpu/quant_blocks.h"
 #include "backend/cpu/quant_kernels.h"
 #include "backend/cpu/quant_matmul.h"
+#include "backend/cpu/quant_panels.h"
 #include "gguf/gguf_dequant.h"
 
 namespace specstack::cpu {
@@ -136,7 +137,7 @@ void unpack_legacy_rows(DType dtype, const uint8_t* w, int64_t w_row_bytes, int6
 bool quant_blocksum_available(DType dtype, Isa isa) {
 #if SS_QUANT_AVX512
   return (dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kQ5_0 ||
-          dtype == DType::kQ4_K || dtype == DType::kQ5_K) &&
+          dtype == DType::kQ4_K || dtype == DType::kQ5_K || dtype == DType::kQ8_0P) &&
          isa == Isa::kAvx512Vnni && quant_isa_available(isa);
 #else
   (void)dtype;
@@ -227,11 +228,14 @@ void matmul_quant_blocksum(ThreadPool& pool, const Tensor& x, const Tensor& w, c
     const Aligned<float> acc(kCacheRows * G * kLanes);
     for (int64_t o0 = begin; o0 < end; o0 += kCacheRows) {
       const int64_t o1 = std::min(o0 + kCacheRows, end);
-      const uint8_t* tile_w = w_data + o0 * w_row_bytes;  // the rows the kernel reads
+      // The rows the kernel reads (panels: set below, after unpacking).
+      const uint8_t* tile_w = w.dtype() == DType::kQ8_0P ? nullptr : w_data + o0 * w_row_bytes;
       int64_t tile_stride = w_row_bytes;
       if (kquant) {
         unpack_kquant_rows(w.dtype(), tile_w, w_row_bytes, o1 - o0, n_blocks, unpacked.get(),
                            dw.get(), mins.get());
+      } else if (w.dtype() == DType::kQ8_0P) {  // the panels' rows as stored in a GGUF
+        panel_rows_to_q8_0(w, o0, o1, unpacked.get());
       } else if (unpacks) {
         unpack_legacy_rows(w.dtype(), tile_w, w_row_bytes, o1 - o0, n_blocks, unpacked.get());
       }

@@ -24,7 +24,8 @@
 namespace specstack::cpu {
 
 // Whether matmul_quant_blocksum serves weights of `dtype` on `isa` (Q8_0,
-// Q4_0, Q5_0, Q4_K and Q5_K on AVX-512 VNNI, when this CPU has it).
+// Q4_0, Q5_0, Q4_K, Q5_K and Q8_0 panels (quant_panels.h, unpacked to rows
+// per cache tile) on AVX-512 VNNI, when this CPU has it).
 bool quant_blocksum_available(DType dtype, Isa isa);
 
 // y = x · wᵀ (+ bias): x [n, in] f32, w [out, in] Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K, bias

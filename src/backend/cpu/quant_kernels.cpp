@@ -204,7 +204,8 @@ void four_rows(const void* w, int64_t w_stride, const void* a, int64_t n_blocks,
 }  // namespace
 
 bool quant_has_kernel(DType dtype) {
-  return dtype_is_quantized(dtype);  // every quantized DType has one
+  // Every ggml block type has one; Q8_0 panels have their own (quant_panels.h).
+  return dtype_is_quantized(dtype) && dtype != DType::kQ8_0P;
 }
 
 QuantKernel quant_kernel(DType dtype, Isa isa) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend/cpu/quant_kernels.h"
+#include "backend/cpu/quant_panels.h"
 #include "gguf/gguf_dequant.h"
 #include "gguf/gguf_types.h"
 
@@ -73,6 +74,15 @@ void dequantize_rows(const Tensor& w, int64_t row_begin, int64_t row_end, float*
   SS_CHECK_EQ(w.dim(), 2);
   SS_CHECK(0 <= row_begin && row_begin <= row_end && row_end <= w.size(0));
   const int64_t cols = w.size(1);
+  if (w.dtype() == DType::kQ8_0P) {  // rows interleaved in panels: as Q8_0 rows first
+    std::unique_ptr<uint8_t[]> rows(
+        new uint8_t[dtype_bytes(DType::kQ8_0, (row_end - row_begin) * cols) + 1]);
+    panel_rows_to_q8_0(w, row_begin, row_end, rows.get());
+    const Status s = gguf::dequantize(static_cast<uint32_t>(gguf::GgmlType::kQ8_0), rows.get(),
+                                      (row_end - row_begin) * cols, out);
+    SS_CHECK_MSG(s.ok(), s.ok() ? "" : s.message());
+    return;
+  }
   const auto* src = static_cast<const uint8_t*>(w.raw()) + dtype_bytes(w.dtype(), row_begin * cols);
   const Status s = gguf::dequantize(static_cast<uint32_t>(ggml_type(w.dtype())), src,
                                     (row_end - row_begin) * cols, out);
