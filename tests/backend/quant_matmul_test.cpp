@@ -106,8 +106,10 @@ TEST_P(QuantMatmulTest, MatchesDequantizedWeights) {
   }
 }
 
-// The public dispatch: matmul() with a quantized weight is the int8 kernel
-// on the best isa up to matmul_quant_max_rows() rows, and beyond that the
+// The public dispatch: matmul() with a quantized weight is the block-sum
+// GEMM from matmul_blocksum_min_rows() rows where the type and isa have it,
+// else the int8 kernel on the best isa up to matmul_quant_max_rows() rows,
+// and beyond that the
 // int8 tiles where the type has them on that isa, up to its row limit (Q8_0:
 // the same floats as the int8 kernels, quant_gemm_test), else the f32 GEMM on the dequantized
 // weight (no activation rounding: 1e-5).
@@ -120,12 +122,15 @@ TEST_P(QuantMatmulTest, DispatchByRowCount) {
   Tensor wf = Tensor::zeros(DType::kF32, {out, in});
   dequantize_rows(w, 0, out, wf.f32());
   const int64_t max_rows = matmul_quant_max_rows();
-  for (int64_t n : {int64_t{1}, int64_t{5}, max_rows, max_rows + 1, int64_t{40}}) {
+  const int64_t blocksum_from = matmul_blocksum_min_rows();
+  for (int64_t n : {int64_t{1}, int64_t{5}, blocksum_from - 1, blocksum_from, max_rows,
+                    max_rows + 1, int64_t{40}}) {
     Tensor x = random_f32(rng, {n, in});
     Tensor y = Tensor::zeros(DType::kF32, {n, out}), ref = Tensor::zeros(DType::kF32, {n, out});
     matmul(pool, x, w, nullptr, y);
-    const bool blocksum = n > max_rows && quant_prefill_uses_blocksum(quant_prefill_path(), dtype,
-                                                                      quant_best_isa(), n);
+    const bool blocksum =
+        n >= blocksum_from &&
+        quant_prefill_uses_blocksum(quant_prefill_path(), dtype, quant_best_isa(), n);
     const bool int8_prefill =
         quant_prefill_uses_tiles(quant_prefill_path(), dtype, quant_best_isa(), n);
     if (blocksum) {

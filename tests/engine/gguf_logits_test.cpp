@@ -205,7 +205,7 @@ Tiles tiles_for(const std::vector<uint32_t>& types, int64_t n) {
 //    quantized model on chunks of more than cpu::matmul_quant_max_rows()
 //    tokens (those matmuls take dequantized tiles and the f32 GEMM).
 //  * logits: llama.cpp on the quantized file itself, against our int8
-//    kernels (prefill in chunks of matmul_quant_max_rows() tokens, as
+//    kernels (prefill in chunks of matmul_blocksum_min_rows() - 1 tokens, as
 //    decode and short chunks run). Both quantize the activations the same
 //    way (Q8_0 blocks for Q8_0/Q4_0 weights, Q8_K for K-quants, the same
 //    rounding) and sum each block in integers, so what is left is f32
@@ -226,7 +226,9 @@ TEST_P(GgufQuantTest, MatchesLlamaCppOnTheSameFile) {
   const std::string base = c.file.substr(0, c.file.size() - 5);
   GoldenReference ref(gguf_path(base + ".llamacpp.safetensors"));
   const int64_t vocab = quantized->config().vocab_size;
-  const int32_t int8_chunk = int32_t(cpu::matmul_quant_max_rows());
+  // Chunks the row kernels take on every isa (from matmul_blocksum_min_rows()
+  // rows the block-sum GEMM may, where it runs).
+  const int32_t int8_chunk = int32_t(cpu::matmul_blocksum_min_rows() - 1);
   std::vector<uint32_t> file_types;  // ggml types of the file's quantized matrices
   {
     auto file = gguf::GgufFile::open(gguf_path(c.file));

@@ -305,10 +305,11 @@ void matmul(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bi
     return matmul_large(pool, x, w, bias, y);
   }
   if (dtype_is_quantized(w.dtype())) {
+    if (x.size(0) >= matmul_blocksum_min_rows() &&
+        quant_prefill_uses_blocksum(quant_prefill_path(), w.dtype(), quant_best_isa(), x.size(0)))
+      return matmul_quant_blocksum(pool, x, w, bias, y, quant_best_isa());
     if (x.size(0) <= matmul_quant_max_rows())
       return matmul_quant(pool, x, w, bias, y, quant_best_isa(), quant_rows_per_pass());
-    if (quant_prefill_uses_blocksum(quant_prefill_path(), w.dtype(), quant_best_isa(), x.size(0)))
-      return matmul_quant_blocksum(pool, x, w, bias, y, quant_best_isa());
     if (quant_prefill_uses_tiles(quant_prefill_path(), w.dtype(), quant_best_isa(), x.size(0)))
       return matmul_quant_tiled(pool, x, w, bias, y, quant_best_isa());
     return matmul_large(pool, x, w, bias, y);

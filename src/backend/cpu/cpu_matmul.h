@@ -28,10 +28,22 @@ inline int64_t matmul_small_max_rows(DType weight_dtype) {
 // kernels; beyond, the int8 register tiles where quant_prefill_uses_tiles
 // says so (quant_gemm.h: Q8_0, by isa and row count), else matmul_large on
 // dequantized tiles, whose f32 GEMM outruns our one-row-at-a-time integer
-// dots once there are enough rows to amortise the dequantization. Measured on a 0.85B Q8_0 model, 2 threads: 4 rows
-// 6.7 tok/s int8 vs 5.2 sgemm; 64 rows 16.5 vs 21.9; 512 rows 16.7 vs 45.5.
+// dots once there are enough rows to amortise the dequantization. Measured on a 0.85B Q8_0 model, 2
+// threads: 4 rows 6.7 tok/s int8 vs 5.2 sgemm; 64 rows 16.5 vs 21.9; 512 rows 16.7 vs 45.5.
 inline int64_t matmul_quant_max_rows() {
   return 16;
+}
+
+// From this many x rows on, matmul() takes the block-sum GEMM (quant_blocksum.h)
+// wherever quant_prefill_uses_blocksum says so, ahead of the int8 row kernels:
+// its cost is flat up to 16 rows (one zmm lane per activation row), the row
+// kernels' grows with each row, and at 9-16 rows it is 1.0-1.9x them on every
+// block-sum type (quant_matmul_bench, 8192 x 2048, 2 threads, dev VM, session
+// 28: Q4_K 1.0x at 8 rows, 1.9x at 16; Q4_0 1.07x / 1.8x; Q5_0 1.85x / 3.6x).
+// Batched decode of 9-16 sequences runs on it; speculative verification of
+// k + 1 <= 8 rows stays on the row kernels.
+inline int64_t matmul_blocksum_min_rows() {
+  return 9;
 }
 
 // x [n, in] f32, w [out, in] f32/bf16/f16, bias [out] f32 or null, y [n, out] f32.
