@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -39,6 +41,20 @@ Result<std::shared_ptr<MappedFile>> MappedFile::open(const std::string& path) {
   }
   ::close(fd);
   return file;
+}
+
+bool MappedFile::contains(const void* p, size_t n) const {
+  const auto* b = static_cast<const uint8_t*>(p);
+  return data_ != nullptr && b >= data_ && n <= size_ &&
+         b - data_ <= static_cast<ptrdiff_t>(size_ - n);
+}
+
+void MappedFile::release(const void* p, size_t n) const {
+  if (!contains(p, n)) return;
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const auto end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (end > begin) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 MappedFile::~MappedFile() {

@@ -24,6 +24,16 @@ class MappedFile {
   const std::string& path() const { return path_; }
   std::string_view bytes() const { return {reinterpret_cast<const char*>(data_), size_}; }
 
+  // Whether [p, p + n) lies inside this mapping.
+  bool contains(const void* p, size_t n) const;
+
+  // Drops the whole pages inside [p, p + n) (a range of this mapping) from
+  // this process's resident set (MADV_DONTNEED), for bytes that were copied
+  // out and will not be read here again: the mapping is private and never
+  // written, so a later read faults the file's bytes back in, and the page
+  // cache keeps them for the next process that loads the file.
+  void release(const void* p, size_t n) const;
+
  private:
   MappedFile() = default;
   std::string path_;

@@ -1,7 +1,6 @@
 #include "model/cpu_weight_layout.h"
 
 #include "backend/cpu/quant_panels.h"
-#include "tensor/host_memory.h"
 
 namespace specstack {
 namespace {
@@ -12,11 +11,8 @@ namespace {
 bool to_panels(Tensor& w, ThreadPool& pool, const MappedFile* mapping) {
   if (!cpu::q8_0_panels_fit(w)) return false;
   Tensor packed = cpu::repack_q8_0_panels(pool, w);
-  const auto* data = static_cast<const uint8_t*>(w.raw());
-  const size_t bytes = dtype_bytes(w.dtype(), w.numel());
-  const bool file_view = mapping != nullptr && data >= mapping->data() &&
-                         data + bytes <= mapping->data() + mapping->size();
-  if (file_view) release_pages(data, bytes);
+  // A view of the model file: drop the pages it was read from.
+  if (mapping != nullptr) mapping->release(w.raw(), dtype_bytes(w.dtype(), w.numel()));
   w = std::move(packed);
   return true;
 }

@@ -22,7 +22,7 @@ int64_t lay_out_cpu_weights(ModelWeights& weights, ThreadPool& pool, CpuWeightLa
 // embedding table stays as stored (rows are gathered from it); a tied one
 // becomes the LM head's panels (its rows are dequantized from them).
 // Matrices that were views of weights.mapping have the file pages they were
-// read from released (release_pages), so the resident set holds the
+// read from released (MappedFile::release), so the resident set holds the
 // panels, not both.
 int64_t lay_out_cpu_weights(ModelWeights& weights, ThreadPool& pool);
 

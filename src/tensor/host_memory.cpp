@@ -60,17 +60,4 @@ size_t resident_bytes(const void* data, size_t bytes) {
   return std::min(n * page, bytes);
 }
 
-void release_pages(const void* data, size_t bytes) {
-#ifdef MADV_PAGEOUT
-  if (data == nullptr) return;
-  const size_t page = page_size();
-  const auto begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
-  const auto end = (reinterpret_cast<uintptr_t>(data) + bytes) / page * page;
-  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);
-#else
-  (void)data;
-  (void)bytes;
-#endif
-}
-
 }  // namespace specstack

@@ -27,11 +27,4 @@ ZeroedAllocation allocate_zeroed(size_t bytes);
 // reporting how much of a lazily mapped pool has been touched.
 size_t resident_bytes(const void* data, size_t bytes);
 
-// Advice that the whole pages inside [data, data + bytes) will not be read
-// again soon (MADV_PAGEOUT): clean file-backed pages (an mmap'd model
-// file's) leave this process's resident set and the page cache; contents
-// never change (a later read faults them back in). A no-op where the kernel
-// lacks the advice.
-void release_pages(const void* data, size_t bytes);
-
 }  // namespace specstack

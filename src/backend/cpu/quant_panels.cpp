@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -221,14 +220,14 @@ void matmul_q8_0_panels(ThreadPool& pool, const Tensor& x, const Tensor& w, cons
       // rows meets the panel, so its chunk is read from L1 by every pass.
       const int64_t chunk = n <= kMaxActRows ? n_blocks : kChunkBlocks;
       for (int64_t c0 = 0; simd && c0 < n_blocks; c0 += chunk) {
-        const int64_t blocks = std::min(chunk, n_blocks - c0);
+        const int64_t chunk_blocks = std::min(chunk, n_blocks - c0);
         for (int64_t i = 0; i < n; i += kMaxActRows) {
           const int na = int(std::min<int64_t>(kMaxActRows, n - i));
           const int64_t a = i * n_blocks + c0;
-          quant_avx512vnni::panel_rows(
-              panel + c0 * kPanelBlockBytes, blocks, acts.q + i * acts.q_stride + 32 * c0,
-              acts.q_stride, acts.d.get() + a, acts.corr.get() + a, n_blocks, na,
-              y_panel + i * out, out, c0 > 0);
+          quant_avx512vnni::panel_rows(panel + c0 * kPanelBlockBytes, chunk_blocks,
+                                       acts.q + i * acts.q_stride + 32 * c0, acts.q_stride,
+                                       acts.d.get() + a, acts.corr.get() + a, n_blocks, na,
+                                       y_panel + i * out, out, c0 > 0);
         }
       }
 #endif
