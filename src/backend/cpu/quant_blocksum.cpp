@@ -71,9 +71,11 @@ namespace {
 
 // The 32 values of sub-block pair j (0..3) of a Q4_K / Q5_K super-block:
 // low nibbles of ql[32j ..] (sub-block 2j), then high ones (2j + 1), the
-// fifth bits from qh (Q5_K: bit 2j / 2j + 1 of qh[l]). Branch-free loops
-// over 32 bytes that the compiler vectorizes (this runs per cache tile of
-// every prefill matmul: the scalar form took more time than the kernel).
+// fifth bits from qh (Q5_K: bit 2j / 2j + 1 of qh[l]). A branch-free loop
+// over 32 bytes that the compiler can vectorize: this runs per cache tile of
+// every K-quant matmul on the GEMM (with the per-element form and its Q5_K
+// branch an 8192 x 2048 Q4_K matmul of one activation row took 3.16 ms
+// instead of 2.68, 2 threads, dev VM).
 template <bool kFive>
 void unpack_pair(const uint8_t* ql, const uint8_t* qh, int j, int8_t* low, int8_t* high) {
   for (int l = 0; l < 32; ++l) {
