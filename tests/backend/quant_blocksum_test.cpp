@@ -26,18 +26,13 @@
 namespace specstack::cpu {
 namespace {
 
+using specstack::testing::act_blocks;
+using specstack::testing::activations;
 using specstack::testing::float_bits;
 using specstack::testing::random_f32;
 using specstack::testing::random_quantized;
 
 constexpr const char* kNoVnni = "this CPU lacks AVX-512 VNNI (runs on the device Xeon / dev VM)";
-
-// Outliers so that blocks differ in scale, as real activations do.
-Tensor activations(std::mt19937& rng, int64_t n, int64_t in) {
-  Tensor x = random_f32(rng, {n, in}, -2.0f, 2.0f);
-  for (int64_t i = 0; i < n * in; i += 89) x.f32()[i] *= 25.0f;
-  return x;
-}
 
 // w [out, in] (Q4_K or Q5_K) by gguf's reference dequantizer into out [out * in].
 bool dequantize_weights(DType dtype, const Tensor& w, float* out) {
@@ -45,15 +40,6 @@ bool dequantize_weights(DType dtype, const Tensor& w, float* out) {
   return gguf::dequantize(static_cast<uint32_t>(type), static_cast<const uint8_t*>(w.raw()),
                           w.size(0) * w.size(1), out)
       .ok();
-}
-
-// x's rows as Q8_0 activation blocks, as every int8 path quantizes them.
-std::vector<quant::BlockQ8_0> act_blocks(const Tensor& x) {
-  const int64_t n = x.size(0), in = x.size(1);
-  std::vector<quant::BlockQ8_0> a(size_t(n * in / 32));
-  for (int64_t i = 0; i < n; ++i)
-    quantize_activations(QuantAct::kQ8_0, x.f32() + i * in, in, a.data() + i * in / 32);
-  return a;
 }
 
 TEST(QuantBlocksum, Q8_0AndFourAndFiveBitTypesOnAvx512Vnni) {

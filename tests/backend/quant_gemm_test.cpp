@@ -25,6 +25,7 @@ namespace specstack::cpu {
 namespace {
 
 using specstack::testing::float_bits;
+using specstack::testing::activations;
 using specstack::testing::random_f32;
 using specstack::testing::random_quantized;
 
@@ -39,13 +40,6 @@ class QuantGemmTest : public ::testing::TestWithParam<std::tuple<Isa, DType>> {
                       "tiles are not testable here (the VNNI ones run on the device machine)";
   }
 };
-
-// Outliers so that blocks differ in scale, as real activations do.
-Tensor activations(std::mt19937& rng, int64_t n, int64_t in) {
-  Tensor x = random_f32(rng, {n, in}, -2.0f, 2.0f);
-  for (int64_t i = 0; i < n * in; i += 89) x.f32()[i] *= 25.0f;
-  return x;
-}
 
 // The tile on weight rows 0, 2, 4, ... and activation rows 0, 2, 4, ...
 // (strides of two rows: a kernel that assumed adjacent rows fails) equals

@@ -24,24 +24,11 @@
 namespace specstack::cpu {
 namespace {
 
+using specstack::testing::act_blocks;
+using specstack::testing::activations;
 using specstack::testing::float_bits;
 using specstack::testing::random_f32;
 using specstack::testing::random_quantized;
-
-std::vector<quant::BlockQ8_0> act_blocks(const Tensor& x) {
-  const int64_t n = x.size(0), in = x.size(1);
-  std::vector<quant::BlockQ8_0> a(size_t(n * in / 32));
-  for (int64_t i = 0; i < n; ++i)
-    quantize_activations(QuantAct::kQ8_0, x.f32() + i * in, in, a.data() + i * in / 32);
-  return a;
-}
-
-// Outliers so that blocks differ in scale, as real activations do.
-Tensor activations(std::mt19937& rng, int64_t n, int64_t in) {
-  Tensor x = random_f32(rng, {n, in}, -2.0f, 2.0f);
-  for (int64_t i = 0; i < n * in; i += 89) x.f32()[i] *= 25.0f;
-  return x;
-}
 
 // y[i, o] against blocksum_dot_ref on the Q8_0 rows of `rows` (+ bias or +0).
 void expect_reference(const Tensor& y, const Tensor& rows, const Tensor& x, const Tensor* bias,

@@ -9,10 +9,28 @@
 
 #include "backend/cpu/quant_blocks.h"
 #include "backend/cpu/quant_kernels.h"
+#include "cpu_test_helpers.h"
 #include "tensor/dtype.h"
 #include "tensor/tensor.h"
 
 namespace specstack::testing {
+
+// Activations [n, in] in [-2, 2] with outliers, so that blocks differ in
+// scale as real activations do.
+inline Tensor activations(std::mt19937& rng, int64_t n, int64_t in) {
+  Tensor x = random_f32(rng, {n, in}, -2.0f, 2.0f);
+  for (int64_t i = 0; i < n * in; i += 89) x.f32()[i] *= 25.0f;
+  return x;
+}
+
+// x's rows as Q8_0 activation blocks, as every int8 path quantizes them.
+inline std::vector<cpu::quant::BlockQ8_0> act_blocks(const Tensor& x) {
+  const int64_t n = x.size(0), in = x.size(1);
+  std::vector<cpu::quant::BlockQ8_0> a(size_t(n * in / 32));
+  for (int64_t i = 0; i < n; ++i)
+    cpu::quantize_activations(cpu::QuantAct::kQ8_0, x.f32() + i * in, in, a.data() + i * in / 32);
+  return a;
+}
 
 // Offsets of the f16 scale fields of each block type, set to sane values
 // after the rest of the block is random bytes (random bits would give NaN
