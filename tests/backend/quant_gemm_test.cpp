@@ -24,8 +24,8 @@
 namespace specstack::cpu {
 namespace {
 
-using specstack::testing::float_bits;
 using specstack::testing::activations;
+using specstack::testing::float_bits;
 using specstack::testing::random_f32;
 using specstack::testing::random_quantized;
 
