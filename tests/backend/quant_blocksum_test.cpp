@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/quant_blocks.h"
@@ -32,7 +33,15 @@ using specstack::testing::float_bits;
 using specstack::testing::random_f32;
 using specstack::testing::random_quantized;
 
-constexpr const char* kNoVnni = "this CPU lacks AVX-512 VNNI (runs on the device Xeon / dev VM)";
+// The kernels run on AVX-512 VNNI (zmm tiles) and AVX-VNNI (ymm tiles):
+// each test runs on both where the CPU has them (the device Xeon and the
+// dev VM have both).
+class QuantBlocksumTest : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (!quant_isa_available(GetParam())) GTEST_SKIP() << "this CPU lacks " << isa_name(GetParam());
+  }
+};
 
 // w [out, in] (Q4_K or Q5_K) by gguf's reference dequantizer into out [out * in].
 bool dequantize_weights(DType dtype, const Tensor& w, float* out) {
@@ -42,16 +51,20 @@ bool dequantize_weights(DType dtype, const Tensor& w, float* out) {
       .ok();
 }
 
-TEST(QuantBlocksum, Q8_0AndFourAndFiveBitTypesOnAvx512Vnni) {
-  EXPECT_FALSE(quant_blocksum_available(DType::kQ6_K, Isa::kAvx512Vnni));
-  EXPECT_FALSE(quant_blocksum_available(DType::kBF16, Isa::kAvx512Vnni));
+TEST(QuantBlocksum, Q8_0AndFourAndFiveBitTypesOnVnni) {
+  for (Isa isa : {Isa::kAvx512Vnni, Isa::kAvxVnni}) {
+    EXPECT_FALSE(quant_blocksum_available(DType::kQ6_K, isa));
+    EXPECT_FALSE(quant_blocksum_available(DType::kBF16, isa));
+    for (DType dtype :
+         {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_K, DType::kQ5_K, DType::kQ8_0P}) {
+      EXPECT_EQ(quant_blocksum_available(dtype, isa), quant_isa_available(isa))
+          << dtype_name(dtype) << " " << isa_name(isa);
+    }
+  }
+  // AVX2's maddubs would saturate the (a + 128) w pairs: no block-sum GEMM.
   EXPECT_FALSE(quant_blocksum_available(DType::kQ8_0, Isa::kAvx2));
   EXPECT_FALSE(quant_blocksum_available(DType::kQ4_K, Isa::kAvx2));
   EXPECT_FALSE(quant_blocksum_available(DType::kQ8_0, Isa::kScalar));
-  for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_K, DType::kQ5_K}) {
-    EXPECT_EQ(quant_blocksum_available(dtype, Isa::kAvx512Vnni),
-              quant_isa_available(Isa::kAvx512Vnni));
-  }
 }
 
 // K-quant weights: the dequantized weights (gguf's reference dequantizer)
@@ -59,8 +72,8 @@ TEST(QuantBlocksum, Q8_0AndFourAndFiveBitTypesOnAvx512Vnni) {
 // f32 result: within a few ulps of the sum of |terms| (scale * q and min
 // summed separately, so both parts' magnitudes count). Shapes cross the
 // register tile, the cache tile and the chunks; bias included.
-TEST(QuantBlocksum, KQuantsEqualTheDequantizedProduct) {
-  if (!quant_isa_available(Isa::kAvx512Vnni)) GTEST_SKIP() << kNoVnni;
+TEST_P(QuantBlocksumTest, KQuantsEqualTheDequantizedProduct) {
+  const Isa isa = GetParam();
   ThreadPool pool(3);
   std::mt19937 rng(515);
   for (DType dtype : {DType::kQ4_K, DType::kQ5_K}) {
@@ -72,7 +85,7 @@ TEST(QuantBlocksum, KQuantsEqualTheDequantizedProduct) {
           Tensor x = activations(rng, n, in);
           Tensor bias = random_f32(rng, {out});
           Tensor y = Tensor::zeros(DType::kF32, {n, out});
-          matmul_quant_blocksum(pool, x, w, &bias, y, Isa::kAvx512Vnni);
+          matmul_quant_blocksum(pool, x, w, &bias, y, isa);
           std::vector<float> wf(size_t(out * in));
           ASSERT_TRUE(dequantize_weights(dtype, w, wf.data()));
           const std::vector<quant::BlockQ8_0> a = act_blocks(x);
@@ -96,11 +109,11 @@ TEST(QuantBlocksum, KQuantsEqualTheDequantizedProduct) {
   }
 }
 
-// Shapes around the register tile (4 weight rows x 2 groups of 16
-// activation rows), the 32-row cache tile and the 16-block chunks, with
-// ragged ends of each; bias included.
-TEST(QuantBlocksum, MatmulEqualsScalarReferenceBitForBit) {
-  if (!quant_isa_available(Isa::kAvx512Vnni)) GTEST_SKIP() << kNoVnni;
+// Shapes around the register tiles (AVX-512 VNNI: 4 weight rows x 2 groups
+// of 16 activation rows; AVX-VNNI: 3 rows x 1 group), the 32-row cache tile and the 16-block
+// chunks, with ragged ends of each; bias included.
+TEST_P(QuantBlocksumTest, MatmulEqualsScalarReferenceBitForBit) {
+  const Isa isa = GetParam();
   ThreadPool pool(3);
   std::mt19937 rng(4242);
   for (int64_t out : {1, 3, 4, 5, 33, 70}) {
@@ -111,7 +124,7 @@ TEST(QuantBlocksum, MatmulEqualsScalarReferenceBitForBit) {
         Tensor x = activations(rng, n, in);
         Tensor bias = random_f32(rng, {out});
         Tensor y = Tensor::zeros(DType::kF32, {n, out});
-        matmul_quant_blocksum(pool, x, w, &bias, y, Isa::kAvx512Vnni);
+        matmul_quant_blocksum(pool, x, w, &bias, y, isa);
         const std::vector<quant::BlockQ8_0> a = act_blocks(x);
         const auto* wb = static_cast<const quant::BlockQ8_0*>(w.raw());
         for (int64_t i = 0; i < n; ++i) {
@@ -131,8 +144,8 @@ TEST(QuantBlocksum, MatmulEqualsScalarReferenceBitForBit) {
 // the same f16 scale), so the result equals blocksum_dot_ref over those
 // blocks bit for bit; the blocks are rebuilt here from gguf's reference
 // dequantizer (value / d is the exact small integer).
-TEST(QuantBlocksum, Q4_0AndQ5_0EqualTheScalarReferenceOfTheirBlocks) {
-  if (!quant_isa_available(Isa::kAvx512Vnni)) GTEST_SKIP() << kNoVnni;
+TEST_P(QuantBlocksumTest, Q4_0AndQ5_0EqualTheScalarReferenceOfTheirBlocks) {
+  const Isa isa = GetParam();
   ThreadPool pool(3);
   std::mt19937 rng(616);
   for (DType dtype : {DType::kQ4_0, DType::kQ5_0}) {
@@ -140,7 +153,7 @@ TEST(QuantBlocksum, Q4_0AndQ5_0EqualTheScalarReferenceOfTheirBlocks) {
     Tensor w = random_quantized(rng, dtype, out, in);
     Tensor x = activations(rng, n, in);
     Tensor y = Tensor::zeros(DType::kF32, {n, out});
-    matmul_quant_blocksum(pool, x, w, nullptr, y, Isa::kAvx512Vnni);
+    matmul_quant_blocksum(pool, x, w, nullptr, y, isa);
     std::vector<float> wf(size_t(out * in));
     const gguf::GgmlType type =
         dtype == DType::kQ4_0 ? gguf::GgmlType::kQ4_0 : gguf::GgmlType::kQ5_0;
@@ -169,8 +182,8 @@ TEST(QuantBlocksum, Q4_0AndQ5_0EqualTheScalarReferenceOfTheirBlocks) {
 
 // Weight bytes of -128 and saturated activations: the +128 / -128 Σw
 // offsets stay exact at the extremes of the int8 range.
-TEST(QuantBlocksum, ExtremeBytesStayExact) {
-  if (!quant_isa_available(Isa::kAvx512Vnni)) GTEST_SKIP() << kNoVnni;
+TEST_P(QuantBlocksumTest, ExtremeBytesStayExact) {
+  const Isa isa = GetParam();
   ThreadPool pool(2);
   std::mt19937 rng(77);
   const int64_t out = 9, n = 20, blocks = 5, in = blocks * 32;
@@ -181,7 +194,7 @@ TEST(QuantBlocksum, ExtremeBytesStayExact) {
   Tensor x = activations(rng, n, in);
   for (int64_t i = 0; i < in; ++i) x.f32()[i] = (i / 32) % 2 ? 1.0f : -1.0f;  // a = +-127
   Tensor y = Tensor::zeros(DType::kF32, {n, out});
-  matmul_quant_blocksum(pool, x, w, nullptr, y, Isa::kAvx512Vnni);
+  matmul_quant_blocksum(pool, x, w, nullptr, y, isa);
   const std::vector<quant::BlockQ8_0> a = act_blocks(x);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t o = 0; o < out; ++o)
@@ -193,16 +206,16 @@ TEST(QuantBlocksum, ExtremeBytesStayExact) {
 // Against the decode path (matmul_quant: the same integer per 4 values,
 // scaled per lane and summed across lanes at the end): the same quantity
 // up to f32 rounding, so within a few ulps of Σ |d_w d_a Σ w a| per block.
-TEST(QuantBlocksum, CloseToTheDecodeKernels) {
-  if (!quant_isa_available(Isa::kAvx512Vnni)) GTEST_SKIP() << kNoVnni;
+TEST_P(QuantBlocksumTest, CloseToTheDecodeKernels) {
+  const Isa isa = GetParam();
   ThreadPool pool(2);
   std::mt19937 rng(99);
   const int64_t out = 37, n = 40, blocks = 64, in = blocks * 32;
   Tensor w = random_quantized(rng, DType::kQ8_0, out, in);
   Tensor x = activations(rng, n, in);
   Tensor y = Tensor::zeros(DType::kF32, {n, out}), ref = Tensor::zeros(DType::kF32, {n, out});
-  matmul_quant_blocksum(pool, x, w, nullptr, y, Isa::kAvx512Vnni);
-  matmul_quant(pool, x, w, nullptr, ref, Isa::kAvx512Vnni);
+  matmul_quant_blocksum(pool, x, w, nullptr, y, isa);
+  matmul_quant(pool, x, w, nullptr, ref, isa);
   const std::vector<quant::BlockQ8_0> a = act_blocks(x);
   const auto* wb = static_cast<const quant::BlockQ8_0*>(w.raw());
   for (int64_t i = 0; i < n; ++i) {
@@ -218,6 +231,10 @@ TEST(QuantBlocksum, CloseToTheDecodeKernels) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Isas, QuantBlocksumTest,
+                         ::testing::Values(Isa::kAvx512Vnni, Isa::kAvxVnni),
+                         [](const auto& info) { return std::string(isa_name(info.param)); });
 
 }  // namespace
 }  // namespace specstack::cpu

@@ -189,20 +189,20 @@ TEST_P(QuantGemmTest, MatmulTiledAcrossActivationChunksBitForBit) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(IsasTypes, QuantGemmTest,
-                         ::testing::Combine(::testing::Values(Isa::kAvx2, Isa::kAvx512Vnni),
-                                            ::testing::Values(DType::kQ8_0, DType::kQ4_0,
-                                                              DType::kQ5_0)),
-                         [](const auto& info) {
-                           return std::string(isa_name(std::get<0>(info.param))) + "_" +
-                                  dtype_name(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    IsasTypes, QuantGemmTest,
+    ::testing::Combine(::testing::Values(Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni),
+                       ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kQ5_0)),
+    [](const auto& info) {
+      return std::string(isa_name(std::get<0>(info.param))) + "_" +
+             dtype_name(std::get<1>(info.param));
+    });
 
 // Only the 32-blocks (Q8_0, Q4_0, Q5_0) on AVX2 / AVX-512 VNNI have tiles so
 // far; the K-quants (and the scalar isa) prefill through dequantize + sgemm.
 TEST(QuantGemm, TilesOnlyForThe32BlocksOnSimd) {
   EXPECT_EQ(quant_tile(DType::kQ8_0, Isa::kScalar).fn, nullptr);
-  for (Isa isa : {Isa::kAvx2, Isa::kAvx512Vnni}) {
+  for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni}) {
     if (!quant_isa_available(isa)) continue;
     for (DType d : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0})
       EXPECT_NE(quant_tile(d, isa).fn, nullptr) << dtype_name(d) << " " << isa_name(isa);
@@ -228,19 +228,20 @@ TEST(QuantGemm, PrefillPathFollowsTheVariable) {
 }
 
 // kAuto: the block-sum GEMM for Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K on AVX-512
-// VNNI at every count (not Q6_K), else
+// VNNI and AVX-VNNI at every count (not Q6_K), else
 // the tiles up to the isa's row limit (AVX2 32, AVX-512 VNNI 256),
 // dequantize + sgemm beyond and for types without tiles; the pinned paths
 // hold at every count, kBlockSum falling back to kAuto's choice for the
 // types it lacks.
 TEST(QuantGemm, PrefillPathByRowCount) {
   EXPECT_EQ(quant_tiled_max_rows(Isa::kAvx2), 32);
+  EXPECT_EQ(quant_tiled_max_rows(Isa::kAvxVnni), 32);
   EXPECT_EQ(quant_tiled_max_rows(Isa::kScalar), 0);
   EXPECT_EQ(quant_tiled_max_rows(Isa::kAvx512Vnni), 256);
-  for (Isa isa : {Isa::kAvx2, Isa::kAvx512Vnni}) {
+  for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni}) {
     if (!quant_isa_available(isa)) continue;
     const int64_t limit = quant_tiled_max_rows(isa);
-    const bool blocksum = isa == Isa::kAvx512Vnni;
+    const bool blocksum = isa != Isa::kAvx2;  // either VNNI
     for (int64_t n : {int64_t{17}, limit, limit + 1, int64_t{4096}}) {
       EXPECT_EQ(quant_prefill_uses_blocksum(QuantPrefill::kAuto, DType::kQ8_0, isa, n), blocksum);
       EXPECT_EQ(quant_prefill_uses_blocksum(QuantPrefill::kBlockSum, DType::kQ8_0, isa, n),

@@ -81,13 +81,15 @@ TEST(QuantPanels, RoundTripAndDocumentedLayout) {
   EXPECT_FALSE(q8_0_panels_fit(random_quantized(rng, DType::kQ4_0, 32, 64)));
 }
 
-// Every isa this CPU has (the scalar loop everywhere), 1-17 activation rows,
+// Every isa this CPU has (the scalar loop everywhere; AVX-VNNI and AVX-512
+// VNNI kernels where it has them), 1-17 activation rows,
 // panels 1 and 5, blocks 1, 3 and 64, with and without bias; extreme bytes.
 TEST(QuantPanels, MatmulEqualsBlocksumReferenceBitForBit) {
   ThreadPool pool(3);
   std::mt19937 rng(1616);
   std::vector<Isa> isas = {Isa::kScalar};
-  if (quant_panels_available(Isa::kAvx512Vnni)) isas.push_back(Isa::kAvx512Vnni);
+  for (Isa isa : {Isa::kAvxVnni, Isa::kAvx512Vnni})
+    if (quant_panels_available(isa)) isas.push_back(isa);
   for (Isa isa : isas) {
     for (int64_t out : {16, 80}) {
       for (int64_t in : {32, 96, 2048}) {
@@ -141,9 +143,10 @@ TEST(QuantPanels, MatmulDispatchAndPrefillAgree) {
   EXPECT_EQ(a, b);
 }
 
-TEST(QuantPanels, AvailableWithAvx512VnniOnly) {
+TEST(QuantPanels, AvailableWithVnniOnly) {
   EXPECT_FALSE(quant_panels_available(Isa::kScalar));
   EXPECT_FALSE(quant_panels_available(Isa::kAvx2));
+  EXPECT_EQ(quant_panels_available(Isa::kAvxVnni), quant_isa_available(Isa::kAvxVnni));
   EXPECT_EQ(quant_panels_available(Isa::kAvx512Vnni), quant_isa_available(Isa::kAvx512Vnni));
 }
 

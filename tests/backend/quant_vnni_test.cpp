@@ -1,8 +1,8 @@
 // The AVX-512 VNNI quantized kernels (quant_kernels_avx512.cpp) against
 // their scalar and AVX2 twins, and the run-time choice of isa
 // (quant_isa.cpp). The kernel tests need a CPU with AVX-512 F / BW / VL /
-// VNNI and skip elsewhere (the development VM and CI have AVX2 only); they
-// run on the device machine's host CPU.
+// VNNI and skip elsewhere (the development VM and the device machine's host
+// CPU have it; CI's machine may not).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -122,13 +122,13 @@ INSTANTIATE_TEST_SUITE_P(Types, QuantVnniTest,
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(QuantIsa, ParseNamesRoundTrip) {
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Vnni}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni}) {
     Isa parsed = Isa::kScalar;
     ASSERT_TRUE(parse_quant_isa(isa_name(isa), &parsed)) << isa_name(isa);
     EXPECT_EQ(parsed, isa);
   }
   Isa unchanged = Isa::kAvx2;
-  for (const char* bad : {"", "AVX2", "avx512", "vnni", "avx2 "}) {
+  for (const char* bad : {"", "AVX2", "avx512", "vnni", "avx2 ", "avx-vnni", "avx_vnni"}) {
     EXPECT_FALSE(parse_quant_isa(bad, &unchanged)) << bad;
   }
   EXPECT_FALSE(parse_quant_isa(nullptr, &unchanged));
@@ -139,6 +139,7 @@ TEST(QuantIsa, ParseNamesRoundTrip) {
 // unknown name, or one the CPU lacks: the fastest, with a note naming it.
 TEST(QuantIsa, ChoiceFollowsTheVariableAndTheCpu) {
   const Isa fastest = quant_isa_available(Isa::kAvx512Vnni) ? Isa::kAvx512Vnni
+                      : quant_isa_available(Isa::kAvxVnni)  ? Isa::kAvxVnni
                       : quant_isa_available(Isa::kAvx2)     ? Isa::kAvx2
                                                             : Isa::kScalar;
   std::string note = "stale";
@@ -150,7 +151,7 @@ TEST(QuantIsa, ChoiceFollowsTheVariableAndTheCpu) {
   EXPECT_TRUE(note.empty());
   EXPECT_EQ(choose_quant_isa("avx-2", &note), fastest);
   EXPECT_NE(note.find("SPECSTACK_QUANT_ISA=avx-2 ignored: expected"), std::string::npos) << note;
-  for (Isa isa : {Isa::kAvx2, Isa::kAvx512Vnni}) {
+  for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni}) {
     if (quant_isa_available(isa)) {
       EXPECT_EQ(choose_quant_isa(isa_name(isa), &note), isa);
       EXPECT_TRUE(note.empty()) << note;
@@ -171,7 +172,7 @@ TEST(QuantIsa, RowsPerPassFollowsTheVariable) {
   EXPECT_EQ(default_quant_rows(Isa::kAvx2), 1);
   EXPECT_EQ(default_quant_rows(Isa::kScalar), 1);
   std::string note = "stale";
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Vnni}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni}) {
     const int fallback = default_quant_rows(isa);
     EXPECT_EQ(choose_quant_rows(nullptr, isa, &note), fallback);
     EXPECT_TRUE(note.empty());

@@ -17,23 +17,34 @@
 
 namespace specstack::cpu {
 
-#if SS_QUANT_AVX512
-// quant_blocksum_avx512.cpp. A group is 16 activation rows; a packed group
-// holds, per block, 8 x 64 bytes (dword k of each of the 16 rows, + 128) and
-// 16 f32 scales. The tables hold, per weight row and block, -128 Σw (int32)
-// and the f32 scale.
-namespace quant_avx512vnni {
-int blocksum_tile_rows();
-int blocksum_tile_groups();
+#if SS_QUANT_AVX2
+// A group is 16 activation rows; a packed group holds, per block, 8 x 64
+// bytes (dword k of each of the 16 rows, + 128) and 16 f32 scales. The
+// tables hold, per weight row and block, -128 Σw (int32) and the f32 scale.
+// Packing and tables: quant_blocksum_avx2.cpp's AVX2 build; the tiles: its
+// AVX-VNNI build (one group, 256-bit) and quant_blocksum_avx512.cpp.
+#define SS_DECLARE_BLOCKSUM_TILE                                                                 \
+  int blocksum_tile_rows();                                                                      \
+  int blocksum_tile_groups();                                                                    \
+  void blocksum_tile(const void* w, int64_t w_stride, const int32_t* corr, const float* dw,      \
+                     int64_t tab_stride, const uint8_t* pa, const float* pas, int64_t ga_stride, \
+                     int64_t gs_stride, int64_t n_blocks, int rows, int groups, float* acc_io,   \
+                     bool first);
+namespace quant_avx2 {
 void blocksum_pack_act(const void* act, int64_t act_stride, int64_t n_rows, int64_t n_blocks,
                        uint8_t* out, float* out_scales);
 void blocksum_weight_tables(const void* w, int64_t w_stride, int64_t n_rows, int64_t n_blocks,
                             int32_t* corr, float* dw);
-void blocksum_tile(const void* w, int64_t w_stride, const int32_t* corr, const float* dw,
-                   int64_t tab_stride, const uint8_t* pa, const float* pas, int64_t ga_stride,
-                   int64_t gs_stride, int64_t n_blocks, int rows, int groups, float* acc_io,
-                   bool first);
+}  // namespace quant_avx2
+namespace quant_avxvnni {
+SS_DECLARE_BLOCKSUM_TILE
+}  // namespace quant_avxvnni
+#if SS_QUANT_AVX512
+namespace quant_avx512vnni {
+SS_DECLARE_BLOCKSUM_TILE
 }  // namespace quant_avx512vnni
+#endif
+#undef SS_DECLARE_BLOCKSUM_TILE
 #endif
 
 namespace {
@@ -153,10 +164,10 @@ void unpack_legacy_rows(DType dtype, const uint8_t* w, int64_t w_row_bytes, int6
 }  // namespace
 
 bool quant_blocksum_available(DType dtype, Isa isa) {
-#if SS_QUANT_AVX512
+#if SS_QUANT_AVX2 && SS_QUANT_AVX512
   return (dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kQ5_0 ||
           dtype == DType::kQ4_K || dtype == DType::kQ5_K || dtype == DType::kQ8_0P) &&
-         isa == Isa::kAvx512Vnni && quant_isa_available(isa);
+         (isa == Isa::kAvx512Vnni || isa == Isa::kAvxVnni) && quant_isa_available(isa);
 #else
   (void)dtype;
   (void)isa;
@@ -184,8 +195,17 @@ void matmul_quant_blocksum(ThreadPool& pool, const Tensor& x, const Tensor& w, c
                std::string("matmul_quant_blocksum: not for ") + dtype_name(w.dtype()) + " on " +
                    isa_name(isa));
   if (n == 0 || out == 0) return;
-#if SS_QUANT_AVX512
-  namespace v = quant_avx512vnni;
+#if SS_QUANT_AVX2 && SS_QUANT_AVX512
+  // The isa's register tile: R weight rows x G groups of 16 activation rows.
+  struct {
+    int64_t rows, groups;
+    decltype(&quant_avxvnni::blocksum_tile) fn;
+  } const tile = isa == Isa::kAvx512Vnni ? decltype(tile){quant_avx512vnni::blocksum_tile_rows(),
+                                                          quant_avx512vnni::blocksum_tile_groups(),
+                                                          quant_avx512vnni::blocksum_tile}
+                                         : decltype(tile){quant_avxvnni::blocksum_tile_rows(),
+                                                          quant_avxvnni::blocksum_tile_groups(),
+                                                          quant_avxvnni::blocksum_tile};
   // Activations as Q8_0 blocks whatever the weights (32 values a block: a
   // K-quant sub-block).
   const QuantKernel k = quant_kernel(DType::kQ8_0, isa);
@@ -217,13 +237,13 @@ void matmul_quant_blocksum(ThreadPool& pool, const Tensor& x, const Tensor& w, c
   const Aligned<float> pas(n_groups * gs_stride);
   pool.parallel_for(n_groups, 1, [&](int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g) {
-      v::blocksum_pack_act(act.get() + g * kLanes * act_row_bytes, act_row_bytes,
-                           std::min(kLanes, n - g * kLanes), n_blocks, pa.get() + g * ga_stride,
-                           pas.get() + g * gs_stride);
+      quant_avx2::blocksum_pack_act(act.get() + g * kLanes * act_row_bytes, act_row_bytes,
+                                    std::min(kLanes, n - g * kLanes), n_blocks,
+                                    pa.get() + g * ga_stride, pas.get() + g * gs_stride);
     }
   });
 
-  const int64_t R = v::blocksum_tile_rows(), G = v::blocksum_tile_groups();
+  const int64_t R = tile.rows, G = tile.groups;
   const auto* w_data = static_cast<const uint8_t*>(w.raw());
   const float* b = bias ? bias->f32() : nullptr;
   float* y_data = y.f32();
@@ -263,8 +283,8 @@ void matmul_quant_blocksum(ThreadPool& pool, const Tensor& x, const Tensor& w, c
       }
       // corr = -128 Σq; dw = the blocks' f16 scales (Q8_0, Q4_0, Q5_0; a
       // K-quant keeps the f32 scales unpacking wrote).
-      v::blocksum_weight_tables(tile_w, tile_stride, o1 - o0, n_blocks, corr.get(),
-                                kquant ? unused_scales.get() : dw.get());
+      quant_avx2::blocksum_weight_tables(tile_w, tile_stride, o1 - o0, n_blocks, corr.get(),
+                                         kquant ? unused_scales.get() : dw.get());
       if (kquant) {
         // min_terms [n, kCacheRows] = act_sums [n, n_blocks] · mins [rows, n_blocks]ᵀ:
         // Σ_blocks min · d_a Σ a for every (activation row, weight row), in
@@ -280,12 +300,11 @@ void matmul_quant_blocksum(ThreadPool& pool, const Tensor& x, const Tensor& w, c
           const int64_t chunk = std::min(kChunkBlocks, n_blocks - c0);
           for (int64_t o = o0; o < o1; o += R) {
             const int rows = int(std::min(R, o1 - o));
-            v::blocksum_tile(tile_w + (o - o0) * tile_stride + c0 * tile_stride / n_blocks,
-                             tile_stride, corr.get() + (o - o0) * n_blocks + c0,
-                             dw.get() + (o - o0) * n_blocks + c0, n_blocks,
-                             pa.get() + g0 * ga_stride + c0 * kGroupBlockBytes,
-                             pas.get() + g0 * gs_stride + c0 * kLanes, ga_stride, gs_stride, chunk,
-                             rows, groups, acc.get() + (o - o0) * G * kLanes, c0 == 0);
+            tile.fn(tile_w + (o - o0) * tile_stride + c0 * tile_stride / n_blocks, tile_stride,
+                    corr.get() + (o - o0) * n_blocks + c0, dw.get() + (o - o0) * n_blocks + c0,
+                    n_blocks, pa.get() + g0 * ga_stride + c0 * kGroupBlockBytes,
+                    pas.get() + g0 * gs_stride + c0 * kLanes, ga_stride, gs_stride, chunk, rows,
+                    groups, acc.get() + (o - o0) * G * kLanes, c0 == 0);
           }
         }
         // acc of tile t = (o - o0) / R: [r][g][lane] with g < groups.

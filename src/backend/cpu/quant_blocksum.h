@@ -1,5 +1,5 @@
 // The block-sum int8 GEMM: prefill on Q8_0 (and Q4_0 / Q5_0 / Q4_K / Q5_K, unpacked to
-// it) weights with AVX-512 VNNI,
+// it) weights with AVX-512 VNNI or AVX-VNNI,
 // activations quantized to Q8_0 blocks as for every int8 path, each
 // (weight row, activation row) summed per 32-value block in int32 and the
 // blocks added in f32:
@@ -7,8 +7,8 @@
 // (blocksum_dot_ref is that, in scalar code; the kernel equals it bit for
 // bit). One zmm holds one weight row against 16 activation rows, so a
 // block costs 8 vpdpbusd + convert + scale product + FMA per 512
-// multiply-adds (quant_blocksum_avx512.cpp), a third of the packed tiles'
-// work (quant_gemm.h), which keep the one-row kernel's 16 partial lanes
+// multiply-adds (quant_blocksum_avx512.cpp; AVX-VNNI: two ymm halves,
+// quant_blocksum_avx2.cpp), a third of the packed tiles' work (quant_gemm.h), which keep the one-row kernel's 16 partial lanes
 // per block pair so as to equal the decode kernels bit for bit. These
 // floats differ from the decode kernels' in the last bits (one rounding per
 // block instead of one per 4 values), as the dequantize + sgemm path's
@@ -25,7 +25,7 @@ namespace specstack::cpu {
 
 // Whether matmul_quant_blocksum serves weights of `dtype` on `isa` (Q8_0,
 // Q4_0, Q5_0, Q4_K, Q5_K and Q8_0 panels (quant_panels.h, unpacked to rows
-// per cache tile) on AVX-512 VNNI, when this CPU has it).
+// per cache tile) on AVX-512 VNNI or AVX-VNNI, when this CPU has it).
 bool quant_blocksum_available(DType dtype, Isa isa);
 
 // y = x · wᵀ (+ bias): x [n, in] f32, w [out, in] Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K, bias

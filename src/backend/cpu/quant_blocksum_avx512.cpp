@@ -16,9 +16,10 @@
 //
 // vpdpbusd multiplies unsigned by signed bytes: the activations are packed
 // as a + 128 (u8) and each weight block's -128 Σw starts its lanes, so
-// Σ (a + 128) w - 128 Σw = Σ a w exactly. Built with -mavx512f -mavx512bw
-// -mavx512vl -mavx512vnni (CMakeLists.txt) and only called after CPUID and
-// XGETBV say so.
+// Σ (a + 128) w - 128 Σw = Σ a w exactly (the packing and the -128 Σw
+// tables: quant_blocksum_avx2.cpp, shared with the AVX-VNNI tile). Built
+// with -mavx512f -mavx512bw -mavx512vl -mavx512vnni (CMakeLists.txt) and
+// only called after CPUID and XGETBV say so.
 #if SS_QUANT_AVX512  // x86 builds only (CMakeLists.txt)
 #include <immintrin.h>
 
@@ -105,49 +106,6 @@ int blocksum_tile_rows() {
 }
 int blocksum_tile_groups() {
   return kGroups;
-}
-
-void blocksum_pack_act(const void* act, int64_t act_stride, int64_t n_rows, int64_t n_blocks,
-                       uint8_t* out, float* out_scales) {
-  // One group: rows past n_rows are a = 0 (u8 128) with scale 0.
-  const auto* base = static_cast<const uint8_t*>(act);
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    uint32_t* o = reinterpret_cast<uint32_t*>(out + b * kGroupBlockBytes);
-    float* s = out_scales + b * kLanes;
-    for (int64_t c = 0; c < kLanes; ++c) {
-      if (c < n_rows) {
-        const auto& blk = reinterpret_cast<const BlockQ8_0*>(base + c * act_stride)[b];
-        s[c] = f16(blk.d);
-        for (int k = 0; k < 8; ++k) {
-          uint32_t v;
-          std::memcpy(&v, blk.qs + 4 * k, 4);
-          o[k * kLanes + c] = v ^ 0x80808080u;
-        }
-      } else {
-        s[c] = 0.0f;
-        for (int k = 0; k < 8; ++k) o[k * kLanes + c] = 0x80808080u;
-      }
-    }
-  }
-}
-
-void blocksum_weight_tables(const void* w, int64_t w_stride, int64_t n_rows, int64_t n_blocks,
-                            int32_t* corr, float* dw) {
-  const __m256i flip = _mm256_set1_epi8(char(0x80));
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const auto* x =
-        reinterpret_cast<const BlockQ8_0*>(static_cast<const uint8_t*>(w) + r * w_stride);
-    for (int64_t b = 0; b < n_blocks; ++b) {
-      // Σ (w + 128) over the 32 bytes, 4 partial sums of 8 (vpsadbw).
-      const __m256i sad =
-          _mm256_sad_epu8(_mm256_xor_si256(load256(x[b].qs), flip), _mm256_setzero_si256());
-      const __m128i s2 =
-          _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
-      const int64_t sum_u = _mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1);
-      corr[r * n_blocks + b] = int32_t(-128 * (sum_u - 32 * 128));
-      dw[r * n_blocks + b] = f16(x[b].d);
-    }
-  }
 }
 
 void blocksum_tile(const void* w, int64_t w_stride, const int32_t* corr, const float* dw,

@@ -24,20 +24,27 @@ namespace specstack::cpu {
   void tile_q5_0(const void* w, int64_t w_stride, const void* a, int64_t a_stride, \
                  int64_t n_blocks, float* out, int64_t out_stride);
 #if SS_QUANT_AVX2
+// quant_tile_avx2.cpp, built twice: AVX2 and AVX-VNNI (quant_simd_avx2.h).
+#define SS_DECLARE_AVX2_TILES                                                                \
+  SS_DECLARE_TILE_KERNELS                                                                    \
+  void tile_scaled_q8_0(const void* w, int64_t w_stride, const float* ws, int64_t ws_stride, \
+                        const void* a, int64_t a_stride, const float* as, int64_t as_stride, \
+                        int64_t n_blocks, float* out, int64_t out_stride);                   \
+  void tile_scaled_q4_0(const void* w, int64_t w_stride, const float* ws, int64_t ws_stride, \
+                        const void* a, int64_t a_stride, const float* as, int64_t as_stride, \
+                        int64_t n_blocks, float* out, int64_t out_stride);                   \
+  void tile_scaled_q5_0(const void* w, int64_t w_stride, const float* ws, int64_t ws_stride, \
+                        const void* a, int64_t a_stride, const float* as, int64_t as_stride, \
+                        int64_t n_blocks, float* out, int64_t out_stride);                   \
+  void scales_32(const void* rows, int64_t row_stride, int64_t n_rows, int64_t block_bytes,  \
+                 int64_t n_blocks, float* out, int64_t out_row_stride, int64_t out_block_stride);
 namespace quant_avx2 {
-SS_DECLARE_TILE_KERNELS
-void tile_scaled_q8_0(const void* w, int64_t w_stride, const float* ws, int64_t ws_stride,
-                      const void* a, int64_t a_stride, const float* as, int64_t as_stride,
-                      int64_t n_blocks, float* out, int64_t out_stride);
-void tile_scaled_q4_0(const void* w, int64_t w_stride, const float* ws, int64_t ws_stride,
-                      const void* a, int64_t a_stride, const float* as, int64_t as_stride,
-                      int64_t n_blocks, float* out, int64_t out_stride);
-void tile_scaled_q5_0(const void* w, int64_t w_stride, const float* ws, int64_t ws_stride,
-                      const void* a, int64_t a_stride, const float* as, int64_t as_stride,
-                      int64_t n_blocks, float* out, int64_t out_stride);
-void scales_32(const void* rows, int64_t row_stride, int64_t n_rows, int64_t block_bytes,
-               int64_t n_blocks, float* out, int64_t out_row_stride, int64_t out_block_stride);
+SS_DECLARE_AVX2_TILES
 }  // namespace quant_avx2
+namespace quant_avxvnni {
+SS_DECLARE_AVX2_TILES
+}  // namespace quant_avxvnni
+#undef SS_DECLARE_AVX2_TILES
 #endif
 #if SS_QUANT_AVX512
 namespace quant_avx512vnni {
@@ -162,13 +169,19 @@ QuantTile quant_tile(DType dtype, Isa isa) {
   }
 #endif
 #if SS_QUANT_AVX2
-  if (isa == Isa::kAvx2) {
-    namespace v = quant_avx2;
-    t.rows = v::tile_32_rows(), t.cols = v::tile_32_cols();
-    t.fn = pick(v::tile_q8_0, v::tile_q4_0, v::tile_q5_0);
-    t.fn_scaled = pick(v::tile_scaled_q8_0, v::tile_scaled_q4_0, v::tile_scaled_q5_0);
-    t.scales = v::scales_32;
-  }
+  auto avx2_family = [&](auto rows, auto cols, auto q8_0, auto q4_0, auto q5_0, auto scaled_q8_0,
+                         auto scaled_q4_0, auto scaled_q5_0, auto scales) {
+    t.rows = rows(), t.cols = cols();
+    t.fn = pick(q8_0, q4_0, q5_0);
+    t.fn_scaled = pick(scaled_q8_0, scaled_q4_0, scaled_q5_0);
+    t.scales = scales;
+  };
+#define SS_AVX2_FAMILY(v)                                                                 \
+  avx2_family(v::tile_32_rows, v::tile_32_cols, v::tile_q8_0, v::tile_q4_0, v::tile_q5_0, \
+              v::tile_scaled_q8_0, v::tile_scaled_q4_0, v::tile_scaled_q5_0, v::scales_32)
+  if (isa == Isa::kAvx2) SS_AVX2_FAMILY(quant_avx2);
+  if (isa == Isa::kAvxVnni) SS_AVX2_FAMILY(quant_avxvnni);
+#undef SS_AVX2_FAMILY
 #endif
   if (t.fn == nullptr) t = QuantTile{};
   return t;
@@ -252,6 +265,7 @@ int64_t quant_tiled_max_rows(Isa isa) {
     case Isa::kAvx512Vnni:
       return 256;
     case Isa::kAvx2:
+    case Isa::kAvxVnni:
       return 32;
     default:
       return 0;

@@ -49,6 +49,14 @@ bool has_avx2_fma_f16c() {
   return bit(l1.ecx, 12) && bit(l1.ecx, 29) && bit(l7.ebx, 5);
 }
 
+// CPUID.7.1:EAX AVX-VNNI 4: the VEX-encoded 256-bit vpdpbusd / vpdpwssd
+// (Intel client CPUs since Alder Lake, which lack AVX-512; Sapphire Rapids
+// and Zen 5 have both). The leaf-7 subleaf count is CPUID.7.0:EAX.
+bool has_avx_vnni() {
+  if (!has_avx2_fma_f16c() || cpuid(7, 0).eax < 1) return false;
+  return bit(cpuid(7, 1).eax, 4);
+}
+
 // CPUID.7.0:EBX AVX512F 16, AVX512BW 30, AVX512VL 31; ECX AVX512_VNNI 11.
 // XCR0 bits 5-7: opmask, upper halves of zmm0-15, zmm16-31.
 bool has_avx512_vnni() {
@@ -66,9 +74,9 @@ bool quant_isa_available(Isa isa) {
   // Probed once: CPUID traps to the hypervisor in a VM (microseconds or
   // more each), and this runs on every quantized matmul and attention call.
   struct Features {
-    bool avx2, avx512_vnni;
+    bool avx2, avx_vnni, avx512_vnni;
   };
-  static const Features features{has_avx2_fma_f16c(), has_avx512_vnni()};
+  static const Features features{has_avx2_fma_f16c(), has_avx_vnni(), has_avx512_vnni()};
 #endif
   switch (isa) {
     case Isa::kScalar:
@@ -76,6 +84,8 @@ bool quant_isa_available(Isa isa) {
 #if SS_QUANT_AVX2
     case Isa::kAvx2:
       return features.avx2;
+    case Isa::kAvxVnni:
+      return features.avx_vnni;
 #endif
 #if SS_QUANT_AVX2 && SS_QUANT_AVX512
     case Isa::kAvx512Vnni:
@@ -87,7 +97,7 @@ bool quant_isa_available(Isa isa) {
 }
 
 bool parse_quant_isa(const char* name, Isa* isa) {
-  for (Isa candidate : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Vnni}) {
+  for (Isa candidate : {Isa::kScalar, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni}) {
     if (name != nullptr && std::strcmp(name, isa_name(candidate)) == 0) {
       *isa = candidate;
       return true;
@@ -99,14 +109,14 @@ bool parse_quant_isa(const char* name, Isa* isa) {
 Isa choose_quant_isa(const char* pinned, std::string* note) {
   note->clear();
   Isa fastest = Isa::kScalar;
-  for (Isa isa : {Isa::kAvx2, Isa::kAvx512Vnni}) {
+  for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni}) {
     if (quant_isa_available(isa)) fastest = isa;
   }
   if (pinned == nullptr || *pinned == '\0') return fastest;
   Isa isa = Isa::kScalar;
   if (!parse_quant_isa(pinned, &isa)) {
     *note = std::string(kQuantIsaEnv) + "=" + pinned +
-            " ignored: expected scalar, avx2 or avx512vnni; using " + isa_name(fastest);
+            " ignored: expected scalar, avx2, avxvnni or avx512vnni; using " + isa_name(fastest);
     return fastest;
   }
   if (!quant_isa_available(isa)) {

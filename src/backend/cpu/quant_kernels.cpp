@@ -221,9 +221,11 @@ QuantKernel quant_kernel(DType dtype, Isa isa) {
 #if SS_QUANT_AVX2 && SS_QUANT_AVX512
 #define SS_PICK(fn)                                                   \
   kernel.dot = isa == Isa::kAvx512Vnni ? quant_avx512vnni::dot_##fn   \
+               : isa == Isa::kAvxVnni  ? quant_avxvnni::dot_##fn      \
                : isa == Isa::kAvx2     ? quant_avx2::dot_##fn         \
                                        : quant_scalar::dot_##fn;          \
   kernel.dot4 = isa == Isa::kAvx512Vnni ? quant_avx512vnni::dot4_##fn \
+                : isa == Isa::kAvxVnni  ? quant_avxvnni::dot4_##fn    \
                 : isa == Isa::kAvx2     ? quant_avx2::dot4_##fn       \
                                         : four_rows<quant_scalar::dot_##fn>
 #else
@@ -255,12 +257,15 @@ QuantKernel quant_kernel(DType dtype, Isa isa) {
   }
 #undef SS_PICK
 #if SS_QUANT_AVX2 && SS_QUANT_AVX512
-  if (dtype == DType::kQ4_0 && isa != Isa::kScalar) {
-    const bool vnni = isa == Isa::kAvx512Vnni;
-    kernel.prepared = {
-        kQ4_0ActBytesPerBlock, quant_avx2::prepare_q4_0,
-        vnni ? quant_avx512vnni::dot_q4_0_prepared : quant_avx2::dot_q4_0_prepared,
-        vnni ? quant_avx512vnni::dot4_q4_0_prepared : quant_avx2::dot4_q4_0_prepared};
+  if (dtype == DType::kQ4_0 && isa == Isa::kAvx512Vnni) {
+    kernel.prepared = {kQ4_0ActBytesPerBlock, quant_avx2::prepare_q4_0,
+                       quant_avx512vnni::dot_q4_0_prepared, quant_avx512vnni::dot4_q4_0_prepared};
+  } else if (dtype == DType::kQ4_0 && isa == Isa::kAvxVnni) {
+    kernel.prepared = {kQ4_0ActBytesPerBlock, quant_avxvnni::prepare_q4_0,
+                       quant_avxvnni::dot_q4_0_prepared, quant_avxvnni::dot4_q4_0_prepared};
+  } else if (dtype == DType::kQ4_0 && isa == Isa::kAvx2) {
+    kernel.prepared = {kQ4_0ActBytesPerBlock, quant_avx2::prepare_q4_0,
+                       quant_avx2::dot_q4_0_prepared, quant_avx2::dot4_q4_0_prepared};
   }
 #endif
   return kernel;

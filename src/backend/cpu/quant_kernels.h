@@ -62,20 +62,21 @@ struct QuantKernel {
 bool quant_has_kernel(DType dtype);
 
 // Whether this CPU and build can run `isa` for the quantized kernels:
-// kAvx2 needs AVX2 + FMA + F16C; kAvx512Vnni needs those and AVX-512 F / BW /
-// VL / VNNI with the OS saving the zmm and mask registers (XCR0).
+// kAvx2 needs AVX2 + FMA + F16C; kAvxVnni those and AVX-VNNI; kAvx512Vnni
+// AVX2 + FMA + F16C and AVX-512 F / BW / VL / VNNI with the OS saving the zmm
+// and mask registers (XCR0).
 bool quant_isa_available(Isa isa);
 
 // The environment variable that pins the quantized kernels' isa for A/B
 // runs (values as parse_quant_isa takes them).
 inline constexpr const char* kQuantIsaEnv = "SPECSTACK_QUANT_ISA";
 
-// "scalar", "avx2" or "avx512vnni" -> *isa; false for anything else.
+// "scalar", "avx2", "avxvnni" or "avx512vnni" -> *isa; false for anything else.
 bool parse_quant_isa(const char* name, Isa* isa);
 
 // The isa for SPECSTACK_QUANT_ISA's value `pinned` (null or empty: unset):
 // the one it names when this CPU has it, else the fastest available
-// (AVX-512 VNNI, AVX2, scalar) with a one-line *note saying why the value
+// (AVX-512 VNNI, AVX-VNNI, AVX2, scalar) with a one-line *note saying why the value
 // was ignored (*note empty otherwise).
 Isa choose_quant_isa(const char* pinned, std::string* note);
 
@@ -123,26 +124,35 @@ float dot_q6_k(const void* w, const void* a, int64_t n_blocks);
 }  // namespace quant_scalar
 
 #if SS_QUANT_AVX2
+// The AVX2 kernels (quant_kernels_avx2.cpp, quant_q4_0_avx2.cpp) and their
+// AVX-VNNI build, the same sources compiled again into quant_avxvnni with
+// vpdpbusd / vpdpwssd for the integer dots (quant_simd_avx2.h): one list.
+// The Q4_0 prepared forms: prepare_q4_0's layout serves the AVX-512 VNNI
+// twin too.
+#define SS_DECLARE_AVX2_FAMILY                                                                  \
+  float dot_q8_0(const void* w, const void* a, int64_t n_blocks);                               \
+  float dot_q4_0(const void* w, const void* a, int64_t n_blocks);                               \
+  float dot_q5_0(const void* w, const void* a, int64_t n_blocks);                               \
+  float dot_q4_k(const void* w, const void* a, int64_t n_blocks);                               \
+  float dot_q5_k(const void* w, const void* a, int64_t n_blocks);                               \
+  float dot_q6_k(const void* w, const void* a, int64_t n_blocks);                               \
+  void dot4_q8_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out); \
+  void dot4_q4_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out); \
+  void dot4_q5_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out); \
+  void dot4_q4_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out); \
+  void dot4_q5_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out); \
+  void dot4_q6_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out); \
+  void prepare_q4_0(const void* act_row, int64_t n_blocks, void* out);                          \
+  float dot_q4_0_prepared(const void* w, const void* prep, int64_t n_blocks);                   \
+  void dot4_q4_0_prepared(const void* w, int64_t w_stride, const void* prep, int64_t n_blocks,  \
+                          float* out);
 namespace quant_avx2 {
-float dot_q8_0(const void* w, const void* a, int64_t n_blocks);
-float dot_q4_0(const void* w, const void* a, int64_t n_blocks);
-float dot_q5_0(const void* w, const void* a, int64_t n_blocks);
-float dot_q4_k(const void* w, const void* a, int64_t n_blocks);
-float dot_q5_k(const void* w, const void* a, int64_t n_blocks);
-float dot_q6_k(const void* w, const void* a, int64_t n_blocks);
-void dot4_q8_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out);
-void dot4_q4_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out);
-void dot4_q5_0(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out);
-void dot4_q4_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out);
-void dot4_q5_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out);
-void dot4_q6_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out);
-// Q4_0 on prepared activations (quant_q4_0_avx2.cpp); prepare_q4_0 serves
-// the AVX-512 VNNI twin too (the layout is the same).
-void prepare_q4_0(const void* act_row, int64_t n_blocks, void* out);
-float dot_q4_0_prepared(const void* w, const void* prep, int64_t n_blocks);
-void dot4_q4_0_prepared(const void* w, int64_t w_stride, const void* prep, int64_t n_blocks,
-                        float* out);
+SS_DECLARE_AVX2_FAMILY
 }  // namespace quant_avx2
+namespace quant_avxvnni {
+SS_DECLARE_AVX2_FAMILY
+}  // namespace quant_avxvnni
+#undef SS_DECLARE_AVX2_FAMILY
 #endif
 
 #if SS_QUANT_AVX512

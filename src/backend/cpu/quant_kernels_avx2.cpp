@@ -3,7 +3,10 @@
 // signed bytes into int16 pairs, _mm256_madd_epi16 widens to int32. Built
 // with -mavx2 -mfma -mf16c (CMakeLists.txt) and only called after CPUID
 // says so, hence file-local but for the entry points and the helpers of
-// quant_simd_avx2.h (shared with the other AVX2 files, same flags).
+// quant_simd_avx2.h (shared with the other AVX2 files, same flags). Built a
+// second time as the AVX-VNNI kernels (namespace quant_avxvnni), where
+// dot_u8s8 and dot_s16 are single vpdpbusd / vpdpwssd: the same integers,
+// so the same floats (quant_simd_avx2.h).
 #if SS_QUANT_AVX2  // x86 builds only (CMakeLists.txt)
 #include <immintrin.h>
 
@@ -13,7 +16,7 @@
 #include "backend/cpu/quant_blocks.h"
 #include "backend/cpu/quant_simd_avx2.h"
 
-namespace specstack::cpu::quant_avx2 {
+namespace specstack::cpu::SS_QUANT_AVX2_NS {
 namespace {
 
 using namespace quant;
@@ -23,8 +26,7 @@ using namespace simd;
 // unsigned operand, so move x's sign onto y (|x| * sign(x) y). Neither side
 // is -128 (our activations are within +-127).
 inline __m256i dot_i8(__m256i x, __m256i y) {
-  const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-  return _mm256_madd_epi16(_mm256_set1_epi16(1), p16);
+  return dot_u8s8(_mm256_setzero_si256(), _mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
 }
 
 // Short rows defeat the hardware prefetchers when four rows are read side by
@@ -104,11 +106,11 @@ inline __m256i scale_lane(__m256i scales, int j) {
                              _mm256_set1_epi16(static_cast<int16_t>((2 * j + 1) << 8 | 2 * j)));
 }
 
-// Σ_l q[l] * q8[l] for 32 unsigned q (< 64) times the sub-block scale
-// (int16 lanes), as 8 int32 lanes.
-inline __m256i scaled_dot_u(__m256i q, const int8_t* q8, __m256i scale) {
+// sumi + Σ_l q[l] * q8[l] for 32 unsigned q (< 64) times the sub-block
+// scale (int16 lanes), as 8 int32 lanes.
+inline __m256i add_scaled_dot_u(__m256i sumi, __m256i q, const int8_t* q8, __m256i scale) {
   const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8));
-  return _mm256_madd_epi16(scale, _mm256_maddubs_epi16(q, y));
+  return dot_s16(sumi, scale, _mm256_maddubs_epi16(q, y));
 }
 
 // Q4_K and Q5_K in one body: 4 x 64 values a block, low nibbles then high
@@ -147,9 +149,8 @@ void dot_k_nibbles(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_
                                                                       _mm_cvtsi32_si128(2 * j + 1)),
                                                      4));
         }
-        sumi = _mm256_add_epi32(sumi, scaled_dot_u(lo, y[b].qs + 64 * j, scale_lane(sc, 2 * j)));
-        sumi = _mm256_add_epi32(sumi,
-                                scaled_dot_u(hi, y[b].qs + 64 * j + 32, scale_lane(sc, 2 * j + 1)));
+        sumi = add_scaled_dot_u(sumi, lo, y[b].qs + 64 * j, scale_lane(sc, 2 * j));
+        sumi = add_scaled_dot_u(sumi, hi, y[b].qs + 64 * j + 32, scale_lane(sc, 2 * j + 1));
       }
       const float d = y[b].d * f16(x.d);
       acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
@@ -201,7 +202,7 @@ void dot_q6_k_rows(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_
           const __m128i pick =
               _mm_set_epi64x(0x0101010101010101LL * (s + 1), 0x0101010101010101LL * s);
           const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
-          sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc16, p16));
+          sumi = dot_s16(sumi, sc16, p16);
         }
       }
       const float d = y[b].d * f16(x.d);
@@ -264,5 +265,5 @@ void dot4_q6_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks,
   dot_q6_k_rows<4>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
 }
 
-}  // namespace specstack::cpu::quant_avx2
+}  // namespace specstack::cpu::SS_QUANT_AVX2_NS
 #endif  // SS_QUANT_AVX2

@@ -13,20 +13,28 @@
 
 namespace specstack::cpu {
 
+#if SS_QUANT_AVX2
+// quant_panels_avx512.cpp and quant_panels_avxvnni.cpp: na (1..4)
+// activation rows against one panel over n_blocks blocks; y[j * y_stride +
+// r] = row r's sum for activation row j, carried on from y's values when
+// `accumulate` (the FMA chain of a pass over all blocks, cut into chunks).
+// panel_rows_wide: one activation row against n_panels (1, 2 or 4)
+// consecutive panels side by side; y [16 * n_panels].
+#define SS_DECLARE_PANEL_KERNELS                                                                \
+  void panel_rows(const uint8_t* panel, int64_t n_blocks, const int8_t* aq, int64_t aq_stride,  \
+                  const float* ad, const int32_t* ac, int64_t as_stride, int na, float* y,      \
+                  int64_t y_stride, bool accumulate);                                           \
+  void panel_rows_wide(const uint8_t* panels, int n_panels, int64_t n_blocks, const int8_t* aq, \
+                       const float* ad, const int32_t* ac, float* y);
+namespace quant_avxvnni {
+SS_DECLARE_PANEL_KERNELS
+}  // namespace quant_avxvnni
 #if SS_QUANT_AVX512
-// quant_panels_avx512.cpp: na (1..4) activation rows against one panel over
-// n_blocks blocks; y[j * y_stride + r] = row r's sum for activation row j,
-// carried on from y's values when `accumulate` (the FMA chain of a pass
-// over all blocks, cut into chunks).
 namespace quant_avx512vnni {
-void panel_rows(const uint8_t* panel, int64_t n_blocks, const int8_t* aq, int64_t aq_stride,
-                const float* ad, const int32_t* ac, int64_t as_stride, int na, float* y,
-                int64_t y_stride, bool accumulate);
-// One activation row against n_panels (1, 2 or 4) consecutive panels side
-// by side; y [16 * n_panels].
-void panel_rows_wide(const uint8_t* panels, int n_panels, int64_t n_blocks, const int8_t* aq,
-                     const float* ad, const int32_t* ac, float* y);
+SS_DECLARE_PANEL_KERNELS
 }  // namespace quant_avx512vnni
+#endif
+#undef SS_DECLARE_PANEL_KERNELS
 #endif
 
 namespace {
@@ -107,8 +115,8 @@ void panel_rows_scalar(const uint8_t* panel, int64_t n_blocks, const PanelActs& 
 }  // namespace
 
 bool quant_panels_available(Isa isa) {
-#if SS_QUANT_AVX512
-  return isa == Isa::kAvx512Vnni && quant_isa_available(isa);
+#if SS_QUANT_AVX2 && SS_QUANT_AVX512
+  return (isa == Isa::kAvx512Vnni || isa == Isa::kAvxVnni) && quant_isa_available(isa);
 #else
   (void)isa;
   return false;
@@ -193,6 +201,12 @@ void matmul_q8_0_panels(ThreadPool& pool, const Tensor& x, const Tensor& w, cons
   const std::unique_ptr<uint8_t[]> blocks = quantize_activation_rows(pool, k, x);
   const PanelActs acts = prepare_acts(blocks.get(), n, n_blocks);
   const bool simd = quant_panels_available(isa);
+#if SS_QUANT_AVX2 && SS_QUANT_AVX512
+  const auto rows_fn =
+      isa == Isa::kAvx512Vnni ? quant_avx512vnni::panel_rows : quant_avxvnni::panel_rows;
+  const auto wide_fn =
+      isa == Isa::kAvx512Vnni ? quant_avx512vnni::panel_rows_wide : quant_avxvnni::panel_rows_wide;
+#endif
 
   const auto* w_data = static_cast<const uint8_t*>(w.raw());
   const float* b = bias ? bias->f32() : nullptr;
@@ -202,12 +216,12 @@ void matmul_q8_0_panels(ThreadPool& pool, const Tensor& x, const Tensor& w, cons
       std::max<int64_t>(1, kMinMacsPerShare / std::max<int64_t>(1, in * n * kPanelRows));
   pool.parallel_for(out / kPanelRows, grain, [&](int64_t begin, int64_t end) {
     int64_t p = begin;
-#if SS_QUANT_AVX512
+#if SS_QUANT_AVX2 && SS_QUANT_AVX512
     // One activation row (decode): kWidePanels panels side by side.
     for (; simd && n == 1 && p + kWidePanels <= end; p += kWidePanels) {
       float* y_panels = y_data + p * kPanelRows;
-      quant_avx512vnni::panel_rows_wide(w_data + p * panel_bytes, kWidePanels, n_blocks, acts.q,
-                                        acts.d.get(), acts.corr.get(), y_panels);
+      wide_fn(w_data + p * panel_bytes, kWidePanels, n_blocks, acts.q, acts.d.get(),
+              acts.corr.get(), y_panels);
       for (int64_t r = 0; r < kPanelRows * kWidePanels; ++r)
         y_panels[r] += b ? b[p * kPanelRows + r] : 0.0f;
     }
@@ -215,7 +229,7 @@ void matmul_q8_0_panels(ThreadPool& pool, const Tensor& x, const Tensor& w, cons
     for (; p < end; ++p) {
       const uint8_t* panel = w_data + p * panel_bytes;
       float* y_panel = y_data + p * kPanelRows;
-#if SS_QUANT_AVX512
+#if SS_QUANT_AVX2 && SS_QUANT_AVX512
       // Chunks of kChunkBlocks blocks when more than one pass of activation
       // rows meets the panel, so its chunk is read from L1 by every pass.
       const int64_t chunk = n <= kMaxActRows ? n_blocks : kChunkBlocks;
@@ -224,10 +238,9 @@ void matmul_q8_0_panels(ThreadPool& pool, const Tensor& x, const Tensor& w, cons
         for (int64_t i = 0; i < n; i += kMaxActRows) {
           const int na = int(std::min<int64_t>(kMaxActRows, n - i));
           const int64_t a = i * n_blocks + c0;
-          quant_avx512vnni::panel_rows(panel + c0 * kPanelBlockBytes, chunk_blocks,
-                                       acts.q + i * acts.q_stride + 32 * c0, acts.q_stride,
-                                       acts.d.get() + a, acts.corr.get() + a, n_blocks, na,
-                                       y_panel + i * out, out, c0 > 0);
+          rows_fn(panel + c0 * kPanelBlockBytes, chunk_blocks, acts.q + i * acts.q_stride + 32 * c0,
+                  acts.q_stride, acts.d.get() + a, acts.corr.get() + a, n_blocks, na,
+                  y_panel + i * out, out, c0 > 0);
         }
       }
 #endif

@@ -1,5 +1,5 @@
 // Q8_0 weights laid out in panels of 16 rows (DType::kQ8_0P), for decode and
-// small batches on AVX-512 VNNI.
+// small batches on AVX-512 VNNI and AVX-VNNI.
 //
 // Why: a Q8_0 row as GGUF stores it meets an activation row one weight row
 // at a time, so the decode kernels spend ~7 vector ops per row and block
@@ -51,8 +51,9 @@ inline constexpr int64_t kPanelMaxRows = 64;
 // SPECSTACK_QUANT_PANELS=0 keeps Q8_0 matrices as stored (for A/B runs).
 inline constexpr const char* kQuantPanelsEnv = "SPECSTACK_QUANT_PANELS";
 
-// Whether the panel kernels run on `isa` here (AVX-512 VNNI, when the CPU
-// and the build have it). Other isas run the scalar reference loop.
+// Whether the panel kernels run on `isa` here (AVX-512 VNNI or AVX-VNNI,
+// when the CPU and the build have it). Other isas run the scalar reference
+// loop (AVX2's maddubs would saturate the (q + 128) a pairs).
 bool quant_panels_available(Isa isa);
 
 // Whether a CPU model lays its Q8_0 matrices out in panels at load: the
@@ -75,7 +76,7 @@ void panel_rows_to_q8_0(const Tensor& w, int64_t row_begin, int64_t row_end, voi
 // null, y [n, out] f32. The activation rows are quantized to Q8_0 blocks
 // once; parallel over panels, each panel passing over the activation rows
 // 4 at a time. y[i, o] = blocksum_dot_ref(row o, x row i) + (bias[o] or
-// +0.0f) bit for bit; AVX-512 VNNI where available, else the scalar loop.
+// +0.0f) bit for bit; the VNNI kernels where available, else the scalar loop.
 void matmul_q8_0_panels(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias,
                         Tensor& y, Isa isa);
 

@@ -20,7 +20,8 @@
 // are put back as acc[0], acc[1] and finish as the one-block kernel does.
 // Built with -mavx2 -mfma -mf16c and only called after CPUID says so, hence
 // everything file-local but the entry points (quant_kernels.h) and the
-// helpers of quant_simd_avx2.h.
+// helpers of quant_simd_avx2.h; built again as the AVX-VNNI twins
+// (quant_avxvnni: vpdpbusd for maddubs + madd + add, the same integers).
 #if SS_QUANT_AVX2  // x86 builds only (CMakeLists.txt)
 #include <immintrin.h>
 
@@ -29,7 +30,7 @@
 #include "backend/cpu/quant_blocks.h"
 #include "backend/cpu/quant_simd_avx2.h"
 
-namespace specstack::cpu::quant_avx2 {
+namespace specstack::cpu::SS_QUANT_AVX2_NS {
 namespace {
 
 using namespace quant;
@@ -38,7 +39,7 @@ using namespace simd;
 // Σ of each 4 bytes of u (unsigned, <= 15) times a (signed) as int32 lanes,
 // plus `off`: maddubs pairs stay within int16 (2 x 15 x 128).
 inline __m256i dot_u4(__m256i u, __m256i a, __m256i off) {
-  return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1)), off);
+  return dot_u8s8(off, u, a);
 }
 
 // [f16(d0) f16(da0) x 4 | f16(d1) f16(da1) x 4] for the weight blocks x[0],
@@ -107,8 +108,7 @@ void prepare_q4_0(const void* act_row, int64_t n_blocks, void* out) {
   const __m256i eight = _mm256_set1_epi8(8);
   // -8 Σ of each 4 values (maddubs pairs 8 (a + a') stay within int16).
   auto neg_off = [&](__m256i v) {
-    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(eight, v), _mm256_set1_epi16(1));
-    return _mm256_sub_epi32(_mm256_setzero_si256(), s);
+    return _mm256_sub_epi32(_mm256_setzero_si256(), dot_u8s8(_mm256_setzero_si256(), eight, v));
   };
   for (int64_t b = 0; b < n_blocks; ++b) a.d[b] = _cvtsh_ss(y[b].d);
   int64_t b = 0;
@@ -139,5 +139,5 @@ void dot4_q4_0_prepared(const void* w, int64_t w_stride, const void* prep, int64
   dot_rows<4>(static_cast<const uint8_t*>(w), w_stride, prep, n_blocks, out);
 }
 
-}  // namespace specstack::cpu::quant_avx2
+}  // namespace specstack::cpu::SS_QUANT_AVX2_NS
 #endif  // SS_QUANT_AVX2

@@ -5,11 +5,26 @@
 // helpers are inline functions of this isa's namespace, and a file built
 // with other target flags must not include them (a copy compiled for
 // AVX-512 could be the one the linker keeps), hence the #error.
+//
+// The same three files are compiled a second time with -mavxvnni and
+// SS_QUANT_VNNI256=1 (CMakeLists.txt: ss_quant_avxvnni), into the namespace
+// quant_avxvnni instead of quant_avx2 (SS_QUANT_AVX2_NS): there the integer
+// dot products below are one VEX vpdpbusd / vpdpwssd instead of maddubs +
+// madd + add. Every caller keeps maddubs's int16 pair sums in range, so
+// both builds compute the same integers and the kernels the same floats.
 #pragma once
 
 #if SS_QUANT_AVX2  // x86 builds only (CMakeLists.txt)
 #if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
 #error "quant_simd_avx2.h needs -mavx2 -mfma -mf16c"
+#endif
+#if SS_QUANT_VNNI256
+#if !defined(__AVXVNNI__)
+#error "quant_simd_avx2.h with SS_QUANT_VNNI256 needs -mavxvnni"
+#endif
+#define SS_QUANT_AVX2_NS quant_avxvnni
+#else
+#define SS_QUANT_AVX2_NS quant_avx2
 #endif
 #include <immintrin.h>
 
@@ -18,7 +33,7 @@
 
 #include "backend/cpu/quant_blocks.h"
 
-namespace specstack::cpu::quant_avx2::simd {
+namespace specstack::cpu::SS_QUANT_AVX2_NS::simd {
 
 inline float f16(uint16_t bits) {
   return _cvtsh_ss(bits);
@@ -34,6 +49,27 @@ inline float hsum128(__m128 v) {
 // final order, so twins that share it give the same float.
 inline float hsum(__m256 v) {
   return hsum128(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
+}
+
+// acc + Σ of each 4 products u_k s_k per int32 lane (u unsigned, s signed
+// bytes). maddubs saturates each pair u_k s_k + u_k+1 s_k+1 to int16: the
+// callers' operands keep it in range (|u| <= 128 against |s| <= 127), where
+// vpdpbusd's exact sums are the same integers.
+inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
+#if SS_QUANT_VNNI256
+  return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+// acc + Σ of each 2 products of int16 lanes per int32 lane (exact in both).
+inline __m256i dot_s16(__m256i acc, __m256i a, __m256i b) {
+#if SS_QUANT_VNNI256
+  return _mm256_dpwssd_avx_epi32(acc, a, b);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+#endif
 }
 
 inline __m256i load256(const void* p) {
@@ -84,5 +120,5 @@ inline __m256i pair_qs(const quant::BlockQ4_0* x) {
                              reinterpret_cast<const __m128i*>(x[0].qs));
 }
 
-}  // namespace specstack::cpu::quant_avx2::simd
+}  // namespace specstack::cpu::SS_QUANT_AVX2_NS::simd
 #endif  // SS_QUANT_AVX2

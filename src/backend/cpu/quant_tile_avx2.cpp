@@ -33,7 +33,7 @@
 #include "backend/cpu/quant_blocks.h"
 #include "backend/cpu/quant_simd_avx2.h"
 
-namespace specstack::cpu::quant_avx2 {
+namespace specstack::cpu::SS_QUANT_AVX2_NS {
 namespace {
 
 using namespace quant;
@@ -67,7 +67,6 @@ inline void scale_products(const float* ws, int64_t ws_stride, const float* as, 
 template <typename Block>
 inline void chain(const Block* const* x, const BlockQ8_0* const* y, const float* prod, int64_t b0,
                   int64_t nb, int first, __m256 (&acc_io)[kTileW][kTileC]) {
-  const __m256i ones = _mm256_set1_epi16(1);
   // A local copy: with acc_io itself GCC stored all 8 accumulators every iteration.
   __m256 acc[kTileW][kTileC];
   for (int r = 0; r < kTileW; ++r)
@@ -79,9 +78,10 @@ inline void chain(const Block* const* x, const BlockQ8_0* const* y, const float*
       const __m256i xv = values(x[r][b]);
       const __m256i ax = _mm256_sign_epi8(xv, xv);
       for (int c = 0; c < kTileC; ++c) {
-        const __m256i p16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(load256(y[c][b].qs), xv));
+        const __m256i s32 =
+            dot_u8s8(_mm256_setzero_si256(), ax, _mm256_sign_epi8(load256(y[c][b].qs), xv));
         const __m256 d = _mm256_broadcast_ss(p + c * kTileW + r);
-        acc[r][c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_madd_epi16(ones, p16)), acc[r][c]);
+        acc[r][c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s32), acc[r][c]);
       }
     }
   }
@@ -160,5 +160,5 @@ SS_TILE(tile_q5_0, tile_scaled_q5_0, BlockQ5_0)
 #undef SS_TILE
 #undef SS_TILE_SCALED
 
-}  // namespace specstack::cpu::quant_avx2
+}  // namespace specstack::cpu::SS_QUANT_AVX2_NS
 #endif  // SS_QUANT_AVX2

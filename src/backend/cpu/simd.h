@@ -19,9 +19,11 @@
 
 namespace specstack::cpu {
 
-// kAvx512Vnni exists only for the quantized int8 kernels (quant_kernels.h);
-// every other kernel has scalar and AVX2 forms.
-enum class Isa : uint8_t { kScalar, kAvx2, kAvx512Vnni };
+// kAvxVnni (AVX2 with the 256-bit VEX vpdpbusd / vpdpwssd of Intel's client
+// CPUs since Alder Lake) and kAvx512Vnni exist only for the quantized int8
+// kernels (quant_kernels.h); every other kernel has scalar and AVX2 forms,
+// and a CPU with either VNNI runs their AVX2 form.
+enum class Isa : uint8_t { kScalar, kAvx2, kAvxVnni, kAvx512Vnni };
 
 inline constexpr Isa kNativeIsa = SS_HAVE_AVX2 ? Isa::kAvx2 : Isa::kScalar;
 
@@ -34,6 +36,8 @@ inline const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::kAvx2:
       return "avx2";
+    case Isa::kAvxVnni:
+      return "avxvnni";
     case Isa::kAvx512Vnni:
       return "avx512vnni";
     default:
