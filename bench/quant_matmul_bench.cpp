@@ -1,5 +1,5 @@
 // quant_matmul_bench: the CPU int8 quantized matmul (backend/cpu/quant_matmul.h)
-// alone, one weight shape, per block type, isa (scalar / avx2 / avx512vnni),
+// alone, one weight shape, per block type, isa (--isas avx2 / avxvnni / avx512vnni),
 // thread count, activation rows and weight memory: anonymous memory as
 // Tensor::zeros gives it (transparent huge pages where the kernel grants
 // them) or a file mapped as a GGUF model is (page-cache pages). Enough
@@ -16,10 +16,12 @@
 // (the kernel's prepared form where it has one: Q4_0 on AVX2 / AVX-512
 // VNNI) and/or "blocks" (the quantized blocks, as before session 25), an A/B
 // inside one process; the other types run the same code either way.
-// --paths: "rows" (matmul_quant, the decode path), "panels" (Q8_0 repacked
-// into 16-row panels, quant_panels.h, AVX-512 VNNI), "tiled" (the int8 GEMM
-// tiles of quant_gemm.h, Q8_0 only), "blocksum" (quant_blocksum.h's GEMM,
-// Q8_0 on AVX-512 VNNI) and "sgemm" (matmul_large: dequantized
+// --paths: "rows" (matmul_quant, the decode path), "rows-apart" (the same
+// with one activation row per pass where "rows" takes K-quant weight rows
+// against four at once: QuantKernel::dot_acts), "panels" (Q8_0 repacked
+// into 16-row panels, quant_panels.h, AVX-512 VNNI / AVX-VNNI), "tiled" (the int8 GEMM
+// tiles of quant_gemm.h, Q8_0 / Q4_0 / Q5_0), "blocksum" (quant_blocksum.h's GEMM,
+// on either VNNI) and "sgemm" (matmul_large: dequantized
 // weight tiles + OpenBLAS, what prefill ran before), interleaved likewise;
 // for prefill shapes, e.g. --rows 512 --paths tiled,sgemm --memory anon
 // --min-mb 64 --calls 5. Gop/s counts 2 ops per multiply-add.
@@ -86,7 +88,7 @@ struct Variant {
   int threads;
   int rows_per_pass;
   cpu::QuantActForm form;
-  std::string path;  // rows, tiled, blocksum or sgemm
+  std::string path;  // rows, rows-apart, panels, tiled, blocksum or sgemm
   bool file;
   std::vector<double> us;
 };
@@ -101,6 +103,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> path_list = {"rows"};
   std::vector<std::string> acts_list = {"prep"};
   std::vector<std::string> memory_list = {"anon", "file"};
+  std::vector<std::string> isa_list = {"avx2", "avxvnni", "avx512vnni"};
   int64_t out = 8192, in = 2048, min_mb = 1024, calls = 30;
   std::string file_dir = "/tmp";
   CLI::App app{"CPU int8 quantized matmul: isa x threads x weight memory"};
@@ -115,9 +118,12 @@ int main(int argc, char** argv) {
   app.add_option("--acts", acts_list, "prep and/or blocks (the rows path)")
       ->delimiter(',')
       ->check(CLI::IsMember({"prep", "blocks"}));
-  app.add_option("--paths", path_list, "rows, panels, tiled, blocksum and/or sgemm")
+  app.add_option("--paths", path_list, "rows, rows-apart, panels, tiled, blocksum and/or sgemm")
       ->delimiter(',')
-      ->check(CLI::IsMember({"rows", "panels", "tiled", "blocksum", "sgemm"}));
+      ->check(CLI::IsMember({"rows", "rows-apart", "panels", "tiled", "blocksum", "sgemm"}));
+  app.add_option("--isas", isa_list, "avx2, avxvnni and/or avx512vnni (those this CPU has)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"avx2", "avxvnni", "avx512vnni"}));
   app.add_option("--memory", memory_list, "anon and/or file")
       ->delimiter(',')
       ->check(CLI::IsMember({"anon", "file"}));
@@ -160,23 +166,26 @@ int main(int argc, char** argv) {
     };
     for (int64_t rows : rows_list) {
       std::vector<Variant> variants;
-      for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512Vnni}) {
-        if (!cpu::quant_isa_available(isa)) continue;
+      for (const std::string& isa_name : isa_list) {
+        cpu::Isa isa = cpu::Isa::kScalar;
+        if (!cpu::parse_quant_isa(isa_name.c_str(), &isa) || !cpu::quant_isa_available(isa))
+          continue;
         for (const std::string& path : path_list) {
           if (path == "tiled" && cpu::quant_tile(*dtype, isa).fn == nullptr) continue;
           if (path == "blocksum" && !cpu::quant_blocksum_available(*dtype, isa)) continue;
           if (path == "panels" && (*dtype != DType::kQ8_0 || !cpu::quant_panels_available(isa)))
             continue;
           for (int t : thread_list) {
-            for (int passes : path == "rows" ? pass_list : std::vector<int>{4}) {
+            const bool rows_path = path == "rows" || path == "rows-apart";
+            for (int passes : rows_path ? pass_list : std::vector<int>{4}) {
               for (const std::string& acts :
-                   path == "rows" ? acts_list : std::vector<std::string>{"prep"}) {
+                   rows_path ? acts_list : std::vector<std::string>{"prep"}) {
                 for (const std::string& memory : memory_list) {
                   const bool from_file = memory == "file";
                   variants.push_back(
                       {std::string(cpu::isa_name(isa)) + " " + path + " t" + std::to_string(t) +
-                           (path == "rows" ? " x" + std::to_string(passes) + " " + acts : "") +
-                           " " + memory,
+                           (rows_path ? " x" + std::to_string(passes) + " " + acts : "") + " " +
+                           memory,
                        isa,
                        t,
                        passes,
@@ -221,7 +230,8 @@ int main(int argc, char** argv) {
           } else if (v.path == "sgemm") {
             cpu::matmul_large(pool, x, w, nullptr, y);
           } else {
-            cpu::matmul_quant(pool, x, w, nullptr, y, v.isa, v.rows_per_pass, v.form);
+            cpu::matmul_quant(pool, x, w, nullptr, y, v.isa, v.rows_per_pass, v.form,
+                              v.path != "rows-apart");
           }
           const auto t1 = std::chrono::steady_clock::now();
           if (c >= 0) v.us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());

@@ -88,7 +88,7 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create(const ModelInstance
                         load_weights(config, options.model_dir, options.on_progress, load));
   }
   std::string load_note = std::move(weights.load_note);
-  // The CPU kernels' own layout (Q8_0 panels on AVX-512 VNNI), once.
+  // The CPU kernels' own layout (Q8_0 panels on either VNNI), once.
   if (auto* cpu = dynamic_cast<CpuBackend*>(&backend))
     lay_out_cpu_weights(weights, cpu->pool(), options.cpu_layout);
 

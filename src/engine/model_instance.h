@@ -41,7 +41,7 @@ struct ModelInstanceOptions {
   WeightQuantization quantization = WeightQuantization::kNone;
   // CPU: how quantized matrices are laid out for the kernels
   // (model/cpu_weight_layout.h): kAuto, Q8_0 panels where this CPU has the
-  // AVX-512 VNNI panel kernels (SPECSTACK_QUANT_PANELS=0: never); kAsStored;
+  // VNNI panel kernels (SPECSTACK_QUANT_PANELS=0: never); kAsStored;
   // kPanels, on any CPU (elsewhere the panel matmul is its scalar reference:
   // for tests).
   CpuWeightLayout cpu_layout = CpuWeightLayout::kAuto;

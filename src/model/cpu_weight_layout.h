@@ -1,5 +1,5 @@
 // The CPU backend's own layout of a model's matrices, chosen once at load:
-// Q8_0 matrices in the 16-row panels of the AVX-512 VNNI kernels
+// Q8_0 matrices in the 16-row panels of the VNNI kernels (AVX-512 VNNI, AVX-VNNI)
 // (backend/cpu/quant_panels.h) where this CPU has them, so decode and small
 // batches read each weight vector once for 16 rows and every activation row.
 #pragma once

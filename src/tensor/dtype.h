@@ -12,7 +12,7 @@ namespace specstack {
 // stored; the layouts and kernels are in backend/cpu/quant_*). A tensor of
 // one is a matrix [rows, cols] whose rows are whole blocks, so only whole
 // rows can be sliced or viewed. kQ8_0P is Q8_0 laid out for the CPU's
-// AVX-512 VNNI kernels in panels of 16 rows (backend/cpu/quant_panels.h):
+// VNNI kernels (AVX-512 VNNI, AVX-VNNI) in panels of 16 rows (backend/cpu/quant_panels.h):
 // the same bytes per element, but a row is not contiguous, so it is never
 // sliced, viewed by rows, written to a file or given to another backend.
 enum class DType : uint8_t {

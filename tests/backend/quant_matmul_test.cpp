@@ -107,12 +107,26 @@ TEST_P(QuantMatmulTest, MatchesDequantizedWeights) {
 }
 
 // The public dispatch: matmul() with a quantized weight is the block-sum
-// GEMM from matmul_blocksum_min_rows() rows where the type and isa have it,
+// GEMM from matmul_blocksum_min_rows(dtype, isa) rows where the type and isa have it,
 // else the int8 kernel on the best isa up to matmul_quant_max_rows() rows,
 // and beyond that the
 // int8 tiles where the type has them on that isa, up to its row limit (Q8_0:
 // the same floats as the int8 kernels, quant_gemm_test), else the f32 GEMM on the dequantized
 // weight (no activation rounding: 1e-5).
+TEST(QuantMatmul, BlocksumFromNineRowsOrLaterForKQuantsTogether) {
+  EXPECT_EQ(matmul_blocksum_min_rows(), 9);
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni}) {
+    if (!quant_isa_available(isa)) continue;
+    for (DType d : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0})
+      EXPECT_EQ(matmul_blocksum_min_rows(d, isa), 9) << dtype_name(d) << " " << isa_name(isa);
+    const int64_t k_from = !quant_acts_together() || isa == Isa::kScalar ? 9
+                           : isa == Isa::kAvx512Vnni                     ? 16
+                                                     : matmul_quant_max_rows() + 1;
+    for (DType d : {DType::kQ4_K, DType::kQ5_K})
+      EXPECT_EQ(matmul_blocksum_min_rows(d, isa), k_from) << dtype_name(d) << " " << isa_name(isa);
+  }
+}
+
 TEST_P(QuantMatmulTest, DispatchByRowCount) {
   const DType dtype = GetParam();
   ThreadPool pool(2);
@@ -122,7 +136,7 @@ TEST_P(QuantMatmulTest, DispatchByRowCount) {
   Tensor wf = Tensor::zeros(DType::kF32, {out, in});
   dequantize_rows(w, 0, out, wf.f32());
   const int64_t max_rows = matmul_quant_max_rows();
-  const int64_t blocksum_from = matmul_blocksum_min_rows();
+  const int64_t blocksum_from = matmul_blocksum_min_rows(dtype, quant_best_isa());
   for (int64_t n : {int64_t{1}, int64_t{5}, blocksum_from - 1, blocksum_from, max_rows,
                     max_rows + 1, int64_t{40}}) {
     Tensor x = random_f32(rng, {n, in});

@@ -169,6 +169,7 @@ TEST(QuantIsa, ChoiceFollowsTheVariableAndTheCpu) {
 // else 4 with a note naming the value.
 TEST(QuantIsa, RowsPerPassFollowsTheVariable) {
   EXPECT_EQ(default_quant_rows(Isa::kAvx512Vnni), 4);
+  EXPECT_EQ(default_quant_rows(Isa::kAvxVnni), 4);
   EXPECT_EQ(default_quant_rows(Isa::kAvx2), 1);
   EXPECT_EQ(default_quant_rows(Isa::kScalar), 1);
   std::string note = "stale";

@@ -295,6 +295,13 @@ void matmul_large(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tens
   });
 }
 
+int64_t matmul_blocksum_min_rows(DType dtype, Isa isa) {
+  const bool together = quant_has_kernel(dtype) && quant_isa_available(isa) &&
+                        quant_kernel(dtype, isa).dot_acts != nullptr && quant_acts_together();
+  if (!together) return matmul_blocksum_min_rows();
+  return isa == Isa::kAvx512Vnni ? 16 : matmul_quant_max_rows() + 1;
+}
+
 void matmul(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
   SS_CHECK_EQ(x.dim(), 2);
   if (w.dtype() == DType::kQ8_0P) {  // Q8_0 panels (quant_panels.h)
@@ -305,11 +312,12 @@ void matmul(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bi
     return matmul_large(pool, x, w, bias, y);
   }
   if (dtype_is_quantized(w.dtype())) {
-    if (x.size(0) >= matmul_blocksum_min_rows() &&
+    if (x.size(0) >= matmul_blocksum_min_rows(w.dtype(), quant_best_isa()) &&
         quant_prefill_uses_blocksum(quant_prefill_path(), w.dtype(), quant_best_isa(), x.size(0)))
       return matmul_quant_blocksum(pool, x, w, bias, y, quant_best_isa());
     if (x.size(0) <= matmul_quant_max_rows())
-      return matmul_quant(pool, x, w, bias, y, quant_best_isa(), quant_rows_per_pass());
+      return matmul_quant(pool, x, w, bias, y, quant_best_isa(), quant_rows_per_pass(),
+                          QuantActForm::kAuto, quant_acts_together());
     if (quant_prefill_uses_tiles(quant_prefill_path(), w.dtype(), quant_best_isa(), x.size(0)))
       return matmul_quant_tiled(pool, x, w, bias, y, quant_best_isa());
     return matmul_large(pool, x, w, bias, y);

@@ -41,10 +41,21 @@ inline int64_t matmul_quant_max_rows() {
 // block-sum type (quant_matmul_bench, 8192 x 2048, 2 threads, dev VM, session
 // 28: Q4_K 1.0x at 8 rows, 1.9x at 16; Q4_0 1.07x / 1.8x; Q5_0 1.85x / 3.6x).
 // Batched decode of 9-16 sequences runs on it; speculative verification of
-// k + 1 <= 8 rows stays on the row kernels.
+// k + 1 <= 8 rows stays on the row kernels. This is the fewest rows at which
+// any type takes it; matmul_blocksum_min_rows(dtype, isa) is the one matmul()
+// uses.
 inline int64_t matmul_blocksum_min_rows() {
   return 9;
 }
+
+// The K-quants whose row kernels take four activation rows at once
+// (QuantKernel::dot_acts, session 29) keep the row kernels longer: against
+// the block-sum GEMM on one core of the device host (8192 x 2048), Q4_K
+// 1.38x / 1.15x / 0.96x at 9 / 12 / 16 rows and Q5_K 1.32x / 1.11x / 0.91x
+// on AVX-512 VNNI, so from 16 rows there; on AVX-VNNI (a 256-bit block-sum
+// tile) 1.88x / 1.54x / 1.20x for Q4_K, so never up to
+// matmul_quant_max_rows(). Other types: matmul_blocksum_min_rows().
+int64_t matmul_blocksum_min_rows(DType dtype, Isa isa);
 
 // x [n, in] f32, w [out, in] f32/bf16/f16, bias [out] f32 or null, y [n, out] f32.
 void matmul_small(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,

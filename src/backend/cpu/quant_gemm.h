@@ -9,10 +9,10 @@
 // the precision is that of the decode path (int8 activations), not that of
 // dequantize + sgemm (f32 activations).
 //
-// Tiles exist for the 32-blocks (Q8_0, Q4_0, Q5_0) on AVX2 (4 x 2) and
-// AVX-512 VNNI (5 x 3, on operands packed once per call); the K-quants and the scalar isa have none
-// (quant_tile(...).fn == nullptr) and prefill dequantizes tiles of weight
-// rows for sgemm (cpu_matmul.h).
+// Tiles exist for the 32-blocks (Q8_0, Q4_0, Q5_0) on AVX2 and AVX-VNNI (4 x
+// 2, one source: quant_tile_avx2.cpp) and AVX-512 VNNI (5 x 3, on operands packed once per call);
+// the K-quants and the scalar isa have none (quant_tile(...).fn == nullptr) and prefill dequantizes
+// tiles of weight rows for sgemm (cpu_matmul.h).
 #pragma once
 
 #include <cstdint>
@@ -83,7 +83,7 @@ void matmul_quant_tiled(ThreadPool& pool, const Tensor& x, const Tensor& w, cons
 
 // Prefill (more x rows than matmul_quant_max_rows) on quantized weights.
 // kAuto: the block-sum GEMM where it exists (Q8_0, Q4_0, Q5_0, Q4_K, Q5_K
-// on AVX-512 VNNI, quant_blocksum.h; Q4_0 / Q5_0 run the Q8_0 kernel on
+// on AVX-512 VNNI or AVX-VNNI, quant_blocksum.h; Q4_0 / Q5_0 run the Q8_0 kernel on
 // their unpacked blocks, not measured separately: Q8_0 1.1x the packed tiles at 17 rows, 1.5-2.1x
 // from 32 to 512, one core of the VNNI dev VM, docs/benchmarks.md session
 // 26; Q4_K 1.2x dequantize + sgemm at 512 rows on the device Xeon, session

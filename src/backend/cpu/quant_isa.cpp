@@ -139,7 +139,7 @@ Isa quant_best_isa() {
 }
 
 int default_quant_rows(Isa isa) {
-  return isa == Isa::kAvx512Vnni ? 4 : 1;
+  return isa == Isa::kAvx512Vnni || isa == Isa::kAvxVnni ? 4 : 1;
 }
 
 int choose_quant_rows(const char* pinned, Isa isa, std::string* note) {

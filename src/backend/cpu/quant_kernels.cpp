@@ -257,6 +257,16 @@ QuantKernel quant_kernel(DType dtype, Isa isa) {
   }
 #undef SS_PICK
 #if SS_QUANT_AVX2 && SS_QUANT_AVX512
+#define SS_ACTS(ns)                            \
+  (dtype == DType::kQ4_K   ? ns::dot_acts_q4_k \
+   : dtype == DType::kQ5_K ? ns::dot_acts_q5_k \
+   : dtype == DType::kQ6_K ? ns::dot_acts_q6_k \
+                           : nullptr)
+  kernel.dot_acts = isa == Isa::kAvx512Vnni ? SS_ACTS(quant_avx512vnni)
+                    : isa == Isa::kAvxVnni  ? SS_ACTS(quant_avxvnni)
+                    : isa == Isa::kAvx2     ? SS_ACTS(quant_avx2)
+                                            : nullptr;
+#undef SS_ACTS
   if (dtype == DType::kQ4_0 && isa == Isa::kAvx512Vnni) {
     kernel.prepared = {kQ4_0ActBytesPerBlock, quant_avx2::prepare_q4_0,
                        quant_avx512vnni::dot_q4_0_prepared, quant_avx512vnni::dot4_q4_0_prepared};

@@ -56,7 +56,18 @@ struct QuantKernel {
   // The scalar isa runs the one-row reference four times.
   void (*dot4)(const void* w, int64_t w_stride, const void* act_row, int64_t n_blocks, float* out);
   QuantPrepared prepared{};  // none for most types and for the scalar isa
+  // out[j] = dot(w_row, act + j * act_stride, n_blocks) for j < na (1..4),
+  // bit for bit: one weight row against up to four activation rows, each
+  // weight block unpacked once for all of them. The K-quants (Q4_K, Q5_K,
+  // Q6_K) on the SIMD isas, where unpacking is most of a block's work, so
+  // that batched decode and speculative verification cost less than one
+  // pass per activation row; null elsewhere.
+  void (*dot_acts)(const void* w_row, const void* act, int64_t act_stride, int64_t n_blocks, int na,
+                   float* out) = nullptr;
 };
+
+// The most activation rows QuantKernel::dot_acts takes at once.
+inline constexpr int kQuantDotActsMax = 4;
 
 // Whether `dtype` has a quantized kernel (Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K).
 bool quant_has_kernel(DType dtype);
@@ -91,9 +102,13 @@ inline constexpr const char* kQuantRowsEnv = "SPECSTACK_QUANT_ROWS";
 
 // The rows per pass when nothing is pinned, for the kernels of `isa`: 4 with
 // the AVX-512 VNNI kernels (1.25-1.74x one row on the Xeon measured in
-// docs/benchmarks.md), 1 otherwise (the AVX2 four-row kernel ran at 0.6-0.85x
-// of one row on the AVX2-only EPYC VM: 16 ymm registers hold four rows'
-// accumulators only with spills).
+// docs/benchmarks.md) and the AVX-VNNI ones (an Intel-only isa: on the
+// device host's Sapphire Rapids, one core, 1.7-2.0x one row for Q8_0 /
+// Q4_K / Q6_K at one activation row, session 29), 1 with AVX2 (the four-row
+// kernel ran at 0.6-0.85x of one row on the AVX2-only AMD EPYC VM: 16 ymm
+// registers hold four rows' accumulators only with spills; on Intel the same
+// AVX2 kernels gained 1.7-2.0x from four rows, so an AVX2-only Intel CPU
+// would do better with SPECSTACK_QUANT_ROWS=4: not measured on one).
 int default_quant_rows(Isa isa);
 
 // SPECSTACK_QUANT_ROWS's value `pinned` (null or empty: unset) -> 1 or 4;
@@ -123,6 +138,13 @@ float dot_q5_k(const void* w, const void* a, int64_t n_blocks);
 float dot_q6_k(const void* w, const void* a, int64_t n_blocks);
 }  // namespace quant_scalar
 
+#define SS_DECLARE_DOT_ACTS                                                                        \
+  void dot_acts_q4_k(const void* w, const void* act, int64_t act_stride, int64_t n_blocks, int na, \
+                     float* out);                                                                  \
+  void dot_acts_q5_k(const void* w, const void* act, int64_t act_stride, int64_t n_blocks, int na, \
+                     float* out);                                                                  \
+  void dot_acts_q6_k(const void* w, const void* act, int64_t act_stride, int64_t n_blocks, int na, \
+                     float* out);
 #if SS_QUANT_AVX2
 // The AVX2 kernels (quant_kernels_avx2.cpp, quant_q4_0_avx2.cpp) and their
 // AVX-VNNI build, the same sources compiled again into quant_avxvnni with
@@ -145,7 +167,8 @@ float dot_q6_k(const void* w, const void* a, int64_t n_blocks);
   void prepare_q4_0(const void* act_row, int64_t n_blocks, void* out);                          \
   float dot_q4_0_prepared(const void* w, const void* prep, int64_t n_blocks);                   \
   void dot4_q4_0_prepared(const void* w, int64_t w_stride, const void* prep, int64_t n_blocks,  \
-                          float* out);
+                          float* out);                                                          \
+  SS_DECLARE_DOT_ACTS
 namespace quant_avx2 {
 SS_DECLARE_AVX2_FAMILY
 }  // namespace quant_avx2
@@ -173,7 +196,9 @@ float dot_q4_0_prepared(const void* w, const void* prep,
                         int64_t n_blocks);  // quant_q4_0_avx512.cpp
 void dot4_q4_0_prepared(const void* w, int64_t w_stride, const void* prep, int64_t n_blocks,
                         float* out);
+SS_DECLARE_DOT_ACTS
 }  // namespace quant_avx512vnni
 #endif
+#undef SS_DECLARE_DOT_ACTS
 
 }  // namespace specstack::cpu

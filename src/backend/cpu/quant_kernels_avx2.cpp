@@ -77,11 +77,11 @@ inline void dot_32(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_
 }
 
 // The 8 six-bit scales (int16 lanes 0-7 of *scales, both 128-bit halves)
-// of a Q4_K / Q5_K block, and the dot of its 8 mins with the activation's
-// 32-value sums as 4 int32 lanes: ggml's bit shuffle of the 12 packed bytes
-// into scales[0..7], mins[0..7] (gguf::scale_min_k4 is the
-// per-index form).
-inline __m128i k4_scales_and_min_dot(const uint8_t* packed, const int16_t* bsums, __m256i* scales) {
+// and the 8 mins (int16 lanes of *mins) of a Q4_K / Q5_K block: ggml's bit
+// shuffle of the 12 packed bytes into scales[0..7], mins[0..7]
+// (gguf::scale_min_k4 is the per-index form). k4_min_dot: the mins' dot
+// with an activation block's 32-value sums, as 4 int32 lanes.
+inline void k4_scales_mins(const uint8_t* packed, __m256i* scales, __m128i* mins) {
   constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
   uint32_t u[4];
   std::memcpy(u, packed, 12);
@@ -94,13 +94,17 @@ inline __m128i k4_scales_and_min_dot(const uint8_t* packed, const int16_t* bsums
       _mm256_cvtepu8_epi16(_mm_set_epi32(int(u[3]), int(u[2]), int(u[1]), int(u[0])));
   const __m128i sc = _mm256_castsi256_si128(mins_and_scales);
   *scales = _mm256_inserti128_si256(_mm256_castsi128_si256(sc), sc, 1);
+  *mins = _mm256_extracti128_si256(mins_and_scales, 1);
+}
+
+inline __m128i k4_min_dot(__m128i mins, const int16_t* bsums) {
   const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bsums));
   const __m128i pair_sums =
       _mm_hadd_epi16(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
-  return _mm_madd_epi16(_mm256_extracti128_si256(mins_and_scales, 1), pair_sums);
+  return _mm_madd_epi16(mins, pair_sums);
 }
 
-// Scale j of k4_scales_and_min_dot's vector in every int16 lane.
+// Scale j of k4_scales_mins's vector in every int16 lane.
 inline __m256i scale_lane(__m256i scales, int j) {
   return _mm256_shuffle_epi8(scales,
                              _mm256_set1_epi16(static_cast<int16_t>((2 * j + 1) << 8 | 2 * j)));
@@ -113,6 +117,28 @@ inline __m256i add_scaled_dot_u(__m256i sumi, __m256i q, const int8_t* q8, __m25
   return dot_s16(sumi, scale, _mm256_maddubs_epi16(q, y));
 }
 
+// Sub-blocks 2j (*lo) and 2j + 1 (*hi) of a Q4_K / Q5_K block as unsigned
+// bytes: low and high nibbles of qs[32 j ...]; Q5_K adds bit 2j / 2j + 1 of
+// each qh byte (hbits) as bit 4 (a 16-bit shift is safe: only that one bit
+// is left in each byte).
+template <bool kFifthBit>
+inline void k_group(const uint8_t* qs, __m256i hbits, int j, __m256i* lo, __m256i* hi) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j));
+  *lo = _mm256_and_si256(bits, m4);
+  *hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+  if constexpr (kFifthBit) {
+    const __m256i mlo = _mm256_set1_epi8(static_cast<char>(1 << (2 * j)));
+    const __m256i mhi = _mm256_set1_epi8(static_cast<char>(1 << (2 * j + 1)));
+    *lo = _mm256_or_si256(
+        *lo, _mm256_slli_epi16(
+                 _mm256_srl_epi16(_mm256_and_si256(hbits, mlo), _mm_cvtsi32_si128(2 * j)), 4));
+    *hi = _mm256_or_si256(
+        *hi, _mm256_slli_epi16(
+                 _mm256_srl_epi16(_mm256_and_si256(hbits, mhi), _mm_cvtsi32_si128(2 * j + 1)), 4));
+  }
+}
+
 // Q4_K and Q5_K in one body: 4 x 64 values a block, low nibbles then high
 // nibbles of qs[32 j ...]; Q5_K adds bit 2j / 2j + 1 of each qh byte as the
 // fifth bit. R rows block by block (see dot_32), each row's steps those of R = 1.
@@ -120,7 +146,6 @@ template <int R, class Block, bool kFifthBit>
 void dot_k_nibbles(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_blocks,
                    float* out) {
   const auto* y = static_cast<const BlockQ8_K*>(a);
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
   __m256 acc[R];
   __m128 acc_min[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), acc_min[r] = _mm_setzero_ps();
@@ -129,26 +154,15 @@ void dot_k_nibbles(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_
       const Block& x = reinterpret_cast<const Block*>(w + r * w_stride)[b];
       if constexpr (R > 1) prefetch_block(&x, R * w_stride);
       __m256i sc;
-      const __m128i min_dot = k4_scales_and_min_dot(x.scales, y[b].bsums, &sc);
+      __m128i mins;
+      k4_scales_mins(x.scales, &sc, &mins);
+      const __m128i min_dot = k4_min_dot(mins, y[b].bsums);
       __m256i hbits = _mm256_setzero_si256();
       if constexpr (kFifthBit) hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh));
       __m256i sumi = _mm256_setzero_si256();
       for (int j = 0; j < 4; ++j) {
-        const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * j));
-        __m256i lo = _mm256_and_si256(bits, m4);
-        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-        if constexpr (kFifthBit) {
-          // Bit 2j / 2j + 1 of each qh byte, moved to bit 4 (a 16-bit shift is
-          // safe: only that one bit is left in each byte).
-          const __m256i mlo = _mm256_set1_epi8(static_cast<char>(1 << (2 * j)));
-          const __m256i mhi = _mm256_set1_epi8(static_cast<char>(1 << (2 * j + 1)));
-          lo = _mm256_or_si256(
-              lo, _mm256_slli_epi16(
-                      _mm256_srl_epi16(_mm256_and_si256(hbits, mlo), _mm_cvtsi32_si128(2 * j)), 4));
-          hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_srl_epi16(_mm256_and_si256(hbits, mhi),
-                                                                      _mm_cvtsi32_si128(2 * j + 1)),
-                                                     4));
-        }
+        __m256i lo, hi;
+        k_group<kFifthBit>(x.qs, hbits, j, &lo, &hi);
         sumi = add_scaled_dot_u(sumi, lo, y[b].qs + 64 * j, scale_lane(sc, 2 * j));
         sumi = add_scaled_dot_u(sumi, hi, y[b].qs + 64 * j + 32, scale_lane(sc, 2 * j + 1));
       }
@@ -161,14 +175,78 @@ void dot_k_nibbles(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_
   for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]) - hsum128(acc_min[r]);
 }
 
+// One weight row against NA activation rows (act_stride bytes apart): each
+// block unpacked once (groups, scales, mins), then per activation row the
+// one-row kernel's integer and f32 steps, so out[a] equals dot_k_nibbles<1>
+// on row a bit for bit. Unpacking is most of a K-quant block's work, so NA
+// rows cost well under NA one-row passes (batched decode, speculative
+// verification).
+template <int NA, class Block, bool kFifthBit>
+void dot_k_nibbles_acts(const uint8_t* w, const uint8_t* act, int64_t act_stride, int64_t n_blocks,
+                        float* out) {
+  const auto* x = reinterpret_cast<const Block*>(w);
+  const BlockQ8_K* y[NA];
+  for (int a = 0; a < NA; ++a) y[a] = reinterpret_cast<const BlockQ8_K*>(act + a * act_stride);
+  __m256 acc[NA];
+  __m128 acc_min[NA];
+  for (int a = 0; a < NA; ++a) acc[a] = _mm256_setzero_ps(), acc_min[a] = _mm_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    __m256i sc;
+    __m128i mins;
+    k4_scales_mins(x[b].scales, &sc, &mins);
+    __m256i hbits = _mm256_setzero_si256();
+    if constexpr (kFifthBit) hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qh));
+    __m256i sumi[NA];
+    for (int a = 0; a < NA; ++a) sumi[a] = _mm256_setzero_si256();
+    for (int j = 0; j < 4; ++j) {
+      __m256i lo, hi;
+      k_group<kFifthBit>(x[b].qs, hbits, j, &lo, &hi);
+      const __m256i s_lo = scale_lane(sc, 2 * j), s_hi = scale_lane(sc, 2 * j + 1);
+      for (int a = 0; a < NA; ++a) {
+        sumi[a] = add_scaled_dot_u(sumi[a], lo, y[a][b].qs + 64 * j, s_lo);
+        sumi[a] = add_scaled_dot_u(sumi[a], hi, y[a][b].qs + 64 * j + 32, s_hi);
+      }
+    }
+    const float dx = f16(x[b].d), dmin = f16(x[b].dmin);
+    for (int a = 0; a < NA; ++a) {
+      acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(y[a][b].d * dx), _mm256_cvtepi32_ps(sumi[a]), acc[a]);
+      acc_min[a] = _mm_fmadd_ps(_mm_set1_ps(y[a][b].d * dmin),
+                                _mm_cvtepi32_ps(k4_min_dot(mins, y[a][b].bsums)), acc_min[a]);
+    }
+  }
+  for (int a = 0; a < NA; ++a) out[a] = hsum(acc[a]) - hsum128(acc_min[a]);
+}
+
+// The 128 six-bit values of half of a Q6_K block (ql: its 64 bytes, qh:
+// its 32) as unsigned bytes, q[k] = values 32k .. 32k + 31 of the half.
+inline void q6_groups(const uint8_t* ql, const uint8_t* qh, __m256i* q) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i m2 = _mm256_set1_epi8(3);
+  const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+  const __m256i l2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+  q[0] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
+  q[1] = _mm256_or_si256(_mm256_and_si256(l2, m4),
+                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
+  q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
+  q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m4),
+                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
+}
+
+// Scales s and s + 1 of a Q6_K block (its 16 int8 scales in `scales`),
+// each for 16 values (8 int16 lanes).
+inline __m256i q6_scales(__m128i scales, int s) {
+  const __m128i pick = _mm_set_epi64x(0x0101010101010101LL * (s + 1), 0x0101010101010101LL * s);
+  return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
+}
+
 // q6 - 32 is signed, so as llama.cpp: maddubs(q6, a) - maddubs(32, a), both
 // within int16, then the int16 scales of each 16 values. R rows as above.
 template <int R>
 void dot_q6_k_rows(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_blocks,
                    float* out) {
   const auto* y = static_cast<const BlockQ8_K*>(a);
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m256i m2 = _mm256_set1_epi8(3);
   const __m256i m32 = _mm256_set1_epi8(32);
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
@@ -179,30 +257,14 @@ void dot_q6_k_rows(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_
       const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales));
       __m256i sumi = _mm256_setzero_si256();
       for (int half = 0; half < 2; ++half) {
-        const uint8_t* ql = x.ql + 64 * half;
         const int8_t* q8 = y[b].qs + 128 * half;
-        const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-        const __m256i l2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh + 32 * half));
         __m256i q[4];
-        q[0] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-                               _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
-        q[1] = _mm256_or_si256(_mm256_and_si256(l2, m4),
-                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
-        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
-        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m4),
-                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
+        q6_groups(x.ql + 64 * half, x.qh + 32 * half, q);
         for (int k = 0; k < 4; ++k) {
           const __m256i a8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * k));
           const __m256i p16 =
               _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], a8), _mm256_maddubs_epi16(m32, a8));
-          // Scales 8 * half + 2k and + 1, each for 16 values (8 int16 lanes).
-          const int s = 8 * half + 2 * k;
-          const __m128i pick =
-              _mm_set_epi64x(0x0101010101010101LL * (s + 1), 0x0101010101010101LL * s);
-          const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
-          sumi = dot_s16(sumi, sc16, p16);
+          sumi = dot_s16(sumi, q6_scales(scales, 8 * half + 2 * k), p16);
         }
       }
       const float d = y[b].d * f16(x.d);
@@ -210,6 +272,42 @@ void dot_q6_k_rows(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_
     }
   }
   for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]);
+}
+
+// Q6_K, one weight row against NA activation rows (see dot_k_nibbles_acts):
+// out[a] equals dot_q6_k_rows<1> on row a bit for bit.
+template <int NA>
+void dot_q6_k_acts(const uint8_t* w, const uint8_t* act, int64_t act_stride, int64_t n_blocks,
+                   float* out) {
+  const auto* x = reinterpret_cast<const BlockQ6_K*>(w);
+  const BlockQ8_K* y[NA];
+  for (int a = 0; a < NA; ++a) y[a] = reinterpret_cast<const BlockQ8_K*>(act + a * act_stride);
+  const __m256i m32 = _mm256_set1_epi8(32);
+  __m256 acc[NA];
+  for (int a = 0; a < NA; ++a) acc[a] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
+    __m256i sumi[NA];
+    for (int a = 0; a < NA; ++a) sumi[a] = _mm256_setzero_si256();
+    for (int half = 0; half < 2; ++half) {
+      __m256i q[4];
+      q6_groups(x[b].ql + 64 * half, x[b].qh + 32 * half, q);
+      for (int k = 0; k < 4; ++k) {
+        const __m256i sc16 = q6_scales(scales, 8 * half + 2 * k);
+        for (int a = 0; a < NA; ++a) {
+          const __m256i a8 = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(y[a][b].qs + 128 * half + 32 * k));
+          const __m256i p16 =
+              _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], a8), _mm256_maddubs_epi16(m32, a8));
+          sumi[a] = dot_s16(sumi[a], sc16, p16);
+        }
+      }
+    }
+    const float dx = f16(x[b].d);
+    for (int a = 0; a < NA; ++a)
+      acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(y[a][b].d * dx), _mm256_cvtepi32_ps(sumi[a]), acc[a]);
+  }
+  for (int a = 0; a < NA; ++a) out[a] = hsum(acc[a]);
 }
 
 // One row (the QuantKernel::dot form) and four rows (dot4) of a kernel.
@@ -264,6 +362,31 @@ void dot4_q5_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks,
 void dot4_q6_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
   dot_q6_k_rows<4>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
 }
+
+#define SS_DOT_ACTS(name, ...)                                                            \
+  void name(const void* w, const void* act, int64_t act_stride, int64_t n_blocks, int na, \
+            float* out) {                                                                 \
+    const auto* wb = static_cast<const uint8_t*>(w);                                      \
+    const auto* ab = static_cast<const uint8_t*>(act);                                    \
+    switch (na) {                                                                         \
+      case 1:                                                                             \
+        return __VA_ARGS__<1>(wb, ab, act_stride, n_blocks, out);                         \
+      case 2:                                                                             \
+        return __VA_ARGS__<2>(wb, ab, act_stride, n_blocks, out);                         \
+      case 3:                                                                             \
+        return __VA_ARGS__<3>(wb, ab, act_stride, n_blocks, out);                         \
+      default:                                                                            \
+        return __VA_ARGS__<4>(wb, ab, act_stride, n_blocks, out);                         \
+    }                                                                                     \
+  }
+template <int NA>
+constexpr auto q4_k_acts = dot_k_nibbles_acts<NA, BlockQ4_K, false>;
+template <int NA>
+constexpr auto q5_k_acts = dot_k_nibbles_acts<NA, BlockQ5_K, true>;
+SS_DOT_ACTS(dot_acts_q4_k, q4_k_acts)
+SS_DOT_ACTS(dot_acts_q5_k, q5_k_acts)
+SS_DOT_ACTS(dot_acts_q6_k, dot_q6_k_acts)
+#undef SS_DOT_ACTS
 
 }  // namespace specstack::cpu::SS_QUANT_AVX2_NS
 #endif  // SS_QUANT_AVX2

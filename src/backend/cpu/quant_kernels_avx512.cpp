@@ -96,9 +96,10 @@ inline void dot_32(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_
 }
 
 // As quant_kernels_avx2.cpp: the 8 six-bit scales of a Q4_K / Q5_K block in
-// int16 lanes 0-7 of both 128-bit halves of *scales, and the mins' dot with
-// the activation's 32-value sums as 4 int32 lanes.
-inline __m128i k4_scales_and_min_dot(const uint8_t* packed, const int16_t* bsums, __m256i* scales) {
+// int16 lanes 0-7 of both 128-bit halves of *scales and its 8 mins in the
+// int16 lanes of *mins; k4_min_dot gives the mins' dot with an activation
+// block's 32-value sums as 4 int32 lanes.
+inline void k4_scales_mins(const uint8_t* packed, __m256i* scales, __m128i* mins) {
   constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
   uint32_t u[4];
   std::memcpy(u, packed, 12);
@@ -111,16 +112,39 @@ inline __m128i k4_scales_and_min_dot(const uint8_t* packed, const int16_t* bsums
       _mm256_cvtepu8_epi16(_mm_set_epi32(int(u[3]), int(u[2]), int(u[1]), int(u[0])));
   const __m128i sc = _mm256_castsi256_si128(mins_and_scales);
   *scales = _mm256_inserti128_si256(_mm256_castsi128_si256(sc), sc, 1);
+  *mins = _mm256_extracti128_si256(mins_and_scales, 1);
+}
+
+inline __m128i k4_min_dot(__m128i mins, const int16_t* bsums) {
   const __m256i sums = load256(bsums);
   const __m128i pair_sums =
       _mm_hadd_epi16(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
-  return _mm_madd_epi16(_mm256_extracti128_si256(mins_and_scales, 1), pair_sums);
+  return _mm_madd_epi16(mins, pair_sums);
 }
 
-// Scale j of k4_scales_and_min_dot's vector in every int16 lane.
+// Scale j of k4_scales_mins's vector in every int16 lane.
 inline __m256i scale_lane(__m256i scales, int j) {
   return _mm256_shuffle_epi8(scales,
                              _mm256_set1_epi16(static_cast<int16_t>((2 * j + 1) << 8 | 2 * j)));
+}
+
+// Group j (64 values: sub-blocks 2j, 2j + 1) of a Q4_K / Q5_K block as
+// unsigned bytes, [low nibbles | high nibbles] of qs[32 j ...]; Q5_K adds bit
+// 2j (low half) / 2j + 1 (high half) of each qh byte (hbits) as bit 4.
+template <bool kFifthBit>
+inline __m512i k_group(const uint8_t* qs, __m256i hbits, int j) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i bits = load256(qs + 32 * j);
+  __m256i lo = _mm256_and_si256(bits, m4);
+  __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+  if constexpr (kFifthBit) {
+    const __m256i bit_lo = _mm256_set1_epi8(static_cast<char>(1 << (2 * j)));
+    const __m256i bit_hi = _mm256_set1_epi8(static_cast<char>(1 << (2 * j + 1)));
+    const __m256i sixteen = _mm256_set1_epi8(16);
+    lo = _mm256_or_si256(lo, _mm256_maskz_mov_epi8(_mm256_test_epi8_mask(hbits, bit_lo), sixteen));
+    hi = _mm256_or_si256(hi, _mm256_maskz_mov_epi8(_mm256_test_epi8_mask(hbits, bit_hi), sixteen));
+  }
+  return join(lo, hi);
 }
 
 // Q4_K and Q5_K: the 64 values of group j are [low nibbles | high nibbles]
@@ -132,7 +156,6 @@ template <int R, class Block, bool kFifthBit>
 void dot_k_nibbles(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_blocks,
                    float* out) {
   const auto* y = static_cast<const BlockQ8_K*>(a);
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
   __m256 acc[R];
   __m128 acc_min[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), acc_min[r] = _mm_setzero_ps();
@@ -141,25 +164,14 @@ void dot_k_nibbles(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_
       const Block& x = reinterpret_cast<const Block*>(w + r * w_stride)[b];
       if constexpr (R > 1) prefetch_block(&x, prefetch_ahead<Block>(b, n_blocks, R * w_stride));
       __m256i sc;
-      const __m128i min_dot = k4_scales_and_min_dot(x.scales, y[b].bsums, &sc);
+      __m128i mins;
+      k4_scales_mins(x.scales, &sc, &mins);
+      const __m128i min_dot = k4_min_dot(mins, y[b].bsums);
       __m256i hbits = _mm256_setzero_si256();
       if constexpr (kFifthBit) hbits = load256(x.qh);
       __m512i sumi = _mm512_setzero_si512();
       for (int j = 0; j < 4; ++j) {
-        const __m256i bits = load256(x.qs + 32 * j);
-        __m256i lo = _mm256_and_si256(bits, m4);
-        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-        if constexpr (kFifthBit) {
-          // Bit 2j (low half) / 2j + 1 (high half) of each qh byte, as bit 4.
-          const __m256i bit_lo = _mm256_set1_epi8(static_cast<char>(1 << (2 * j)));
-          const __m256i bit_hi = _mm256_set1_epi8(static_cast<char>(1 << (2 * j + 1)));
-          const __m256i sixteen = _mm256_set1_epi8(16);
-          lo = _mm256_or_si256(
-              lo, _mm256_maskz_mov_epi8(_mm256_test_epi8_mask(hbits, bit_lo), sixteen));
-          hi = _mm256_or_si256(
-              hi, _mm256_maskz_mov_epi8(_mm256_test_epi8_mask(hbits, bit_hi), sixteen));
-        }
-        const __m512i q = join(lo, hi);
+        const __m512i q = k_group<kFifthBit>(x.qs, hbits, j);
         const __m512i q8 = _mm512_loadu_si512(y[b].qs + 64 * j);
         const __m512i scales = join(scale_lane(sc, 2 * j), scale_lane(sc, 2 * j + 1));
         sumi = _mm512_dpwssd_epi32(sumi, scales, _mm512_maddubs_epi16(q, q8));
@@ -173,6 +185,118 @@ void dot_k_nibbles(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_
   for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]) - hsum128(acc_min[r]);
 }
 
+// One weight row against NA activation rows (act_stride bytes apart): each
+// block unpacked once (its groups, scales and mins), then per activation
+// row the one-row kernel's integer and f32 steps, so out[a] equals
+// dot_k_nibbles<1> on row a bit for bit. Unpacking is most of a K-quant
+// block's work, so NA rows cost well under NA one-row passes (batched
+// decode, speculative verification).
+template <int NA, class Block, bool kFifthBit>
+void dot_k_nibbles_acts(const uint8_t* w, const uint8_t* act, int64_t act_stride, int64_t n_blocks,
+                        float* out) {
+  const auto* x = reinterpret_cast<const Block*>(w);
+  const BlockQ8_K* y[NA];
+  for (int a = 0; a < NA; ++a) y[a] = reinterpret_cast<const BlockQ8_K*>(act + a * act_stride);
+  __m256 acc[NA];
+  __m128 acc_min[NA];
+  for (int a = 0; a < NA; ++a) acc[a] = _mm256_setzero_ps(), acc_min[a] = _mm_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    __m256i sc;
+    __m128i mins;
+    k4_scales_mins(x[b].scales, &sc, &mins);
+    __m256i hbits = _mm256_setzero_si256();
+    if constexpr (kFifthBit) hbits = load256(x[b].qh);
+    __m512i sumi[NA];
+    for (int a = 0; a < NA; ++a) sumi[a] = _mm512_setzero_si512();
+    for (int j = 0; j < 4; ++j) {
+      const __m512i q = k_group<kFifthBit>(x[b].qs, hbits, j);
+      const __m512i scales = join(scale_lane(sc, 2 * j), scale_lane(sc, 2 * j + 1));
+      for (int a = 0; a < NA; ++a) {
+        const __m512i q8 = _mm512_loadu_si512(y[a][b].qs + 64 * j);
+        sumi[a] = _mm512_dpwssd_epi32(sumi[a], scales, _mm512_maddubs_epi16(q, q8));
+      }
+    }
+    const float dx = f16(x[b].d), dmin = f16(x[b].dmin);
+    for (int a = 0; a < NA; ++a) {
+      acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(y[a][b].d * dx), _mm256_cvtepi32_ps(fold(sumi[a])),
+                               acc[a]);
+      acc_min[a] = _mm_fmadd_ps(_mm_set1_ps(y[a][b].d * dmin),
+                                _mm_cvtepi32_ps(k4_min_dot(mins, y[a][b].bsums)), acc_min[a]);
+    }
+  }
+  for (int a = 0; a < NA; ++a) out[a] = hsum(acc[a]) - hsum128(acc_min[a]);
+}
+
+// The 128 six-bit values of half of a Q6_K block (ql: its 64 bytes, qh:
+// its 32) as unsigned bytes, q[0] = [values 0-31 | 32-63], q[1] = [64-95 |
+// 96-127] of the half (the activation order).
+inline void q6_groups(const uint8_t* ql, const uint8_t* qh, __m512i* q) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i m2 = _mm256_set1_epi8(3);
+  const __m256i l1 = load256(ql);
+  const __m256i l2 = load256(ql + 32);
+  const __m256i h = load256(qh);
+  const __m256i q0 =
+      _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
+  const __m256i q1 =
+      _mm256_or_si256(_mm256_and_si256(l2, m4),
+                      _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
+  const __m256i q2 =
+      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                      _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
+  const __m256i q3 =
+      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m4),
+                      _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
+  q[0] = join(q0, q1);
+  q[1] = join(q2, q3);
+}
+
+// Scales s .. s + 3 of a Q6_K block (its 16 int8 scales in `scales`), each
+// for 16 values (8 int16 lanes).
+inline __m512i q6_scales(__m128i scales, int64_t s) {
+  const __m128i pick_lo = _mm_set_epi64x(0x0101010101010101LL * (s + 1), 0x0101010101010101LL * s);
+  const __m128i pick_hi =
+      _mm_set_epi64x(0x0101010101010101LL * (s + 3), 0x0101010101010101LL * (s + 2));
+  return _mm512_cvtepi8_epi16(
+      _mm256_set_m128i(_mm_shuffle_epi8(scales, pick_hi), _mm_shuffle_epi8(scales, pick_lo)));
+}
+
+// Q6_K, one weight row against NA activation rows (see dot_k_nibbles_acts):
+// out[a] equals dot_q6_k_rows<1> on row a bit for bit.
+template <int NA>
+void dot_q6_k_acts(const uint8_t* w, const uint8_t* act, int64_t act_stride, int64_t n_blocks,
+                   float* out) {
+  const auto* x = reinterpret_cast<const BlockQ6_K*>(w);
+  const BlockQ8_K* y[NA];
+  for (int a = 0; a < NA; ++a) y[a] = reinterpret_cast<const BlockQ8_K*>(act + a * act_stride);
+  const __m512i m32 = _mm512_set1_epi8(32);
+  __m256 acc[NA];
+  for (int a = 0; a < NA; ++a) acc[a] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
+    __m512i sumi[NA];
+    for (int a = 0; a < NA; ++a) sumi[a] = _mm512_setzero_si512();
+    for (int half = 0; half < 2; ++half) {
+      __m512i q[2];
+      q6_groups(x[b].ql + 64 * half, x[b].qh + 32 * half, q);
+      for (int k = 0; k < 4; k += 2) {
+        const __m512i sc16 = q6_scales(scales, 8 * half + 2 * k);
+        for (int a = 0; a < NA; ++a) {
+          const __m512i a8 = _mm512_loadu_si512(y[a][b].qs + 128 * half + 32 * k);
+          const __m512i p16 =
+              _mm512_sub_epi16(_mm512_maddubs_epi16(q[k / 2], a8), _mm512_maddubs_epi16(m32, a8));
+          sumi[a] = _mm512_dpwssd_epi32(sumi[a], sc16, p16);
+        }
+      }
+    }
+    const float dx = f16(x[b].d);
+    for (int a = 0; a < NA; ++a)
+      acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(y[a][b].d * dx), _mm256_cvtepi32_ps(fold(sumi[a])),
+                               acc[a]);
+  }
+  for (int a = 0; a < NA; ++a) out[a] = hsum(acc[a]);
+}
+
 // As the AVX2 kernel: maddubs(q6, a) - maddubs(32, a) in int16, then the
 // int8 scales of each 16 values; two 32-value chunks per 512-bit step. R rows
 // as above.
@@ -180,8 +304,6 @@ template <int R>
 void dot_q6_k_rows(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_blocks,
                    float* out) {
   const auto* y = static_cast<const BlockQ8_K*>(a);
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m256i m2 = _mm256_set1_epi8(3);
   const __m512i m32 = _mm512_set1_epi8(32);
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
@@ -192,33 +314,14 @@ void dot_q6_k_rows(const uint8_t* w, int64_t w_stride, const void* a, int64_t n_
       const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales));
       __m512i sumi = _mm512_setzero_si512();
       for (int half = 0; half < 2; ++half) {
-        const uint8_t* ql = x.ql + 64 * half;
         const int8_t* q8 = y[b].qs + 128 * half;
-        const __m256i l1 = load256(ql);
-        const __m256i l2 = load256(ql + 32);
-        const __m256i h = load256(x.qh + 32 * half);
-        __m256i q[4];
-        q[0] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-                               _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
-        q[1] = _mm256_or_si256(_mm256_and_si256(l2, m4),
-                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
-        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
-        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m4),
-                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
+        __m512i q[2];
+        q6_groups(x.ql + 64 * half, x.qh + 32 * half, q);
         for (int k = 0; k < 4; k += 2) {
           const __m512i a8 = _mm512_loadu_si512(q8 + 32 * k);
-          const __m512i p16 = _mm512_sub_epi16(_mm512_maddubs_epi16(join(q[k], q[k + 1]), a8),
-                                               _mm512_maddubs_epi16(m32, a8));
-          // Scales s .. s + 3 (s = 8 half + 2k), each for 16 values (8 int16 lanes).
-          const int64_t s = 8 * half + 2 * k;
-          const __m128i pick_lo =
-              _mm_set_epi64x(0x0101010101010101LL * (s + 1), 0x0101010101010101LL * s);
-          const __m128i pick_hi =
-              _mm_set_epi64x(0x0101010101010101LL * (s + 3), 0x0101010101010101LL * (s + 2));
-          const __m512i sc16 = _mm512_cvtepi8_epi16(_mm256_set_m128i(
-              _mm_shuffle_epi8(scales, pick_hi), _mm_shuffle_epi8(scales, pick_lo)));
-          sumi = _mm512_dpwssd_epi32(sumi, sc16, p16);
+          const __m512i p16 =
+              _mm512_sub_epi16(_mm512_maddubs_epi16(q[k / 2], a8), _mm512_maddubs_epi16(m32, a8));
+          sumi = _mm512_dpwssd_epi32(sumi, q6_scales(scales, 8 * half + 2 * k), p16);
         }
       }
       const float d = y[b].d * f16(x.d);
@@ -280,6 +383,31 @@ void dot4_q5_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks,
 void dot4_q6_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks, float* out) {
   dot_q6_k_rows<4>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
 }
+
+#define SS_DOT_ACTS(name, ...)                                                            \
+  void name(const void* w, const void* act, int64_t act_stride, int64_t n_blocks, int na, \
+            float* out) {                                                                 \
+    const auto* wb = static_cast<const uint8_t*>(w);                                      \
+    const auto* ab = static_cast<const uint8_t*>(act);                                    \
+    switch (na) {                                                                         \
+      case 1:                                                                             \
+        return __VA_ARGS__<1>(wb, ab, act_stride, n_blocks, out);                         \
+      case 2:                                                                             \
+        return __VA_ARGS__<2>(wb, ab, act_stride, n_blocks, out);                         \
+      case 3:                                                                             \
+        return __VA_ARGS__<3>(wb, ab, act_stride, n_blocks, out);                         \
+      default:                                                                            \
+        return __VA_ARGS__<4>(wb, ab, act_stride, n_blocks, out);                         \
+    }                                                                                     \
+  }
+template <int NA>
+constexpr auto q4_k_acts = dot_k_nibbles_acts<NA, BlockQ4_K, false>;
+template <int NA>
+constexpr auto q5_k_acts = dot_k_nibbles_acts<NA, BlockQ5_K, true>;
+SS_DOT_ACTS(dot_acts_q4_k, q4_k_acts)
+SS_DOT_ACTS(dot_acts_q5_k, q5_k_acts)
+SS_DOT_ACTS(dot_acts_q6_k, dot_q6_k_acts)
+#undef SS_DOT_ACTS
 
 }  // namespace specstack::cpu::quant_avx512vnni
 #endif  // SS_QUANT_AVX512

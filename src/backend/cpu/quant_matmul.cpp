@@ -1,6 +1,8 @@
 #include "backend/cpu/quant_matmul.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -106,6 +108,14 @@ std::unique_ptr<uint8_t[]> quantize_activation_rows(ThreadPool& pool, const Quan
   return act;
 }
 
+bool quant_acts_together() {
+  static const bool together = [] {
+    const char* pinned = std::getenv(kQuantTogetherEnv);
+    return pinned == nullptr || std::strcmp(pinned, "0") != 0;
+  }();
+  return together;
+}
+
 void check_quant_matmul_args(const Tensor& x, const Tensor& w, const Tensor* bias,
                              const Tensor& y) {
   SS_CHECK(x.device() == Device::kCpu && w.device() == Device::kCpu && y.device() == Device::kCpu);
@@ -116,7 +126,7 @@ void check_quant_matmul_args(const Tensor& x, const Tensor& w, const Tensor* bia
 }
 
 void matmul_quant(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
-                  Isa isa, int rows_per_pass, QuantActForm form) {
+                  Isa isa, int rows_per_pass, QuantActForm form, bool acts_together) {
   check_quant_matmul_args(x, w, bias, y);
   const int64_t n = x.size(0), in = x.size(1), out = w.size(0);
   SS_CHECK_MSG(dtype_is_quantized(w.dtype()),
@@ -140,6 +150,23 @@ void matmul_quant(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tens
   const float* b = bias ? bias->f32() : nullptr;
   float* y_data = y.f32();
   const int64_t grain = std::max<int64_t>(1, kMinMacsPerShare / std::max<int64_t>(1, in * n));
+  if (!acts_together) k.dot_acts = nullptr;
+  if (k.dot_acts != nullptr && n > 1 && k.prepared.prepare == nullptr) {
+    // Each weight row against the activation rows four at a time: its
+    // blocks unpacked once per four rows instead of once per row.
+    pool.parallel_for(out, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t o = begin; o < end; ++o) {
+        const uint8_t* w_row = w_data + o * w_row_bytes;
+        for (int64_t i = 0; i < n; i += kQuantDotActsMax) {
+          const int na = int(std::min<int64_t>(kQuantDotActsMax, n - i));
+          float dots[kQuantDotActsMax];
+          k.dot_acts(w_row, acts.rows + i * acts.row_bytes, acts.row_bytes, n_blocks, na, dots);
+          for (int j = 0; j < na; ++j) y_data[(i + j) * out + o] = dots[j] + (b ? b[o] : 0.0f);
+        }
+      }
+    });
+    return;
+  }
   pool.parallel_for(out, grain, [&](int64_t begin, int64_t end) {
     for (int64_t o0 = begin; o0 < end; o0 += kTileRows) {
       const int64_t o1 = std::min(o0 + kTileRows, end);

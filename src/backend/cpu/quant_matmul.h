@@ -29,12 +29,25 @@ namespace specstack::cpu {
 enum class QuantActForm : uint8_t { kAuto, kPrepared, kBlocks };
 
 // x [n, in] f32, w [out, in] quantized, bias [out] f32 or null, y [n, out] f32.
-// isa: Isa::kScalar, kAvx2 or kAvx512Vnni (checked against CPUID).
+// isa: Isa::kScalar, kAvx2, kAvxVnni or kAvx512Vnni (checked against CPUID).
 // rows_per_pass: weight rows per pass over an activation row, 4 (the
 // four-row kernels, QuantKernel::dot4) or 1 (the one-row kernel only, kept
 // for quant_matmul_bench's A/B); the results are the same bit for bit.
+// acts_together: with more than one x row, types with QuantKernel::dot_acts
+// (the K-quants) run each weight row against up to four x rows at once;
+// false runs one x row per pass as the other types do (quant_matmul_bench's
+// A/B). The same floats either way.
 void matmul_quant(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
-                  Isa isa, int rows_per_pass = 4, QuantActForm form = QuantActForm::kAuto);
+                  Isa isa, int rows_per_pass = 4, QuantActForm form = QuantActForm::kAuto,
+                  bool acts_together = true);
+
+// SPECSTACK_QUANT_TOGETHER=0 runs K-quant matmuls of several x rows one x
+// row per pass (matmul_quant's acts_together = false), for A/B runs.
+inline constexpr const char* kQuantTogetherEnv = "SPECSTACK_QUANT_TOGETHER";
+
+// Whether matmul() passes acts_together: SPECSTACK_QUANT_TOGETHER is not
+// "0" (read once per process).
+bool quant_acts_together();
 
 // The checks every quantized matmul makes: CPU tensors, x [n, in], w [out,
 // in], y [n, out], bias [out] or null.
