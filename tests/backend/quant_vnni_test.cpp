@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -165,16 +166,31 @@ TEST(QuantIsa, ChoiceFollowsTheVariableAndTheCpu) {
   }
 }
 
+// The vendor check behind AVX2's default rows per pass agrees with the
+// kernel's /proc/cpuinfo (Linux; x86 builds only).
+TEST(QuantIsa, VendorMatchesProcCpuinfo) {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line, vendor;
+  while (vendor.empty() && std::getline(cpuinfo, line)) {
+    if (line.rfind("vendor_id", 0) == 0) vendor = line.substr(line.find(':') + 2);
+  }
+  if (vendor.empty() || !quant_isa_available(Isa::kAvx2)) GTEST_SKIP() << "no x86 vendor_id";
+  EXPECT_EQ(quant_cpu_is_intel(), vendor == "GenuineIntel") << vendor;
+}
+
 // SPECSTACK_QUANT_ROWS: unset or empty 4, "1" and "4" as named, anything
 // else 4 with a note naming the value.
 TEST(QuantIsa, RowsPerPassFollowsTheVariable) {
-  EXPECT_EQ(default_quant_rows(Isa::kAvx512Vnni), 4);
-  EXPECT_EQ(default_quant_rows(Isa::kAvxVnni), 4);
-  EXPECT_EQ(default_quant_rows(Isa::kAvx2), 1);
-  EXPECT_EQ(default_quant_rows(Isa::kScalar), 1);
+  for (bool intel : {false, true}) {
+    EXPECT_EQ(default_quant_rows(Isa::kAvx512Vnni, intel), 4);
+    EXPECT_EQ(default_quant_rows(Isa::kAvxVnni, intel), 4);
+    EXPECT_EQ(default_quant_rows(Isa::kScalar, intel), 1);
+  }
+  EXPECT_EQ(default_quant_rows(Isa::kAvx2, true), 4);
+  EXPECT_EQ(default_quant_rows(Isa::kAvx2, false), 1);
   std::string note = "stale";
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni}) {
-    const int fallback = default_quant_rows(isa);
+    const int fallback = default_quant_rows(isa, quant_cpu_is_intel());
     EXPECT_EQ(choose_quant_rows(nullptr, isa, &note), fallback);
     EXPECT_TRUE(note.empty());
     EXPECT_EQ(choose_quant_rows("", isa, &note), fallback);
@@ -190,7 +206,7 @@ TEST(QuantIsa, RowsPerPassFollowsTheVariable) {
     }
   }
   if (std::getenv(kQuantRowsEnv) == nullptr) {
-    EXPECT_EQ(quant_rows_per_pass(), default_quant_rows(quant_best_isa()));
+    EXPECT_EQ(quant_rows_per_pass(), default_quant_rows(quant_best_isa(), quant_cpu_is_intel()));
   }
 }
 

@@ -65,9 +65,28 @@ bool has_avx512_vnni() {
   if (!bit(l7.ebx, 16) || !bit(l7.ebx, 30) || !bit(l7.ebx, 31) || !bit(l7.ecx, 11)) return false;
   return (xcr0() & 0xE6) == 0xE6;
 }
+
+// CPUID.0: the vendor string in EBX, EDX, ECX.
+bool vendor_is_intel() {
+  const CpuidRegs l0 = cpuid(0, 0);
+  char vendor[13] = {};
+  std::memcpy(vendor, &l0.ebx, 4);
+  std::memcpy(vendor + 4, &l0.edx, 4);
+  std::memcpy(vendor + 8, &l0.ecx, 4);
+  return std::strcmp(vendor, "GenuineIntel") == 0;
+}
 #endif
 
 }  // namespace
+
+bool quant_cpu_is_intel() {
+#if SS_QUANT_AVX2
+  static const bool intel = vendor_is_intel();
+  return intel;
+#else
+  return false;
+#endif
+}
 
 bool quant_isa_available(Isa isa) {
 #if SS_QUANT_AVX2
@@ -138,13 +157,14 @@ Isa quant_best_isa() {
   return best;
 }
 
-int default_quant_rows(Isa isa) {
-  return isa == Isa::kAvx512Vnni || isa == Isa::kAvxVnni ? 4 : 1;
+int default_quant_rows(Isa isa, bool intel) {
+  if (isa == Isa::kAvx512Vnni || isa == Isa::kAvxVnni) return 4;
+  return isa == Isa::kAvx2 && intel ? 4 : 1;
 }
 
 int choose_quant_rows(const char* pinned, Isa isa, std::string* note) {
   note->clear();
-  const int fallback = default_quant_rows(isa);
+  const int fallback = default_quant_rows(isa, quant_cpu_is_intel());
   if (pinned == nullptr || *pinned == '\0') return fallback;
   if (std::strcmp(pinned, "1") == 0) return 1;
   if (std::strcmp(pinned, "4") == 0) return 4;

@@ -100,19 +100,24 @@ Isa quant_best_isa();
 // kernels), for A/B runs; both give the same floats.
 inline constexpr const char* kQuantRowsEnv = "SPECSTACK_QUANT_ROWS";
 
-// The rows per pass when nothing is pinned, for the kernels of `isa`: 4 with
-// the AVX-512 VNNI kernels (1.25-1.74x one row on the Xeon measured in
-// docs/benchmarks.md) and the AVX-VNNI ones (an Intel-only isa: on the
-// device host's Sapphire Rapids, one core, 1.7-2.0x one row for Q8_0 /
-// Q4_K / Q6_K at one activation row, session 29), 1 with AVX2 (the four-row
-// kernel ran at 0.6-0.85x of one row on the AVX2-only AMD EPYC VM: 16 ymm
-// registers hold four rows' accumulators only with spills; on Intel the same
-// AVX2 kernels gained 1.7-2.0x from four rows, so an AVX2-only Intel CPU
-// would do better with SPECSTACK_QUANT_ROWS=4: not measured on one).
-int default_quant_rows(Isa isa);
+// Whether CPUID's vendor is GenuineIntel (probed once; false off x86).
+bool quant_cpu_is_intel();
+
+// The rows per pass when nothing is pinned, for the kernels of `isa` on an
+// Intel (`intel`) or other CPU: 4 with the AVX-512 VNNI kernels (1.25-1.74x
+// one row on the Xeon measured in docs/benchmarks.md) and the AVX-VNNI ones;
+// with AVX2, 4 on Intel and 1 elsewhere. On the device host's Sapphire
+// Rapids cores (one core, session 29) four rows were 1.7-2.0x one row for
+// Q8_0 / Q4_K / Q6_K at one activation row with the AVX2 kernels and the
+// AVX-VNNI ones alike: an Intel core keeps few lines in flight for one
+// stream. On the AVX2-only AMD EPYC VM the AVX2 four-row kernel ran at
+// 0.6-0.85x of one row (16 ymm registers hold four rows' accumulators only
+// with spills). An AVX2-only Intel CPU (before Alder Lake) was not measured:
+// its default follows the Xeon's cores.
+int default_quant_rows(Isa isa, bool intel);
 
 // SPECSTACK_QUANT_ROWS's value `pinned` (null or empty: unset) -> 1 or 4;
-// unset gives default_quant_rows(isa), anything else the same with a
+// unset gives default_quant_rows(isa, quant_cpu_is_intel()), anything else the same with a
 // one-line *note (*note empty otherwise).
 int choose_quant_rows(const char* pinned, Isa isa, std::string* note);
 
