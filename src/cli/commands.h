@@ -34,6 +34,10 @@ struct ModelFlags {
   // The KV element type a host-memory plan sizes with: --kv-dtype or f32.
   DType host_kv_dtype() const;
 
+  // Whether the target's matrices run on the CPU's int8 kernels: a GGUF file
+  // or --quantization q8_0|q4_k, on --device cpu.
+  bool cpu_quantized() const;
+
   void add_to(CLI::App& command);
   // Validates the combination and fills ModelInstanceOptions.
   Result<ModelInstanceOptions> instance_options(int64_t kv_tokens) const;

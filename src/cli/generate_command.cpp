@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/quant_kernels.h"
 #include "chat/chat_template.h"
 #include "cli/commands.h"
 #include "cli/draft_model_flags.h"
@@ -260,6 +261,9 @@ int run_generate(GenerateFlags& flags) {
       architecture_name(model.config().arch), static_cast<long long>(model.config().n_layers),
       static_cast<long long>(model.config().hidden_size), model.model().weight_bytes() / 1048576.0,
       model.kv().nbytes() / 1048576.0, load_seconds);
+  if (flags.model.cpu_quantized()) {
+    std::fprintf(stderr, "specstack: CPU %s\n", cpu::describe_quant_kernels().c_str());
+  }
 
   std::unique_ptr<StreamDecoder> decoder;
   if (tokenizer)

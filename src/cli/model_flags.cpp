@@ -2,8 +2,14 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "gguf/gguf_file.h"
 
 namespace specstack::cli {
+
+bool ModelFlags::cpu_quantized() const {
+  if (device != "cpu") return false;
+  return quantization == "q8_0" || quantization == "q4_k" || gguf::is_gguf_file(model_dir);
+}
 
 void ModelFlags::add_to(CLI::App& command) {
   command.add_option(

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/quant_kernels.h"
 #include "cli/commands.h"
 #include "cli/progress_bar.h"
 #include "cli/serve_draft.h"
@@ -324,6 +325,9 @@ int run_serve(ServeFlags& flags) {
                static_cast<long long>(mc.n_layers), static_cast<long long>(mc.hidden_size),
                static_cast<long long>(mc.vocab_size), model.model().weight_bytes() / 1048576.0,
                load_seconds);
+  if (flags.model.cpu_quantized()) {
+    std::fprintf(stderr, "specstack: CPU %s\n", cpu::describe_quant_kernels().c_str());
+  }
   std::fprintf(
       stderr,
       "specstack: KV cache: %lld blocks x %lld tokens = %lld tokens, %.1f MiB; max context "

@@ -27,6 +27,9 @@ TEST(CliGguf, GenerateRunsAGgufFileWithItsTokenizer) {
                                            " --prompt 'Once upon a time' -n 12 --threads 2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.rfind(", a little girl named Lily lived in a small house", 0), 0u) << r.out;
+  // The start-up log names the int8 kernels the file runs on.
+  EXPECT_NE(r.err.find("specstack: CPU int8 kernels "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" weight rows per pass, Q8_0 panels "), std::string::npos) << r.err;
 }
 
 TEST(CliGguf, AGgufDraftDecodesLikeTheTargetAlone) {

@@ -8,6 +8,8 @@
 #include <string>
 
 #include "backend/cpu/quant_kernels.h"
+#include "backend/cpu/quant_matmul.h"
+#include "backend/cpu/quant_panels.h"
 
 #if SS_QUANT_AVX2
 #include <cpuid.h>
@@ -181,6 +183,15 @@ int quant_rows_per_pass() {
     return r;
   }();
   return rows;
+}
+
+std::string describe_quant_kernels() {
+  const Isa isa = quant_best_isa();
+  const bool together = quant_acts_together() && isa != Isa::kScalar;  // dot_acts: SIMD only
+  return std::string("int8 kernels ") + isa_name(isa) + ", " +
+         std::to_string(quant_rows_per_pass()) + " weight rows per pass, Q8_0 panels " +
+         (quant_panels_enabled() ? "on" : "off") + ", K-quant rows together " +
+         (together ? "on" : "off");
 }
 
 }  // namespace specstack::cpu

@@ -125,6 +125,12 @@ int choose_quant_rows(const char* pinned, Isa isa, std::string* note);
 // process; a note goes to stderr.
 int quant_rows_per_pass();
 
+// One line for a start-up log: the isa and weight rows per pass the
+// quantized matmuls run with, whether Q8_0 matrices go into panels and
+// K-quant rows run together, e.g. "int8 kernels avx512vnni, 4 weight rows
+// per pass, Q8_0 panels on, K-quant rows together on".
+std::string describe_quant_kernels();
+
 // The kernel for weights of `dtype` on `isa` (both checked).
 QuantKernel quant_kernel(DType dtype, Isa isa);
 
