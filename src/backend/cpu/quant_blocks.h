@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 namespace specstack::cpu::quant {
 
@@ -93,6 +94,28 @@ static inline Q4_0ActView q4_0_act_view(const void* row, int64_t n_blocks) {
   const auto* p = static_cast<const uint8_t*>(row);
   return {reinterpret_cast<const int8_t*>(p), reinterpret_cast<const int32_t*>(p + kQk * n_blocks),
           reinterpret_cast<const float*>(p + 2 * kQk * n_blocks)};
+}
+
+// The most activation rows a dot_acts kernel (quant_kernels.h
+// QuantKernel::dot_acts) takes at once, and the dispatch of each isa's entry
+// points: f(std::integral_constant<int, na>{}) for na = 1..kDotActsMax (more:
+// the maximum), the row count as the kernel's template argument. Internal
+// linkage, instantiated per calling lambda, so per translation unit and its
+// target flags.
+constexpr int kDotActsMax = 4;
+template <typename F>
+static inline void with_act_rows(int na, F&& f) {
+  static_assert(kDotActsMax == 4, "the cases list 1..kDotActsMax");
+  switch (na) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    default:
+      return f(std::integral_constant<int, 4>{});
+  }
 }
 
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22);

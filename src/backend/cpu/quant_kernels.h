@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/cpu/quant_blocks.h"
 #include "backend/cpu/simd.h"
 #include "tensor/dtype.h"
 
@@ -67,7 +68,7 @@ struct QuantKernel {
 };
 
 // The most activation rows QuantKernel::dot_acts takes at once.
-inline constexpr int kQuantDotActsMax = 4;
+inline constexpr int kQuantDotActsMax = quant::kDotActsMax;
 
 // Whether `dtype` has a quantized kernel (Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K).
 bool quant_has_kernel(DType dtype);

@@ -384,30 +384,29 @@ void dot4_q6_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks,
   dot_q6_k_rows<4>(static_cast<const uint8_t*>(w), w_stride, a, n_blocks, out);
 }
 
-#define SS_DOT_ACTS(name, ...)                                                            \
-  void name(const void* w, const void* act, int64_t act_stride, int64_t n_blocks, int na, \
-            float* out) {                                                                 \
-    const auto* wb = static_cast<const uint8_t*>(w);                                      \
-    const auto* ab = static_cast<const uint8_t*>(act);                                    \
-    switch (na) {                                                                         \
-      case 1:                                                                             \
-        return __VA_ARGS__<1>(wb, ab, act_stride, n_blocks, out);                         \
-      case 2:                                                                             \
-        return __VA_ARGS__<2>(wb, ab, act_stride, n_blocks, out);                         \
-      case 3:                                                                             \
-        return __VA_ARGS__<3>(wb, ab, act_stride, n_blocks, out);                         \
-      default:                                                                            \
-        return __VA_ARGS__<4>(wb, ab, act_stride, n_blocks, out);                         \
-    }                                                                                     \
-  }
-template <int NA>
-constexpr auto q4_k_acts = dot_k_nibbles_acts<NA, BlockQ4_K, false>;
-template <int NA>
-constexpr auto q5_k_acts = dot_k_nibbles_acts<NA, BlockQ5_K, true>;
-SS_DOT_ACTS(dot_acts_q4_k, q4_k_acts)
-SS_DOT_ACTS(dot_acts_q5_k, q5_k_acts)
-SS_DOT_ACTS(dot_acts_q6_k, dot_q6_k_acts)
-#undef SS_DOT_ACTS
+void dot_acts_q4_k(const void* w, const void* act, int64_t act_stride, int64_t n_blocks, int na,
+                   float* out) {
+  with_act_rows(na, [&](auto rows) {
+    dot_k_nibbles_acts<rows(), BlockQ4_K, false>(static_cast<const uint8_t*>(w),
+                                                 static_cast<const uint8_t*>(act), act_stride,
+                                                 n_blocks, out);
+  });
+}
+void dot_acts_q5_k(const void* w, const void* act, int64_t act_stride, int64_t n_blocks, int na,
+                   float* out) {
+  with_act_rows(na, [&](auto rows) {
+    dot_k_nibbles_acts<rows(), BlockQ5_K, true>(static_cast<const uint8_t*>(w),
+                                                static_cast<const uint8_t*>(act), act_stride,
+                                                n_blocks, out);
+  });
+}
+void dot_acts_q6_k(const void* w, const void* act, int64_t act_stride, int64_t n_blocks, int na,
+                   float* out) {
+  with_act_rows(na, [&](auto rows) {
+    dot_q6_k_acts<rows()>(static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(act),
+                          act_stride, n_blocks, out);
+  });
+}
 
 }  // namespace specstack::cpu::quant_avx512vnni
 #endif  // SS_QUANT_AVX512
