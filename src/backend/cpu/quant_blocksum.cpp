@@ -197,15 +197,12 @@ void matmul_quant_blocksum(ThreadPool& pool, const Tensor& x, const Tensor& w, c
   if (n == 0 || out == 0) return;
 #if SS_QUANT_AVX2 && SS_QUANT_AVX512
   // The isa's register tile: R weight rows x G groups of 16 activation rows.
-  struct {
-    int64_t rows, groups;
-    decltype(&quant_avxvnni::blocksum_tile) fn;
-  } const tile = isa == Isa::kAvx512Vnni ? decltype(tile){quant_avx512vnni::blocksum_tile_rows(),
-                                                          quant_avx512vnni::blocksum_tile_groups(),
-                                                          quant_avx512vnni::blocksum_tile}
-                                         : decltype(tile){quant_avxvnni::blocksum_tile_rows(),
-                                                          quant_avxvnni::blocksum_tile_groups(),
-                                                          quant_avxvnni::blocksum_tile};
+  const bool zmm = isa == Isa::kAvx512Vnni;
+  const int64_t R =
+      zmm ? quant_avx512vnni::blocksum_tile_rows() : quant_avxvnni::blocksum_tile_rows();
+  const int64_t G =
+      zmm ? quant_avx512vnni::blocksum_tile_groups() : quant_avxvnni::blocksum_tile_groups();
+  const auto tile_fn = zmm ? quant_avx512vnni::blocksum_tile : quant_avxvnni::blocksum_tile;
   // Activations as Q8_0 blocks whatever the weights (32 values a block: a
   // K-quant sub-block).
   const QuantKernel k = quant_kernel(DType::kQ8_0, isa);
@@ -243,7 +240,6 @@ void matmul_quant_blocksum(ThreadPool& pool, const Tensor& x, const Tensor& w, c
     }
   });
 
-  const int64_t R = tile.rows, G = tile.groups;
   const auto* w_data = static_cast<const uint8_t*>(w.raw());
   const float* b = bias ? bias->f32() : nullptr;
   float* y_data = y.f32();
@@ -300,7 +296,7 @@ void matmul_quant_blocksum(ThreadPool& pool, const Tensor& x, const Tensor& w, c
           const int64_t chunk = std::min(kChunkBlocks, n_blocks - c0);
           for (int64_t o = o0; o < o1; o += R) {
             const int rows = int(std::min(R, o1 - o));
-            tile.fn(tile_w + (o - o0) * tile_stride + c0 * tile_stride / n_blocks, tile_stride,
+            tile_fn(tile_w + (o - o0) * tile_stride + c0 * tile_stride / n_blocks, tile_stride,
                     corr.get() + (o - o0) * n_blocks + c0, dw.get() + (o - o0) * n_blocks + c0,
                     n_blocks, pa.get() + g0 * ga_stride + c0 * kGroupBlockBytes,
                     pas.get() + g0 * gs_stride + c0 * kLanes, ga_stride, gs_stride, chunk, rows,

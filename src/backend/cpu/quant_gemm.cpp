@@ -169,18 +169,17 @@ QuantTile quant_tile(DType dtype, Isa isa) {
   }
 #endif
 #if SS_QUANT_AVX2
-  auto avx2_family = [&](auto rows, auto cols, auto q8_0, auto q4_0, auto q5_0, auto scaled_q8_0,
-                         auto scaled_q4_0, auto scaled_q5_0, auto scales) {
-    t.rows = rows(), t.cols = cols();
-    t.fn = pick(q8_0, q4_0, q5_0);
-    t.fn_scaled = pick(scaled_q8_0, scaled_q4_0, scaled_q5_0);
-    t.scales = scales;
-  };
-#define SS_AVX2_FAMILY(v)                                                                 \
-  avx2_family(v::tile_32_rows, v::tile_32_cols, v::tile_q8_0, v::tile_q4_0, v::tile_q5_0, \
-              v::tile_scaled_q8_0, v::tile_scaled_q4_0, v::tile_scaled_q5_0, v::scales_32)
-  if (isa == Isa::kAvx2) SS_AVX2_FAMILY(quant_avx2);
-  if (isa == Isa::kAvxVnni) SS_AVX2_FAMILY(quant_avxvnni);
+  // quant_tile_avx2.cpp's two builds: the same entry points in two namespaces.
+#define SS_AVX2_FAMILY(v)                                                            \
+  t.rows = v::tile_32_rows(), t.cols = v::tile_32_cols();                            \
+  t.fn = pick(v::tile_q8_0, v::tile_q4_0, v::tile_q5_0);                             \
+  t.fn_scaled = pick(v::tile_scaled_q8_0, v::tile_scaled_q4_0, v::tile_scaled_q5_0); \
+  t.scales = v::scales_32
+  if (isa == Isa::kAvx2) {
+    SS_AVX2_FAMILY(quant_avx2);
+  } else if (isa == Isa::kAvxVnni) {
+    SS_AVX2_FAMILY(quant_avxvnni);
+  }
 #undef SS_AVX2_FAMILY
 #endif
   if (t.fn == nullptr) t = QuantTile{};
