@@ -4,7 +4,9 @@
 #include "cuda/cuda_model.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "cuda/cuda_model_internal.h"
 #include "cuda/elementwise.h"
@@ -156,12 +158,27 @@ Status CudaModel::load(ModelWeights weights) {
   const bool tied = c.tie_word_embeddings;
   embed_ = alloc<bf16>(static_cast<size_t>(c.vocab_size * hidden));
   SS_TRY(put_matrix(weights.embed, embed_));
-  if (tied) {
-    lm_head_ = embed_;
+  const char* head_env = std::getenv("SPECSTACK_FP8_LM_HEAD");
+  // cuBLASLt's FP8 GEMMs (the head past the GEMV rows) want 16-aligned extents.
+  const bool fp8_head = options_.fp8_weights && hidden % 16 == 0 && c.vocab_size % 16 == 0 &&
+                        !(head_env != nullptr && std::string(head_env) == "0");
+  if (tied && fp8_head) {  // an e4m3 copy of the embedding, quantized on the device
+    fp8* q = alloc<fp8>(static_cast<size_t>(c.vocab_size * hidden));
+    float* scale = alloc<float>(static_cast<size_t>(c.vocab_size));
+    quantize_rows_fp8(embed_, hidden, c.vocab_size, hidden, q, scale, stream_, /*pdl=*/false);
+    lm_head_.w8 = q;
+    lm_head_.scale = scale;
+    SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
     weights.lm_head = Tensor();
+  } else if (tied) {
+    lm_head_.w16 = embed_;
+    weights.lm_head = Tensor();
+  } else if (fp8_head) {
+    SS_ASSIGN_OR_RETURN(lm_head_, put_linear({&weights.lm_head}, hidden));
   } else {
-    lm_head_ = alloc<bf16>(static_cast<size_t>(c.vocab_size * hidden));
-    SS_TRY(put_matrix(weights.lm_head, lm_head_));
+    bf16* head = alloc<bf16>(static_cast<size_t>(c.vocab_size * hidden));
+    SS_TRY(put_matrix(weights.lm_head, head));
+    lm_head_.w16 = head;
   }
   final_norm_ = put_vector(weights.final_norm);
   inv_freq_host_ = weights.rope_inv_freq;

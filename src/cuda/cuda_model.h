@@ -41,9 +41,12 @@ struct CudaModelOptions {
   bool run_attention = true;
   // --quantization fp8: every linear layer's weight (q/k/v/o, gate/up/down,
   // experts) quantized to e4m3 at load with per-output-channel scales
-  // (cuda/fp8_quantize.h); the embedding, the LM head and the MoE router stay
-  // bf16. Matrices whose rows are not a multiple of 16 stay bf16 too (the FP8
-  // GEMM and GEMV need 16-byte rows).
+  // (cuda/fp8_quantize.h), and the LM head too (a tied head gets an e4m3
+  // copy of the embedding, which stays bf16 for the lookup; at batch 1 the
+  // bf16 head was ~10% of an FP8 step's bytes); the embedding and the MoE
+  // router stay bf16. Matrices whose rows are not a multiple of 16 stay bf16
+  // too (the FP8 GEMM and GEMV need 16-byte rows). SPECSTACK_FP8_LM_HEAD=0
+  // keeps the head in bf16 (for A/B runs).
   bool fp8_weights = false;
 };
 
@@ -170,8 +173,8 @@ class CudaModel final : public ForwardModel {
   size_t weight_bytes_ = 0;
   Tensor inv_freq_host_;  // [head_dim / 2] f32
   float* inv_freq_ = nullptr;
-  bf16* embed_ = nullptr;    // [vocab, hidden]
-  bf16* lm_head_ = nullptr;  // [vocab, hidden] (== embed_ when tied)
+  bf16* embed_ = nullptr;  // [vocab, hidden]
+  LinearWeight lm_head_;   // [vocab, hidden] (w16 == embed_ when tied and bf16)
   float* final_norm_ = nullptr;
   std::vector<DeviceLayer> layers_;
 

@@ -30,7 +30,8 @@ void Fp8Gemm::destroy(Plan& p) {
 // Column-major view, as Gemm::gemm: yᵀ [out, n] = W [in, out]ᵀ · xᵀ [in, n],
 // i.e. A = w8 transposed, B = x8 not transposed: the "TN" layout Hopper's FP8
 // GEMMs require. A's scale vector has M = out entries, B's N = n.
-bool Fp8Gemm::make_plan(Plan& p, int64_t n, int64_t out, int64_t in, int64_t ldy, bool outer) {
+bool Fp8Gemm::make_plan(Plan& p, int64_t n, int64_t out, int64_t in, int64_t ldy, bool outer,
+                        cudaDataType_t y_type) {
   auto ok = [](cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS; };
   SS_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
@@ -59,7 +60,7 @@ bool Fp8Gemm::make_plan(Plan& p, int64_t n, int64_t out, int64_t in, int64_t ldy
                                              static_cast<uint64_t>(out), in));
   SS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8F_E4M3, static_cast<uint64_t>(in),
                                              static_cast<uint64_t>(n), in));
-  SS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_16BF, static_cast<uint64_t>(out),
+  SS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, y_type, static_cast<uint64_t>(out),
                                              static_cast<uint64_t>(n), ldy));
   cublasLtMatmulPreference_t pref = nullptr;
   SS_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -91,14 +92,15 @@ bool Fp8Gemm::make_plan(Plan& p, int64_t n, int64_t out, int64_t in, int64_t ldy
   return true;
 }
 
-Fp8Gemm::Plan& Fp8Gemm::plan(int64_t n, int64_t out, int64_t in, int64_t ldy, bool want_outer) {
-  const auto key = std::make_tuple(n, out, in, ldy, want_outer);
+Fp8Gemm::Plan& Fp8Gemm::plan(int64_t n, int64_t out, int64_t in, int64_t ldy, bool want_outer,
+                             cudaDataType_t y_type) {
+  const auto key = std::make_tuple(n, out, in, ldy, want_outer, static_cast<int>(y_type));
   auto found = plans_.find(key);
   if (found != plans_.end()) return found->second;
   Plan p;
-  if (!want_outer || !make_plan(p, n, out, in, ldy, /*outer=*/true)) {
+  if (!want_outer || !make_plan(p, n, out, in, ldy, /*outer=*/true, y_type)) {
     destroy(p);
-    if (!make_plan(p, n, out, in, ldy, /*outer=*/false)) {
+    if (!make_plan(p, n, out, in, ldy, /*outer=*/false, y_type)) {
       fail_cuda("cublasLtMatmulAlgoGetHeuristic", "no FP8 e4m3 GEMM algorithm for this shape",
                 __FILE__, __LINE__);
     }
@@ -106,13 +108,12 @@ Fp8Gemm::Plan& Fp8Gemm::plan(int64_t n, int64_t out, int64_t in, int64_t ldy, bo
   return plans_.emplace(key, p).first->second;
 }
 
-bool Fp8Gemm::matmul(const fp8* x8, const float* x_scale, const fp8* w8, const float* w_scale,
-                     int64_t n, int64_t out, int64_t in, __nv_bfloat16* y, int64_t ldy,
-                     bool defer_scales) {
-  if (n == 0) return true;
+bool Fp8Gemm::run(const fp8* x8, const float* x_scale, const fp8* w8, const float* w_scale,
+                  int64_t n, int64_t out, int64_t in, void* y, int64_t ldy, bool want_outer,
+                  cudaDataType_t y_type) {
   SS_CHECK_EQ(in % 16, 0);
   SS_CHECK_LE(out, ldy);
-  Plan& p = plan(n, out, in, ldy, /*want_outer=*/!defer_scales);
+  Plan& p = plan(n, out, in, ldy, want_outer, y_type);
   if (p.outer) {
     SS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
                                                    &w_scale, sizeof(w_scale)));
@@ -121,16 +122,30 @@ bool Fp8Gemm::matmul(const fp8* x8, const float* x_scale, const fp8* w8, const f
   }
   if (!p.candidates.empty()) {
     const int bucket = n <= 1 ? 0 : 64 - __builtin_clzll(static_cast<unsigned long long>(n - 1));
-    autotune(p, TuneKey{out, in, ldy, p.outer, bucket}, x8, w8, y);
+    autotune(p, TuneKey{out, in, ldy, p.outer, bucket, static_cast<int>(y_type)}, x8, w8, y);
   }
   const float alpha = 1.0f, beta = 0.0f;
   SS_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, w8, p.a, x8, p.b, &beta, y, p.d, y, p.d,
                                  &p.algo, workspace_, workspace_bytes_, stream_));
   last_outer_ = p.outer;
-  if (p.outer) return true;
+  return p.outer;
+}
+
+bool Fp8Gemm::matmul(const fp8* x8, const float* x_scale, const fp8* w8, const float* w_scale,
+                     int64_t n, int64_t out, int64_t in, __nv_bfloat16* y, int64_t ldy,
+                     bool defer_scales) {
+  if (n == 0) return true;
+  if (run(x8, x_scale, w8, w_scale, n, out, in, y, ldy, !defer_scales, CUDA_R_16BF)) return true;
   if (defer_scales) return false;
   scale_outer_bf16(y, ldy, n, out, x_scale, w_scale, nullptr, stream_);
   return true;
+}
+
+void Fp8Gemm::matmul_f32(const fp8* x8, const float* x_scale, const fp8* w8, const float* w_scale,
+                         int64_t n, int64_t out, int64_t in, float* y, int64_t ldy) {
+  if (n == 0) return;
+  if (run(x8, x_scale, w8, w_scale, n, out, in, y, ldy, /*want_outer=*/true, CUDA_R_32F)) return;
+  scale_outer_f32(y, ldy, n, out, x_scale, w_scale, stream_);
 }
 
 // Times each candidate on the call's own operands (y is overwritten by the
@@ -138,8 +153,7 @@ bool Fp8Gemm::matmul(const fp8* x8, const float* x_scale, const fp8* w8, const f
 // heuristic's first answer, inside a graph capture (no timing or syncing
 // there). A bucket already tuned for another row count lends its choice when
 // cuBLASLt accepts it for this shape.
-void Fp8Gemm::autotune(Plan& p, const TuneKey& key, const fp8* x8, const fp8* w8,
-                       __nv_bfloat16* y) {
+void Fp8Gemm::autotune(Plan& p, const TuneKey& key, const fp8* x8, const fp8* w8, void* y) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   SS_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
   if (capture != cudaStreamCaptureStatusNone) return;

@@ -70,6 +70,10 @@ class Fp8Gemm {
   // scale_outer_bf16 here (returns true).
   bool matmul(const fp8* x8, const float* x_scale, const fp8* w8, const float* w_scale, int64_t n,
               int64_t out, int64_t in, __nv_bfloat16* y, int64_t ldy, bool defer_scales = false);
+  // The same product with an f32 output y [n, ldy] (an FP8 LM head's logits),
+  // always scaled: in cuBLASLt where it can, else by scale_outer_f32.
+  void matmul_f32(const fp8* x8, const float* x_scale, const fp8* w8, const float* w_scale,
+                  int64_t n, int64_t out, int64_t in, float* y, int64_t ldy);
 
   // Whether the last matmul applied the scales inside cuBLASLt (for tests and the docs).
   bool last_used_outer_vector_scaling() const { return last_outer_; }
@@ -86,11 +90,17 @@ class Fp8Gemm {
     // The heuristic's other answers, until the first call times them (autotune).
     std::vector<cublasLtMatmulAlgo_t> candidates;
   };
-  // (out, in, ldy, outer, ceil(log2 n)): a tuned algorithm for that bucket.
-  using TuneKey = std::tuple<int64_t, int64_t, int64_t, bool, int>;
-  void autotune(Plan& p, const TuneKey& key, const fp8* x8, const fp8* w8, __nv_bfloat16* y);
-  Plan& plan(int64_t n, int64_t out, int64_t in, int64_t ldy, bool want_outer);
-  bool make_plan(Plan& p, int64_t n, int64_t out, int64_t in, int64_t ldy, bool outer);
+  // (out, in, ldy, outer, ceil(log2 n), output type): a tuned algorithm for that bucket.
+  using TuneKey = std::tuple<int64_t, int64_t, int64_t, bool, int, int>;
+  void autotune(Plan& p, const TuneKey& key, const fp8* x8, const fp8* w8, void* y);
+  Plan& plan(int64_t n, int64_t out, int64_t in, int64_t ldy, bool want_outer,
+             cudaDataType_t y_type);
+  bool make_plan(Plan& p, int64_t n, int64_t out, int64_t in, int64_t ldy, bool outer,
+                 cudaDataType_t y_type);
+  // cublasLtMatmul with the plan for (n, out, in, ldy, want_outer, y_type);
+  // returns whether it applied the scales.
+  bool run(const fp8* x8, const float* x_scale, const fp8* w8, const float* w_scale, int64_t n,
+           int64_t out, int64_t in, void* y, int64_t ldy, bool want_outer, cudaDataType_t y_type);
   static void destroy(Plan& p);
 
   cudaStream_t stream_ = nullptr;
@@ -98,8 +108,8 @@ class Fp8Gemm {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
-  // (n, out, in, ldy, outer wanted)
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool>, Plan> plans_;
+  // (n, out, in, ldy, outer wanted, output type)
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, int>, Plan> plans_;
   std::map<TuneKey, cublasLtMatmulAlgo_t> tuned_;
   Fp8Tuning tuning_;
   bool last_outer_ = false;

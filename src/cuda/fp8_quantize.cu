@@ -60,6 +60,17 @@ __global__ void scale_outer_kernel(__nv_bfloat16* __restrict__ y, int64_t ldy, i
                                                       : fp8_dequant(v, rs, col_scale[c]));
 }
 
+// f32 output, one thread per element (the FP8 LM head's logits).
+__global__ void scale_outer_f32_kernel(float* __restrict__ y, int64_t ldy, int64_t cols,
+                                       const float* __restrict__ row_scale,
+                                       const float* __restrict__ col_scale) {
+  pdl_begin();
+  const int64_t row = blockIdx.y;
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  y[row * ldy + c] = fp8_dequant(y[row * ldy + c], row_scale[row], col_scale[c]);
+}
+
 // 8 elements (one 16-byte load and store) per thread.
 __global__ void scale_outer8_kernel(__nv_bfloat16* __restrict__ y, int64_t ldy, int64_t cols,
                                     const float* __restrict__ row_scale,
@@ -183,6 +194,15 @@ void scale_outer_bf16(__nv_bfloat16* y, int64_t ldy, int64_t rows, int64_t cols,
                   static_cast<unsigned>(rows));
   launch_pdl(vec8 ? scale_outer8_kernel : scale_outer_kernel, grid, dim3(kThreads), 0, stream, true,
              y, ldy, cols, row_scale, col_scale, bias);
+}
+
+void scale_outer_f32(float* y, int64_t ldy, int64_t rows, int64_t cols, const float* row_scale,
+                     const float* col_scale, cudaStream_t stream) {
+  if (rows == 0) return;
+  const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads),
+                  static_cast<unsigned>(rows));
+  launch_pdl(scale_outer_f32_kernel, grid, dim3(kThreads), 0, stream, true, y, ldy, cols, row_scale,
+             col_scale);
 }
 
 void scaled_silu_mul(const __nv_bfloat16* gate_up, int64_t rows, int64_t width,

@@ -38,6 +38,11 @@ void scale_outer_bf16(__nv_bfloat16* y, int64_t ldy, int64_t rows, int64_t cols,
                       const float* row_scale, const float* col_scale, const float* bias,
                       cudaStream_t stream);
 
+// y [rows, ldy] f32 (first `cols`) *= row_scale[r] * col_scale[c]: the same epilogue for an
+// f32 output (the FP8 LM head's logits, Fp8Gemm::matmul_f32).
+void scale_outer_f32(float* y, int64_t ldy, int64_t rows, int64_t cols, const float* row_scale,
+                     const float* col_scale, cudaStream_t stream);
+
 // The MLP's SiLU on an unscaled FP8 GEMM output, the scales folded in on the
 // way (no separate scaling pass over the wide gate/up product):
 // act[r, c] = bf16(silu(g) * u), g = gate_up[r, c] * row_scale[r] * col_scale[c],

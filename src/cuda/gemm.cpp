@@ -193,6 +193,17 @@ void Gemm::linear_f32(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* 
   gemm(x, ldx, w, n, out, in, y, CUDA_R_32F, ldy);
 }
 
+void Gemm::linear_f32(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& weight, int64_t n,
+                      int64_t out, int64_t in, float* y, int64_t ldy) {
+  if (weight.w8 == nullptr) return linear_f32(x, ldx, weight.w16, n, out, in, y, ldy);
+  if (n == 0) return;
+  if (n <= fp8_gemv_max_rows_ && fp8_gemv_supported(x, ldx, weight.w8, n, in)) {
+    return fp8_gemv(x, ldx, weight.w8, weight.scale, n, out, in, nullptr, y, ldy, nullptr, stream_);
+  }
+  const Fp8Rows x8 = quantize(x, ldx, n, in);
+  fp8_->matmul_f32(x8.q, x8.scale, weight.w8, weight.scale, n, out, in, y, ldy);
+}
+
 void Gemm::gemm(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n, int64_t out,
                 int64_t in, void* y, cudaDataType_t y_type, int64_t ldy) {
   if (n == 0) return;

@@ -84,6 +84,11 @@ class Gemm {
   // linear() with an f32 output (logits, router scores), bf16 weights.
   void linear_f32(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n,
                   int64_t out, int64_t in, float* y, int64_t ldy);
+  // The same for either weight kind (the LM head, e4m3 with --quantization
+  // fp8): FP8 up to the GEMV rows through fp8_gemv's f32 output, more rows
+  // quantized per token into Fp8Gemm::matmul_f32.
+  void linear_f32(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w, int64_t n,
+                  int64_t out, int64_t in, float* y, int64_t ldy);
 
   // Whether linear() adds a bias inside the GEMM for these operands (the
   // gemv path's epilogue); otherwise it adds it in a kernel of its own, which

@@ -694,5 +694,43 @@ TEST(Fp8Gemm, LinearAndGateUpDispatchBothPaths) {
   SS_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
+// Gemm::linear_f32 with an e4m3 weight (the FP8 LM head): f32 logits from
+// the GEMV's f32 output up to the crossover, from Fp8Gemm::matmul_f32 (scales
+// in cuBLASLt or scale_outer_f32) above it; both near the exact product, the
+// GEMV without a bf16 rounding of its output, the GEMM within the e4m3
+// activation bound. Output rows padded (ldy > out).
+TEST(Fp8Gemm, LinearF32DispatchesBothPathsForTheLmHead) {
+  SS_REQUIRE_GPU();
+  std::mt19937 rng(37);
+  cudaStream_t stream = nullptr;
+  SS_CUDA_CHECK(cudaStreamCreate(&stream));
+  {
+    Gemm gemm(stream);
+    const int64_t in = 512, out = 1008, ldy = 1024;
+    gemm.reserve_fp8_activations(300, in);
+    const DeviceFp8Weight w = quantize_on_device(random_weights(rng, out, in), out, in, stream);
+    const LinearWeight weight{nullptr, w.q.data(), w.scale.data()};
+    for (int64_t gemv_rows : {int64_t(0), int64_t(2)}) {
+      gemm.set_fp8_gemv_max_rows(gemv_rows);
+      for (int64_t n : {1, 2, 5, 16, 300}) {
+        SCOPED_TRACE(::testing::Message() << "gemv rows " << gemv_rows << " n " << n);
+        const auto x = random_values(rng, size_t(n * in));
+        auto d_x = upload(to_bf16(x));
+        DeviceBuffer<float> y(size_t(n * ldy));
+        y.fill_bytes(0xFF);
+        gemm.linear_f32(d_x.data(), in, weight, n, out, in, y.data(), ldy);
+        SS_CUDA_CHECK(cudaStreamSynchronize(stream));
+        const auto y_all = y.download();
+        std::vector<float> got(size_t(n * out));
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t r = 0; r < out; ++r) got[size_t(i * out + r)] = y_all[size_t(i * ldy + r)];
+        const auto want = product(x, in, w.q_host, w.scale_host, n, out, in);
+        EXPECT_LE(relative_error(got, want), n <= gemv_rows ? 1e-5 : kE4m3HalfUlp);
+      }
+    }
+  }
+  SS_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
 }  // namespace
 }  // namespace specstack::cuda::testing

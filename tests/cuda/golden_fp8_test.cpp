@@ -10,9 +10,11 @@
 // ~0.1 typical. The worst rows measured on the H100 (2026-11-25, prefill
 // chunks through the GEMM path) were 0.33 (llama-gqa), 0.25 (mistral-swa),
 // 0.21 (llama3-rope, qwen3), 0.20 (qwen2): kFp8LogitTolerance 0.4 bounds every
-// row, kFp8MeanTolerance the mean row. Argmax: compared where the bf16 margin exceeds 6x the row's
-// measured fp8 noise (the rule of
-// golden_cuda_test), at the same >= 99% agreement. Skips without a GPU.
+// row, kFp8MeanTolerance the mean row. Since session 30 the LM head is e4m3
+// too: one more rounded projection (llama-gqa's mean row went 0.15 -> 0.1525,
+// the worst rows did not move: H100, 2026-11-26), so the mean bound is 0.18. Argmax: compared where
+// the bf16 margin exceeds 6x the row's measured fp8 noise (the rule of golden_cuda_test), at the
+// same >= 99% agreement. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,7 +38,7 @@ using testing::golden_model_dir;
 using testing::relative_error;
 
 constexpr double kFp8LogitTolerance = 0.4;  // per row, ‖fp8 − bf16‖ / ‖bf16‖
-constexpr double kFp8MeanTolerance = 0.15;  // mean over rows
+constexpr double kFp8MeanTolerance = 0.18;  // mean over rows
 constexpr double kArgmaxAgreement = 0.99;
 constexpr double kNoiseMargins = 6.0;
 constexpr float kDecisiveFloor = 1e-3f;
