@@ -147,71 +147,93 @@ __global__ void embedding_kernel(const bf16* table, const int32_t* ids, int32_t 
 
 // ---- rmsnorm / add_rmsnorm ---------------------------------------------------
 
-// One CTA per output row i, reading input row r = row_ids ? row_ids[i] : i.
-// W = 4: float4 loads of x and w, 8-byte stores of y.
-template <int W>
+// One CTA per output row i; thread t holds elements t * W + k * blockDim.x * W
+// (k < kIters) of the row in registers. The norm weights are loaded before
+// pdl_begin (no kernel of a step writes them: cuda/pdl.h), so a decode step's
+// norm, a latency chain on one SM, starts from its row loads; the row stays
+// in registers, so it is read once. Same per-thread order as a strided loop,
+// so the sums are those of the two-pass version bit for bit.
+template <int W, int kIters>
+__device__ __forceinline__ void load_norm_weights(const float* w, int32_t dim, float (&g)[kIters][W]) {
+#pragma unroll
+  for (int k = 0; k < kIters; ++k) {
+    const int c = (threadIdx.x + k * blockDim.x) * W;
+    if (c < dim) load_f32<W>(w + c, g[k]);
+  }
+}
+
+// y = bf16(g * (v * inv_rms)) for the held elements (HF's order).
+template <int W, int kIters>
+__device__ __forceinline__ void store_normed(bf16* yr, int32_t dim, float inv_rms,
+                                             const float (&g)[kIters][W],
+                                             const float (&v)[kIters][W]) {
+#pragma unroll
+  for (int k = 0; k < kIters; ++k) {
+    const int c = (threadIdx.x + k * blockDim.x) * W;
+    if (c >= dim) continue;
+    float out[W];
+#pragma unroll
+    for (int e = 0; e < W; ++e) out[e] = g[k][e] * (v[k][e] * inv_rms);
+    store_bf16<W>(yr + c, out);
+  }
+}
+
+// Input row r = row_ids ? row_ids[i] : i. W = 4: float4 loads of x and w,
+// 8-byte stores of y.
+template <int W, int kIters>
 __global__ void rmsnorm_kernel(const float* x, const int32_t* row_ids, const float* w, float eps,
                                int32_t dim, bf16* y) {
+  float g[kIters][W], v[kIters][W];
+  load_norm_weights<W, kIters>(w, dim, g);
   pdl_begin();
   __shared__ float partials[kWarp];
   const int64_t i = blockIdx.x;
   const int64_t r = row_ids != nullptr ? row_ids[i] : i;
   const float* xr = x + r * dim;  // [dim]
-  bf16* yr = y + i * dim;         // [dim]
   float ss = 0.0f;
-  for (int c = threadIdx.x * W; c < dim; c += blockDim.x * W) {
-    float v[W];
-    load_f32<W>(xr + c, v);
 #pragma unroll
-    for (int k = 0; k < W; ++k) ss += v[k] * v[k];
+  for (int k = 0; k < kIters; ++k) {
+    const int c = (threadIdx.x + k * blockDim.x) * W;
+    if (c >= dim) continue;
+    load_f32<W>(xr + c, v[k]);
+#pragma unroll
+    for (int e = 0; e < W; ++e) ss += v[k][e] * v[k][e];
   }
   const float total = block_sum(ss, partials);
   // 1 / sqrtf (IEEE, not rsqrtf) as the CPU computes it.
   const float inv_rms = 1.0f / sqrtf(total / static_cast<float>(dim) + eps);
-  for (int c = threadIdx.x * W; c < dim; c += blockDim.x * W) {
-    float v[W], g[W], out[W];
-    load_f32<W>(xr + c, v);
-    load_f32<W>(w + c, g);
-#pragma unroll
-    for (int k = 0; k < W; ++k) out[k] = g[k] * (v[k] * inv_rms);  // HF order
-    store_bf16<W>(yr + c, out);
-  }
+  store_normed<W, kIters>(y + i * dim, dim, inv_rms, g, v);
 }
 
-// x[r] += delta[r] (written back), then y[r] = rmsnorm(x[r]) * w. Each thread
-// re-reads in the second loop exactly the elements it wrote in the first, so
-// no barrier is needed between the two.
-template <int W>
+// x[r] += delta[r] (written back), then y[r] = rmsnorm(x[r]) * w.
+template <int W, int kIters>
 __global__ void add_rmsnorm_kernel(float* x, const bf16* delta, const float* w, float eps,
                                    int32_t dim, bf16* y) {
+  float g[kIters][W], v[kIters][W];
+  load_norm_weights<W, kIters>(w, dim, g);
   pdl_begin();
   __shared__ float partials[kWarp];
   const int64_t r = blockIdx.x;
   float* xr = x + r * dim;           // [dim]
   const bf16* dr = delta + r * dim;  // [dim]
-  bf16* yr = y + r * dim;            // [dim]
   float ss = 0.0f;
-  for (int c = threadIdx.x * W; c < dim; c += blockDim.x * W) {
-    float v[W], d[W];
-    load_f32<W>(xr + c, v);
+#pragma unroll
+  for (int k = 0; k < kIters; ++k) {
+    const int c = (threadIdx.x + k * blockDim.x) * W;
+    if (c >= dim) continue;
+    float d[W];
+    load_f32<W>(xr + c, v[k]);
     load_bf16<W>(dr + c, d);
 #pragma unroll
-    for (int k = 0; k < W; ++k) {
-      v[k] += d[k];
-      ss += v[k] * v[k];
+    for (int e = 0; e < W; ++e) {
+      v[k][e] += d[e];
+      ss += v[k][e] * v[k][e];
     }
-    store_f32<W>(xr + c, v);
+    store_f32<W>(xr + c, v[k]);
   }
   const float total = block_sum(ss, partials);
   const float inv_rms = 1.0f / sqrtf(total / static_cast<float>(dim) + eps);
-  for (int c = threadIdx.x * W; c < dim; c += blockDim.x * W) {
-    float v[W], g[W], out[W];
-    load_f32<W>(xr + c, v);
-    load_f32<W>(w + c, g);
-#pragma unroll
-    for (int k = 0; k < W; ++k) out[k] = g[k] * (v[k] * inv_rms);
-    store_bf16<W>(yr + c, out);
-  }
+  store_normed<W, kIters>(y + r * dim, dim, inv_rms, g, v);
 }
 
 // ---- head_rmsnorm ------------------------------------------------------------
@@ -435,15 +457,40 @@ void embedding(const bf16* table, const int32_t* ids, int32_t n, int32_t dim, fl
   SS_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+
+// Launches kernel<W, kIters> for a row of dim with the fewest register
+// passes (kIters) that hold it: row_threads(dim, W) threads of W elements.
+template <int W, template <int, int> class Kernel, typename... Args>
+void launch_norm(int32_t rows, int32_t dim, cudaStream_t stream, Args... args) {
+  const int threads = row_threads(dim, W);
+  const int64_t iters = (int64_t{dim} + int64_t{threads} * W - 1) / (int64_t{threads} * W);
+  const dim3 grid(static_cast<unsigned>(rows));
+  if (iters <= 1) return launch_pdl(Kernel<W, 1>::fn, grid, threads, 0, stream, true, args...);
+  if (iters <= 2) return launch_pdl(Kernel<W, 2>::fn, grid, threads, 0, stream, true, args...);
+  if (iters <= 4) return launch_pdl(Kernel<W, 4>::fn, grid, threads, 0, stream, true, args...);
+  if (iters <= 8) return launch_pdl(Kernel<W, 8>::fn, grid, threads, 0, stream, true, args...);
+  fail_cuda("rmsnorm", "row too long (more than 8 x 1024 vectors)", __FILE__, __LINE__);
+}
+
+template <int W, int kIters>
+struct RmsnormKernel {
+  static constexpr auto fn = rmsnorm_kernel<W, kIters>;
+};
+template <int W, int kIters>
+struct AddRmsnormKernel {
+  static constexpr auto fn = add_rmsnorm_kernel<W, kIters>;
+};
+
+}  // namespace
+
 void rmsnorm(const float* x, const int32_t* row_ids, const float* w, float eps, int32_t rows,
              int32_t dim, bf16* y, cudaStream_t stream) {
   if (rows <= 0 || dim <= 0) return;
   if (dim % 4 == 0 && aligned(x, 16) && aligned(w, 16) && aligned(y, 8)) {
-    launch_pdl(rmsnorm_kernel<4>, rows, row_threads(dim, 4), 0, stream, true, x, row_ids, w, eps,
-               dim, y);
+    launch_norm<4, RmsnormKernel>(rows, dim, stream, x, row_ids, w, eps, dim, y);
   } else {
-    launch_pdl(rmsnorm_kernel<1>, rows, row_threads(dim, 1), 0, stream, true, x, row_ids, w, eps,
-               dim, y);
+    launch_norm<1, RmsnormKernel>(rows, dim, stream, x, row_ids, w, eps, dim, y);
   }
   SS_CUDA_CHECK_LAUNCH();
 }
@@ -452,11 +499,9 @@ void add_rmsnorm(float* x, const bf16* delta, const float* w, float eps, int32_t
                  bf16* y, cudaStream_t stream) {
   if (rows <= 0 || dim <= 0) return;
   if (dim % 4 == 0 && aligned(x, 16) && aligned(delta, 8) && aligned(w, 16) && aligned(y, 8)) {
-    launch_pdl(add_rmsnorm_kernel<4>, rows, row_threads(dim, 4), 0, stream, true, x, delta, w, eps,
-               dim, y);
+    launch_norm<4, AddRmsnormKernel>(rows, dim, stream, x, delta, w, eps, dim, y);
   } else {
-    launch_pdl(add_rmsnorm_kernel<1>, rows, row_threads(dim, 1), 0, stream, true, x, delta, w, eps,
-               dim, y);
+    launch_norm<1, AddRmsnormKernel>(rows, dim, stream, x, delta, w, eps, dim, y);
   }
   SS_CUDA_CHECK_LAUNCH();
 }

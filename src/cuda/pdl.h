@@ -12,11 +12,18 @@
 // kernel is done). Launch with pdl = false after a non-kernel stream
 // operation (a copy), where no programmatic edge can be formed.
 //
-// The one exception: prefetch_l2 of data no kernel of the step writes (the
-// weights) may come before pdl_begin. A decode GEMV's blocks become resident
-// while the kernel before it (attention, rope, a norm: a few us each on a
-// handful of SMs) still runs, so their first weight lines stream into L2
-// meanwhile instead of after the wait (issue 11, session 24).
+// The one exception: data no kernel of the step writes may be read before
+// pdl_begin: the weights (a decode GEMV's L2 prefetch of its first lines,
+// issue 11 session 24; the norm weights of rmsnorm / add_rmsnorm) and the
+// step's metadata (positions, slot mapping, block tables, runs: uploaded by
+// a copy before the step's first kernel, which therefore has no programmatic
+// edge to anything before it, and a kernel's pre-wait part runs only once the
+// kernel two before it has completed). A decode step is a latency chain of
+// small kernels, so what a kernel can read while its predecessor still runs
+// comes off the chain (rope's angles, the run attention's slot tables:
+// session 30). Never before the wait: anything a kernel of the step writes
+// (activations, this step's K/V and slot_positions, FP8 activation scales,
+// attention workspaces).
 #pragma once
 
 #include <cuda_runtime.h>

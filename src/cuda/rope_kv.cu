@@ -38,7 +38,9 @@ __global__ void __launch_bounds__(kThreads)
                          int32_t head_dim, const int32_t* positions, const float* inv_freq,
                          const int32_t* slot_mapping, bf16* k_cache, bf16* v_cache,
                          int32_t* slot_positions, QkvEpilogue epi) {
-  pdl_begin();
+  // Before the wait: the angles and the slot come from the step's metadata
+  // and the inverse frequencies, which no kernel of the step writes
+  // (cuda/pdl.h), so they are ready when the previous kernel ends.
   extern __shared__ float cos_sin[];  // [2 * half]: cos | sin
   const int half = head_dim / 2;
   const int64_t t = blockIdx.x;
@@ -49,8 +51,9 @@ __global__ void __launch_bounds__(kThreads)
     cos_sin[j] = c;
     cos_sin[half + j] = s;
   }
-  __syncthreads();
   const int64_t slot = slot_mapping[t];
+  pdl_begin();
+  __syncthreads();
   const int64_t kv_width = static_cast<int64_t>(n_kv_heads) * head_dim;
   bf16* row = qkv + t * ld;  // q heads, then k heads, then v
   const float rs = epi.row_scale != nullptr ? epi.row_scale[t] : 1.0f;

@@ -392,7 +392,14 @@ __device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const
 template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads, 2)
     run_attention_kernel(const PagedAttentionArgs a, const int32_t n_parts) {
-  pdl_begin();
+  // Without a window the first partition's slot table is resolved before the
+  // wait: runs, slots and block tables are the step's metadata (cuda/pdl.h),
+  // so at decode batch sizes three dependent loads leave the chain of
+  // kernels. Windows read slot_positions, which rope_write_kv writes for this
+  // step's slots: those wait first. Every path below passes pdl_begin
+  // (`waited`) before it writes or returns.
+  bool waited = a.sliding_window > 0;
+  if (waited) pdl_begin();
   using L = Smem<kHeadDim>;
   extern __shared__ __align__(16) unsigned char smem[];
   auto* s_flat = reinterpret_cast<int32_t*>(smem + L::kFlat);
@@ -402,7 +409,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   c.t0 = blockIdx.x;
   c.kvh = blockIdx.y;
   const int32_t rows = a.token_run[c.t0];
-  if (rows <= 0) return;  // not a run head (uniform)
+  if (rows <= 0) {  // not a run head (uniform)
+    if (!waited) pdl_begin();
+    return;
+  }
   c.g = a.n_heads / a.n_kv_heads;
   c.n_q = rows * c.g;  // query vector m = row (m / g), head (m % g) of the group
   const int tid = threadIdx.x;
@@ -432,6 +442,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       c.n_keys = min(a.partition_size, last_slot + 1 - c.start);
     }
     if (c.n_keys <= 0) {
+      if (!waited) pdl_begin();
       if (n_parts == 1) {  // only when no row has a slot (padding): zeros
         for (int i = tid; i < c.n_q * kHeadDim; i += kThreads) {
           const int32_t m = i / kHeadDim;
@@ -473,6 +484,10 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
       s_flat[i] = flat;
       s_kpos[i] = kpos;
+    }
+    if (!waited) {  // K/V (this step's slots among them) and Q only after the wait
+      pdl_begin();
+      waited = true;
     }
     __syncthreads();
 #pragma unroll
