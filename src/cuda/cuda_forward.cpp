@@ -359,10 +359,9 @@ Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv,
   rope_write_kv(qkv, n, qkv_width, n_heads, n_kv_heads, head_dim, meta.pos, inv_freq_,
                 meta.slot_mapping, kv.k(l), kv.v(l), kv.slot_positions(), epilogue, stream_);
   if (meta.capture_device != nullptr) {  // a capture graph: every row, device to device
-    SS_CUDA_CHECK(cudaMemcpy2DAsync(meta.capture_device + l * q_width,
-                                    size_t(c.n_layers) * q_width * sizeof(bf16), qkv,
-                                    qkv_width * sizeof(bf16), q_width * sizeof(bf16), size_t(n),
-                                    cudaMemcpyDeviceToDevice, stream_));
+    // A kernel, not a memcpy node: attention keeps its programmatic edge.
+    copy_rows(qkv, qkv_width, n, static_cast<int32_t>(q_width), meta.capture_device + l * q_width,
+              c.n_layers * q_width, stream_);
   }
   for (size_t i = 0; i < meta.capture_rows.size(); ++i) {
     SS_CHECK(!graph_safe);
@@ -397,9 +396,10 @@ Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv,
     a.out_stride = q_width;
     flash_attention(a, stream_);
   }
-  // Query capture copies sit between the KV write and attention: the next
-  // kernel cannot launch programmatically after a copy (cuda/pdl.h).
-  const bool after_copy = meta.capture_device != nullptr || !meta.capture_rows.empty();
+  // Eager query capture copies (to the host) sit between the KV write and
+  // attention: the next kernel cannot launch programmatically after a copy
+  // (cuda/pdl.h). A capture graph copies with a kernel (copy_rows).
+  const bool after_copy = !meta.capture_rows.empty();
   if (meta.n_paged > 0) {
     const bool compact = meta.paged_begin < 0;
     SS_CHECK(!(compact && graph_safe));

@@ -154,7 +154,8 @@ __global__ void embedding_kernel(const bf16* table, const int32_t* ids, int32_t 
 // in registers, so it is read once. Same per-thread order as a strided loop,
 // so the sums are those of the two-pass version bit for bit.
 template <int W, int kIters>
-__device__ __forceinline__ void load_norm_weights(const float* w, int32_t dim, float (&g)[kIters][W]) {
+__device__ __forceinline__ void load_norm_weights(const float* w, int32_t dim,
+                                                  float (&g)[kIters][W]) {
 #pragma unroll
   for (int k = 0; k < kIters; ++k) {
     const int c = (threadIdx.x + k * blockDim.x) * W;
@@ -391,6 +392,19 @@ __global__ void gather_rows_kernel(const bf16* src, int64_t ld_src, const int32_
   }
 }
 
+template <int W>
+__global__ void copy_rows_kernel(const bf16* src, int64_t ld_src, int32_t n, int32_t cols,
+                                 bf16* dst, int64_t ld_dst) {
+  pdl_begin();
+  const int64_t per_row = cols / W;
+  const int64_t total = static_cast<int64_t>(n) * per_row;
+  for (int64_t v = flat_index(); v < total; v += flat_stride()) {
+    const int64_t i = v / per_row;
+    const int64_t c = (v - i * per_row) * W;
+    copy_bf16<W>(src + i * ld_src + c, dst + i * ld_dst + c);
+  }
+}
+
 // Rows are distinct within a call, so each output element has one writer.
 template <int W>
 __global__ void scatter_add_weighted_kernel(const bf16* src, const int32_t* rows,
@@ -588,6 +602,20 @@ void gather_rows(const bf16* src, int64_t ld_src, const int32_t* rows, int32_t n
   } else {
     launch_pdl(gather_rows_kernel<1>, flat_blocks(work), kFlatThreads, 0, stream, pdl, src, ld_src,
                rows, n, cols, dst);
+  }
+  SS_CUDA_CHECK_LAUNCH();
+}
+
+void copy_rows(const bf16* src, int64_t ld_src, int32_t n, int32_t cols, bf16* dst, int64_t ld_dst,
+               cudaStream_t stream) {
+  if (n <= 0 || cols <= 0) return;
+  const int64_t work = static_cast<int64_t>(n) * cols;
+  if (cols % 8 == 0 && ld_src % 8 == 0 && ld_dst % 8 == 0 && aligned(src, 16) && aligned(dst, 16)) {
+    launch_pdl(copy_rows_kernel<8>, flat_blocks(work / 8), kFlatThreads, 0, stream, true, src,
+               ld_src, n, cols, dst, ld_dst);
+  } else {
+    launch_pdl(copy_rows_kernel<1>, flat_blocks(work), kFlatThreads, 0, stream, true, src, ld_src,
+               n, cols, dst, ld_dst);
   }
   SS_CUDA_CHECK_LAUNCH();
 }

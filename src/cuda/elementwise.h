@@ -63,6 +63,12 @@ void write_kv(const bf16* k, const bf16* v, int64_t ld, int32_t n_tokens, int32_
 void gather_rows(const bf16* src, int64_t ld_src, const int32_t* rows, int32_t n, int32_t cols,
                  bf16* dst, cudaStream_t stream, bool pdl = true);
 
+// dst[i * ld_dst + c] = src[i * ld_src + c] for i < n, c < cols: a strided
+// device copy as a kernel (launched as a programmatic dependent, so unlike a
+// memcpy node it keeps the next kernel's PDL edge: a capture graph's query rows).
+void copy_rows(const bf16* src, int64_t ld_src, int32_t n, int32_t cols, bf16* dst, int64_t ld_dst,
+               cudaStream_t stream);
+
 // out[rows[i], :] += weights[i] * f32(src[i, :]) (rows distinct within one call).
 // src [n, cols] bf16, out [*, cols] f32
 void scatter_add_weighted(const bf16* src, const int32_t* rows, const float* weights, int32_t n,

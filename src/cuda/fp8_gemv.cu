@@ -98,9 +98,16 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t row = int64_t(blockIdx.x) * (kWarpsPerBlock / kSplit) + warp / kSplit;
   const bool valid = row < out;  // no early return: the block reduction syncs
-  if (valid) {                   // the first (gate) row only, as gemv.cu
+  // The epilogue's scales and bias are weights (read before the wait,
+  // cuda/pdl.h): the last block's tail then has no dependent load left.
+  float scale = 0.0f, second_scale = 0.0f;  // second: SiLU's up row, else the bias
+  if (valid) {                              // the first (gate) row only, as gemv.cu
     prefetch_first<kSplit>(reinterpret_cast<const uint4*>(w8 + row * in), in / 16, warp % kSplit,
                            lane);
+    if (lane == 0 && warp % kSplit == 0) {
+      scale = w_scale[row];
+      second_scale = kSilu ? w_scale[out + row] : (bias != nullptr ? bias[row] : 0.0f);
+    }
   }
   pdl_begin();
   constexpr int kValues = kSilu ? 2 * kRows : kRows;
@@ -122,16 +129,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
   reduce_parts<kWarpsPerBlock, kSplit>(sum, warp, lane);
   if (!valid || lane != 0 || warp % kSplit != 0) return;
-  const float scale = w_scale[row];
   if constexpr (kSilu) {
-    const float up_scale = w_scale[out + row];
+    const float up_scale = second_scale;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const float g = sum[r] * scale;
       y[r * ldy + row] = __float2bfloat16(g / (1.0f + expf(-g)) * (sum[kRows + r] * up_scale));
     }
   } else {
-    const float b = bias != nullptr ? bias[row] : 0.0f;
+    const float b = second_scale;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const float value = sum[r] * scale + b;

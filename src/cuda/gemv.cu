@@ -80,9 +80,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t row = int64_t(blockIdx.x) * (kWarpsPerBlock / kSplit) + warp / kSplit;
   const bool valid = row < out;  // no early return: the block reduction syncs
+  float b = 0.0f;                // the bias, a weight: loaded before the wait (cuda/pdl.h)
   if (valid) {
     prefetch_first<kSplit>(reinterpret_cast<const uint4*>(w + row * in), in / 8, warp % kSplit,
                            lane);
+    if (bias != nullptr && lane == 0 && warp % kSplit == 0) b = bias[row];
   }
   pdl_begin();
   float sum[1] = {0.0f};
@@ -92,7 +94,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
   reduce_parts<kWarpsPerBlock, kSplit>(sum, warp, lane);
   if (valid && lane == 0 && warp % kSplit == 0) {
-    const float value = sum[0] + (bias != nullptr ? bias[row] : 0.0f);
+    const float value = sum[0] + b;
     if (y_f32 != nullptr) {
       y_f32[row] = value;
     } else {

@@ -79,6 +79,12 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (row0 + g < out) prefetch_l2(w + (row0 + g) * in + v * 8);
     if (row0 + g + 8 < out) prefetch_l2(w + (row0 + g + 8) * in + v * 8);
   }
+  // The epilogue thread's bias (a weight) before the wait as well (cuda/pdl.h).
+  float b = 0.0f;
+  if (!kSilu && bias != nullptr && threadIdx.x < 128) {
+    const int64_t r = row0 + (threadIdx.x % 32) / 4 + (threadIdx.x / 32 >= 2 ? 8 : 0);
+    if (r < out) b = bias[r];
+  }
   pdl_begin();
   const auto* x_row = g < n ? reinterpret_cast<const uint4*>(x + g * ldx) : nullptr;
   const int64_t w_rows = kSilu ? 2 * out : out;
@@ -111,7 +117,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const float gate = sum[0];
     y[col * ldy + row] = __float2bfloat16(gate / (1.0f + expf(-gate)) * sum[1]);
   } else {
-    const float value = sum[0] + (bias != nullptr ? bias[row] : 0.0f);
+    const float value = sum[0] + b;
     if (y_f32 != nullptr) {
       y_f32[col * ldy + row] = value;
     } else {

@@ -407,6 +407,32 @@ TEST(CudaElementwise, GatherRowsIsExact) {
   }
 }
 
+// copy_rows: a strided row copy; the gaps of dst (between its rows) keep
+// their poison bytes. 16-byte path (cols, lds multiples of 8) and element path.
+TEST(CudaElementwise, CopyRowsIsExactAndLeavesTheGaps) {
+  SS_REQUIRE_GPU();
+  std::mt19937 rng(21);
+  struct Case {
+    int32_t n, cols;
+    int64_t ld_src, ld_dst;
+  };
+  for (const Case& c : {Case{1, 128, 384, 1024}, Case{5, 896, 1152, 21504}, Case{7, 100, 101, 250},
+                        Case{33, 64, 64, 64}}) {
+    SCOPED_TRACE(::testing::Message() << "n " << c.n << " cols " << c.cols);
+    const std::vector<bf16_t> src = ct::to_bf16(ct::random_values(rng, size_t(c.n * c.ld_src)));
+    auto d_src = ct::upload(src);
+    DeviceBuffer<bf16_t> d_dst(size_t(c.n) * c.ld_dst);
+    d_dst.fill_bytes(0xFF);
+    std::vector<bf16_t> want = d_dst.download();
+    for (int32_t i = 0; i < c.n; ++i) {
+      std::copy(src.begin() + i * c.ld_src, src.begin() + i * c.ld_src + c.cols,
+                want.begin() + i * c.ld_dst);
+    }
+    copy_rows(d_src.data(), c.ld_src, c.n, c.cols, d_dst.data(), c.ld_dst, nullptr);
+    expect_same_bits(d_dst.download(), want, "copy_rows");
+  }
+}
+
 TEST(CudaElementwise, ScatterAddWeightedMatchesReference) {
   SS_REQUIRE_GPU();
   std::mt19937 rng(20);
