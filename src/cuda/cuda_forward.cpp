@@ -10,6 +10,7 @@
 #include "cuda/elementwise.h"
 #include "cuda/flash_attention.h"
 #include "cuda/norm_quantize_fp8.h"
+#include "cuda/qkv_rope_gemv.h"
 #include "cuda/rope_kv.h"
 #include "cuda/row_scatter.h"
 #include "cuda/sampling.h"
@@ -333,8 +334,38 @@ Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv,
   // 64 rows on the H100). q/k norms come between bias and rope, so not then.
   const bool bias_in_rope = layer.qkv_bias != nullptr && layer.q_norm == nullptr &&
                             !Gemm::fuses_bias(h_.data(), hidden, layer.qkv, n, hidden);
+  // Batch-1 decode with bf16 weights: the projection, RoPE and the KV write
+  // in one kernel (qkv_rope_gemv.h; q/k norms sit between them, so not with
+  // those). H100, same call (docs/benchmarks.md "session 30"): qwen2.5-0.5b
+  // batch 1 +2.5% / +1.2% at 512 / 8K, SpecPrefill's lookahead 7.4 -> 7.0 ms,
+  // qwen2.5-7b / llama-3.1-8b bf16 +0.2%; with e4m3 weights -0.1 to -0.4%
+  // (the FP8 qkv GEMV is a few us, and rope had little left on the chain
+  // once its angles were computed before its wait), so FP8 keeps two launches.
+  QkvRopeArgs fused;
+  if (n == 1 && x8 == nullptr && layer.q_norm == nullptr && layer.qkv.w8 == nullptr &&
+      gemm_->gemv_path(h_.data(), hidden, layer.qkv, n, hidden)) {
+    fused.x = h_.data();
+    fused.w16 = layer.qkv.w16;
+    fused.w8 = layer.qkv.w8;
+    fused.w_scale = layer.qkv.scale;
+    fused.bias = layer.qkv_bias;
+    fused.in = hidden;
+    fused.n_heads = n_heads;
+    fused.n_kv_heads = n_kv_heads;
+    fused.head_dim = head_dim;
+    fused.position = meta.pos;
+    fused.inv_freq = inv_freq_;
+    fused.slot = meta.slot_mapping;
+    fused.qkv = qkv;
+    fused.k_cache = kv.k(l);
+    fused.v_cache = kv.v(l);
+    fused.slot_positions = kv.slot_positions();
+  }
+  const bool rope_in_gemv = fused.x != nullptr && qkv_rope_gemv_supported(fused);
   QkvEpilogue epilogue;
-  if (x8 == nullptr) {
+  if (rope_in_gemv) {
+    qkv_rope_gemv(fused, stream_);
+  } else if (x8 == nullptr) {
     gemm_->linear(h_.data(), hidden, layer.qkv, n, qkv_width, hidden, qkv, qkv_width,
                   bias_in_rope ? nullptr : layer.qkv_bias);
     if (bias_in_rope) epilogue.bias = layer.qkv_bias;
@@ -356,8 +387,10 @@ Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv,
   }
   // k's heads follow q's in each row: one launch rotates both and stores k
   // and v in their paged slots.
-  rope_write_kv(qkv, n, qkv_width, n_heads, n_kv_heads, head_dim, meta.pos, inv_freq_,
-                meta.slot_mapping, kv.k(l), kv.v(l), kv.slot_positions(), epilogue, stream_);
+  if (!rope_in_gemv) {
+    rope_write_kv(qkv, n, qkv_width, n_heads, n_kv_heads, head_dim, meta.pos, inv_freq_,
+                  meta.slot_mapping, kv.k(l), kv.v(l), kv.slot_positions(), epilogue, stream_);
+  }
   if (meta.capture_device != nullptr) {  // a capture graph: every row, device to device
     // A kernel, not a memcpy node: attention keeps its programmatic edge.
     copy_rows(qkv, qkv_width, n, static_cast<int32_t>(q_width), meta.capture_device + l * q_width,

@@ -3,89 +3,17 @@
 #include "cuda/cuda_check.h"
 #include "cuda/fp8_gemv.h"
 #include "cuda/gemv_reduce.cuh"
+#include "cuda/gemv_rows.cuh"
 #include "cuda/pdl.h"
 
 namespace specstack::cuda {
 
 namespace {
 
+using namespace gemv_rows;  // NOLINT: the shared row dots
+
 // 4 warps per block as in gemv.cu (a 3584-row matrix fills the last wave).
 constexpr int kWarpsPerBlock = 4;
-constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane
-
-// 16 e4m3 weights (one 16-byte load) to f32.
-__device__ inline void fp8x16_to_float(const uint4& packed, float (&w)[16]) {
-  const auto* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&packed);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const __half2 h = __half2(__nv_cvt_fp8x2_to_halfraw2(pairs[i], __NV_E4M3));
-    const float2 f = __half22float2(h);
-    w[2 * i] = f.x;
-    w[2 * i + 1] = f.y;
-  }
-}
-
-// sum += w[0..16) · x[0..16) (x: 16 bf16 at a 16-byte aligned address).
-__device__ inline float dot16(const float (&w)[16], const uint4* __restrict__ x, float sum) {
-  const uint4 a = __ldg(x), b = __ldg(x + 1);
-  const auto* a2 = reinterpret_cast<const __nv_bfloat162*>(&a);
-  const auto* b2 = reinterpret_cast<const __nv_bfloat162*>(&b);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 fa = __bfloat1622float2(a2[i]);
-    const float2 fb = __bfloat1622float2(b2[i]);
-    sum = fmaf(w[2 * i], fa.x, sum);
-    sum = fmaf(w[2 * i + 1], fa.y, sum);
-    sum = fmaf(w[8 + 2 * i], fb.x, sum);
-    sum = fmaf(w[8 + 2 * i + 1], fb.y, sum);
-  }
-  return sum;
-}
-
-// kRows dot products of x's rows with one weight row (16-byte vectors of 16
-// weights), this warp's share of kSplit, warp-reduced into sum[] (every lane).
-template <int kRows, int kSplit>
-__device__ inline void row_dots(const __nv_bfloat16* __restrict__ x, int64_t ldx,
-                                const uint4* __restrict__ w_row, int64_t vectors, int part,
-                                int lane, float (&sum)[kRows]) {
-  constexpr int64_t kStride = 32 * kSplit;
-  int64_t v = int64_t(part) * 32 + lane;
-  auto consume = [&](const uint4& packed, int64_t at) {
-    float w[16];
-    fp8x16_to_float(packed, w);
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      sum[r] = dot16(w, reinterpret_cast<const uint4*>(x + r * ldx) + 2 * at, sum[r]);
-    }
-  };
-  for (; v + kStride * (kUnroll - 1) < vectors; v += kStride * kUnroll) {
-    uint4 wv[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) wv[u] = __ldcs(w_row + v + kStride * u);  // streamed once
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) consume(wv[u], v + kStride * u);
-  }
-  for (; v < vectors; v += kStride) consume(__ldcs(w_row + v), v);
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) {
-      sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], offset);
-    }
-  }
-}
-
-// Before pdl_begin: L2 prefetch of the first unrolled iteration's weight
-// vectors (as gemv.cu's prefetch_first; cuda/pdl.h says why it is safe).
-template <int kSplit>
-__device__ inline void prefetch_first(const uint4* w_row, int64_t vectors, int part, int lane) {
-  constexpr int64_t kStride = 32 * kSplit;
-  const int64_t v0 = int64_t(part) * 32 + lane;
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    if (v0 + kStride * u < vectors) prefetch_l2(w_row + v0 + kStride * u);
-  }
-}
 
 // out rows (silu: `out` = width, rows r and width + r), kWarpsPerBlock /
 // kSplit of them per block.
@@ -115,14 +43,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   if (valid) {
     const int part = warp % kSplit;
     float first[kRows] = {};
-    row_dots<kRows, kSplit>(x, ldx, reinterpret_cast<const uint4*>(w8 + row * in), in / 16, part,
-                            lane, first);
+    fp8_row_dots<kRows, kSplit>(x, ldx, reinterpret_cast<const uint4*>(w8 + row * in), in / 16,
+                                part, lane, first);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) sum[r] = first[r];
     if constexpr (kSilu) {
       float second[kRows] = {};
-      row_dots<kRows, kSplit>(x, ldx, reinterpret_cast<const uint4*>(w8 + (out + row) * in),
-                              in / 16, part, lane, second);
+      fp8_row_dots<kRows, kSplit>(x, ldx, reinterpret_cast<const uint4*>(w8 + (out + row) * in),
+                                  in / 16, part, lane, second);
 #pragma unroll
       for (int r = 0; r < kRows; ++r) sum[kRows + r] = second[r];
     }

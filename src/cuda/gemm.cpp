@@ -150,6 +150,12 @@ void Gemm::linear(const Fp8Rows& x8, const LinearWeight& weight, int64_t n, int6
   }
 }
 
+bool Gemm::gemv_path(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w, int64_t n,
+                     int64_t in) const {
+  if (w.w8 != nullptr) return n <= fp8_gemv_max_rows_ && fp8_gemv_supported(x, ldx, w.w8, n, in);
+  return gemv_supported(x, ldx, w.w16, n, in);
+}
+
 bool Gemm::fuses_bias(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w, int64_t n,
                       int64_t in) {
   // FP8: the GEMV adds the bias in its epilogue and the GEMM path in the same

@@ -96,6 +96,11 @@ class Gemm {
   static bool fuses_bias(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w, int64_t n,
                          int64_t in);
 
+  // Whether linear() runs these operands through a GEMV kernel (gemv.h or
+  // fp8_gemv.h) rather than a GEMM (a fused decode kernel may take its place).
+  bool gemv_path(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w, int64_t n,
+                 int64_t in) const;
+
   cublasHandle_t handle() { return handle_; }
 
   // Scratch for the FP8 GEMMs' quantized activations: up to `rows` rows of up

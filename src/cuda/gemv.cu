@@ -4,71 +4,19 @@
 #include "cuda/gemv.h"
 #include "cuda/gemv_mma.h"
 #include "cuda/gemv_reduce.cuh"
+#include "cuda/gemv_rows.cuh"
 #include "cuda/pdl.h"
 
 namespace specstack::cuda {
 
 namespace {
 
+using namespace gemv_rows;  // NOLINT: the shared row dots
+
 // 4 warps (rows) per block: a 3584-row matrix makes 896 blocks, ~6.8 per SM
 // of an H100, so the last wave is nearly full (8 rows per block left SMs
 // with 4 vs 3 blocks: ~85% of bandwidth on the o / down projections).
 constexpr int kWarpsPerBlock = 4;
-constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane
-
-__device__ inline void accumulate(const uint4& w, const uint4& x, float& sum) {
-  const auto* w2 = reinterpret_cast<const __nv_bfloat162*>(&w);
-  const auto* x2 = reinterpret_cast<const __nv_bfloat162*>(&x);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 wf = __bfloat1622float2(w2[i]);
-    const float2 xf = __bfloat1622float2(x2[i]);
-    sum = fmaf(wf.x, xf.x, sum);
-    sum = fmaf(wf.y, xf.y, sum);
-  }
-}
-
-// One row of x against kSplit warps' share of weight row w_row: lanes stride
-// over the row in 8-element (16-byte) vectors, kUnroll loads in flight, then
-// a warp reduction (every lane ends with the warp's total). Warp `part` of
-// the kSplit takes vectors part * 32 + lane, stepping 32 * kSplit: with
-// kSplit > 1 a long row's loads are spread over more warps, so fewer
-// round trips to memory run one after another (the small draft's long rows).
-template <int kSplit>
-__device__ inline float row_dot(const __nv_bfloat16* __restrict__ x,
-                                const uint4* __restrict__ w_row, int64_t vectors, int part,
-                                int lane) {
-  constexpr int64_t kStride = 32 * kSplit;
-  const auto* xv = reinterpret_cast<const uint4*>(x);
-  float sum = 0.0f;
-  int64_t v = int64_t(part) * 32 + lane;
-  // Main loop: kUnroll independent weight loads before their first use.
-  for (; v + kStride * (kUnroll - 1) < vectors; v += kStride * kUnroll) {
-    uint4 wv[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) wv[u] = __ldcs(w_row + v + kStride * u);  // streamed once
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) accumulate(wv[u], __ldg(xv + v + kStride * u), sum);
-  }
-  for (; v < vectors; v += kStride) accumulate(__ldcs(w_row + v), __ldg(xv + v), sum);
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  return sum;
-}
-
-// Before pdl_begin: L2 prefetch of the weight vectors row_dot's first
-// unrolled iteration loads (this warp's share of w_row). The lines are in
-// L2 by the time the previous kernel is done; always safe, as L2 is where
-// the previous kernel's writes land too (cuda/pdl.h).
-template <int kSplit>
-__device__ inline void prefetch_first(const uint4* w_row, int64_t vectors, int part, int lane) {
-  constexpr int64_t kStride = 32 * kSplit;
-  const int64_t v0 = int64_t(part) * 32 + lane;
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    if (v0 + kStride * u < vectors) prefetch_l2(w_row + v0 + kStride * u);
-  }
-}
 
 // One input row: kSplit warps per output row, kWarpsPerBlock / kSplit rows
 // per block.
@@ -89,8 +37,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   pdl_begin();
   float sum[1] = {0.0f};
   if (valid) {
-    sum[0] = row_dot<kSplit>(x, reinterpret_cast<const uint4*>(w + row * in), in / 8, warp % kSplit,
-                             lane);
+    sum[0] = bf16_row_dot<kSplit>(x, reinterpret_cast<const uint4*>(w + row * in), in / 8,
+                                  warp % kSplit, lane);
   }
   reduce_parts<kWarpsPerBlock, kSplit>(sum, warp, lane);
   if (valid && lane == 0 && warp % kSplit == 0) {
@@ -122,9 +70,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   if (valid) {
     const int part = warp % kSplit;
     gate_up[0] =
-        row_dot<kSplit>(x, reinterpret_cast<const uint4*>(w + row * in), in / 8, part, lane);
-    gate_up[1] = row_dot<kSplit>(x, reinterpret_cast<const uint4*>(w + (width + row) * in), in / 8,
-                                 part, lane);
+        bf16_row_dot<kSplit>(x, reinterpret_cast<const uint4*>(w + row * in), in / 8, part, lane);
+    gate_up[1] = bf16_row_dot<kSplit>(x, reinterpret_cast<const uint4*>(w + (width + row) * in),
+                                      in / 8, part, lane);
   }
   reduce_parts<kWarpsPerBlock, kSplit>(gate_up, warp, lane);
   if (valid && lane == 0 && warp % kSplit == 0) {
