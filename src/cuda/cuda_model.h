@@ -204,6 +204,11 @@ class CudaModel final : public ForwardModel {
   DeviceBuffer<float> attn_workspace_;    // paged attention split-K partials
   DeviceBuffer<bf16> compact_q_;    // [n, H * D] paged-path queries when not a contiguous range
   DeviceBuffer<bf16> compact_out_;  // [n, H * D]
+  // score_prompt's scratch (grown, kept between prompts).
+  DeviceBuffer<float> score_queries_;    // [n_steps, n_layers, H * D]
+  DeviceBuffer<int32_t> score_table_;    // the scored sequence's block table
+  DeviceBuffer<float> score_out_;        // [n_tokens] importance
+  DeviceBuffer<float> score_workspace_;  // score_workspace_floats(...)
   // MoE scratch.
   DeviceBuffer<float> router_logits_;   // [T, E]
   DeviceBuffer<int32_t> topk_ids_;      // [T, k]

@@ -41,17 +41,22 @@ Result<std::vector<float>> CudaModel::score_prompt(const AttentionCapture& captu
       std::copy(src, src + q_width, queries.begin() + (t * layers + l) * q_width);
     }
   }
-  DeviceBuffer<float> d_queries(queries.size());
-  d_queries.upload(queries);
-  DeviceBuffer<int32_t> d_table(block_table.size());
-  d_table.upload(block_table.data(), block_table.size());
+  // Scratch kept on the model between prompts: a cudaFree per buffer per
+  // prompt synchronised the device and cost more than the scoring kernels.
+  score_queries_.reserve(queries.size());
+  score_table_.reserve(block_table.size());
   const auto n_tokens = static_cast<int32_t>(slot_end - slot_begin);
-  DeviceBuffer<float> importance(static_cast<size_t>(n_tokens));
-  DeviceBuffer<float> workspace(score_workspace_floats(
-      static_cast<int32_t>(steps), static_cast<int32_t>(config_.n_heads), n_tokens));
+  score_out_.reserve(static_cast<size_t>(n_tokens));
+  score_workspace_.reserve(score_workspace_floats(static_cast<int32_t>(steps),
+                                                  static_cast<int32_t>(config_.n_heads), n_tokens));
+  SS_CUDA_CHECK(cudaMemcpyAsync(score_queries_.data(), queries.data(),
+                                queries.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  SS_CUDA_CHECK(cudaMemcpyAsync(score_table_.data(), block_table.data(),
+                                block_table.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                stream_));
 
   ScoreArgs args;
-  args.queries = d_queries.data();
+  args.queries = score_queries_.data();
   args.n_steps = static_cast<int32_t>(steps);
   args.n_layers = static_cast<int32_t>(layers);
   args.n_heads = static_cast<int32_t>(config_.n_heads);
@@ -60,16 +65,16 @@ Result<std::vector<float>> CudaModel::score_prompt(const AttentionCapture& captu
   args.scored_layers = scored.data();
   args.n_scored = static_cast<int32_t>(scored.size());
   args.k_caches = kv.k_layers();
-  args.block_table = d_table.data();
+  args.block_table = score_table_.data();
   args.block_size = static_cast<int32_t>(shape.block_size);
   args.slot_begin = static_cast<int32_t>(slot_begin);
   args.slot_end = static_cast<int32_t>(slot_end);
   args.pool_kernel = static_cast<int32_t>(pool_kernel);
-  args.importance = importance.data();
-  args.workspace = workspace.data();
+  args.importance = score_out_.data();
+  args.workspace = score_workspace_.data();
   score_tokens(args, stream_);
   std::vector<float> out(static_cast<size_t>(n_tokens));
-  SS_CUDA_CHECK(cudaMemcpyAsync(out.data(), importance.data(), out.size() * sizeof(float),
+  SS_CUDA_CHECK(cudaMemcpyAsync(out.data(), score_out_.data(), out.size() * sizeof(float),
                                 cudaMemcpyDeviceToHost, stream_));
   SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
   for (float v : out) {

@@ -29,6 +29,7 @@
 
 #include "base/check.h"
 #include "cuda/cuda_check.h"
+#include "cuda/pdl.h"
 #include "cuda/score.h"
 
 namespace specstack::cuda {
@@ -76,6 +77,7 @@ __global__ void __launch_bounds__(kLogitsThreads)
                         int n_heads, int n_kv_heads, int head_dim, const bf16* __restrict__ k_cache,
                         const int32_t* __restrict__ block_table, int block_size, int slot_begin,
                         int n_tokens, float scale, bool vec16, float* __restrict__ logits) {
+  pdl_begin();
   extern __shared__ __align__(16) float smem[];
   const int dp = padded_dim(head_dim);
   const int ks_stride = dp + 1;
@@ -210,6 +212,7 @@ __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
 __global__ void __launch_bounds__(kStatsThreads)
     score_row_stats_kernel(const float* __restrict__ logits, int n_rows, int n_tokens,
                            int pool_kernel, float* __restrict__ stats) {
+  pdl_begin();
   __shared__ MaxSum warp_part[kStatsThreads / 32];
   const int row = blockIdx.x;
   const float* x = logits + static_cast<int64_t>(row) * n_tokens;
@@ -262,6 +265,7 @@ __global__ void __launch_bounds__(kPoolTile)
     score_pool_kernel(const float* __restrict__ logits, const float* __restrict__ stats,
                       int n_heads, int n_steps, int n_tokens, int pool_kernel,
                       float* __restrict__ running) {
+  pdl_begin();
   extern __shared__ float
       window_s[];  // [kPoolTile + pool_kernel - 1]: tokens from tile_start - pad
   const int t = blockIdx.y;
@@ -298,6 +302,7 @@ __global__ void __launch_bounds__(kPoolTile)
 // importance[j] = sum_t running[t, j] / n_steps. running [n_steps, n_tokens].
 __global__ void score_mean_kernel(const float* __restrict__ running, int n_steps, int n_tokens,
                                   float* __restrict__ importance) {
+  pdl_begin();
   const int j = blockIdx.x * kMeanThreads + threadIdx.x;
   if (j >= n_tokens) return;
   float sum = 0.0f;
@@ -354,20 +359,22 @@ void score_tokens(const ScoreArgs& args, cudaStream_t stream) {
     SS_CHECK(k_cache != nullptr);
     const bool vec16 = args.head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(k_cache) % 16 == 0;
 
-    score_logits_kernel<<<logits_grid, kLogitsThreads, logits_smem, stream>>>(
-        args.queries, args.n_steps, args.n_layers, layer, args.n_heads, args.n_kv_heads,
-        args.head_dim, k_cache, args.block_table, args.block_size, args.slot_begin, n_tokens, scale,
-        vec16, logits);
-    SS_CUDA_CHECK_LAUNCH();
-    score_row_stats_kernel<<<n_rows, kStatsThreads, 0, stream>>>(logits, n_rows, n_tokens,
-                                                                 args.pool_kernel, stats);
-    SS_CUDA_CHECK_LAUNCH();
-    score_pool_kernel<<<pool_grid, kPoolTile, pool_smem, stream>>>(
-        logits, stats, args.n_heads, args.n_steps, n_tokens, args.pool_kernel, running);
-    SS_CUDA_CHECK_LAUNCH();
+    // Programmatic launches (cuda/pdl.h): each kernel's launch and block
+    // scheduling overlap the previous one's tail; the first follows the
+    // memset, with which no programmatic edge can be formed.
+    launch_pdl(score_logits_kernel, logits_grid, dim3(kLogitsThreads), logits_smem, stream, i > 0,
+               args.queries, args.n_steps, args.n_layers, layer, args.n_heads, args.n_kv_heads,
+               args.head_dim, k_cache, args.block_table, args.block_size, args.slot_begin, n_tokens,
+               scale, vec16, logits);
+    launch_pdl(score_row_stats_kernel, dim3(n_rows), dim3(kStatsThreads), 0, stream, true,
+               static_cast<const float*>(logits), n_rows, n_tokens, args.pool_kernel, stats);
+    launch_pdl(score_pool_kernel, pool_grid, dim3(kPoolTile), pool_smem, stream, true,
+               static_cast<const float*>(logits), static_cast<const float*>(stats), args.n_heads,
+               args.n_steps, n_tokens, args.pool_kernel, running);
   }
-  score_mean_kernel<<<(n_tokens + kMeanThreads - 1) / kMeanThreads, kMeanThreads, 0, stream>>>(
-      running, args.n_steps, n_tokens, args.importance);
+  launch_pdl(score_mean_kernel, dim3((n_tokens + kMeanThreads - 1) / kMeanThreads),
+             dim3(kMeanThreads), 0, stream, args.n_scored > 0, static_cast<const float*>(running),
+             args.n_steps, n_tokens, args.importance);
   SS_CUDA_CHECK_LAUNCH();
 }
 
