@@ -23,6 +23,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -45,7 +46,9 @@ constexpr int kRowChunk = (kLogitsThreads / kTokTile) * kRowsPerThread;  // 16
 static_assert(kTokTile == 64 && kLogitsThreads == 256, "warp mapping assumes 2 x 4 warps");
 
 constexpr int kStatsThreads = 512;
+constexpr int kStatsLoads = 8;  // per thread in flight (8192 tokens: two rounds)
 constexpr int kPoolTile = 256;  // tokens per CTA of the pool kernel (one per thread)
+constexpr int kPoolHeads = 8;   // heads' windows per round of the pool kernel
 constexpr int kMeanThreads = 256;
 constexpr size_t kDefaultSmemBytes = 48 * 1024;
 
@@ -59,11 +62,24 @@ __host__ __device__ inline int padded_dim(int head_dim) {
   return (head_dim + 3) / 4 * 4;
 }
 
-size_t logits_smem_bytes(int head_dim) {
+// Query rows the logits kernel keeps in shared memory: every row of the CTA
+// (group * n_steps, rounded up to kRowChunk) when that fits in the default
+// 48 KB beside the key tile, so they are loaded in one round (a CTA here is a
+// chain of latencies more than of FMAs: ncu, H100, 0.5B shape at 8K, 18 us a
+// layer with a load round per 16 rows); else kRowChunk rows at a time.
+int logits_q_rows(int head_dim, int n_rows) {
   const int dp = padded_dim(head_dim);
-  // q_s [kRowChunk, dp] then k_s [kTokTile, dp + 1] (odd stride: lanes reading
+  const int all = (n_rows + kRowChunk - 1) / kRowChunk * kRowChunk;
+  const size_t bytes =
+      (static_cast<size_t>(all) * dp + static_cast<size_t>(kTokTile) * (dp + 1)) * sizeof(float);
+  return bytes <= kDefaultSmemBytes ? all : kRowChunk;
+}
+
+size_t logits_smem_bytes(int head_dim, int q_rows) {
+  const int dp = padded_dim(head_dim);
+  // q_s [q_rows, dp] then k_s [kTokTile, dp + 1] (odd stride: lanes reading
   // different tokens at the same d hit different banks).
-  return (static_cast<size_t>(kRowChunk) * dp + static_cast<size_t>(kTokTile) * (dp + 1)) *
+  return (static_cast<size_t>(q_rows) * dp + static_cast<size_t>(kTokTile) * (dp + 1)) *
          sizeof(float);
 }
 
@@ -76,13 +92,14 @@ __global__ void __launch_bounds__(kLogitsThreads)
     score_logits_kernel(const float* __restrict__ queries, int n_steps, int n_layers, int layer,
                         int n_heads, int n_kv_heads, int head_dim, const bf16* __restrict__ k_cache,
                         const int32_t* __restrict__ block_table, int block_size, int slot_begin,
-                        int n_tokens, float scale, bool vec16, float* __restrict__ logits) {
+                        int n_tokens, float scale, bool vec16, int q_rows,
+                        float* __restrict__ logits) {
   pdl_begin();
   extern __shared__ __align__(16) float smem[];
   const int dp = padded_dim(head_dim);
   const int ks_stride = dp + 1;
-  float* q_s = smem;                                        // [kRowChunk, dp]
-  float* k_s = smem + static_cast<size_t>(kRowChunk) * dp;  // [kTokTile, dp + 1]
+  float* q_s = smem;                                     // [q_rows, dp]
+  float* k_s = smem + static_cast<size_t>(q_rows) * dp;  // [kTokTile, dp + 1]
 
   const int kv_head = blockIdx.y;
   const int tile_start = blockIdx.x * kTokTile;
@@ -139,26 +156,29 @@ __global__ void __launch_bounds__(kLogitsThreads)
   const int dp4 = dp / 4;
 
   for (int chunk = 0; chunk < n_rows; chunk += kRowChunk) {
-    // The previous chunk's reads of q_s are done before it is overwritten.
-    __syncthreads();
-    for (int i = tid; i < kRowChunk * dp; i += kLogitsThreads) {
-      const int rr = i / dp;
-      const int d = i % dp;
-      const int r = chunk + rr;
-      float v = 0.0f;
-      if (r < n_rows && d < head_dim) {
-        const int t = r / group;
-        const int h = kv_head * group + r % group;
-        v = queries[(static_cast<int64_t>(t) * n_layers + layer) * n_heads * head_dim +
-                    static_cast<int64_t>(h) * head_dim + d];
+    const int q_first = chunk / q_rows * q_rows;  // first row q_s holds for this chunk
+    if (chunk == q_first) {  // (re)load: every chunk, or once when q_s holds all rows
+      // The previous chunk's reads of q_s are done before it is overwritten.
+      __syncthreads();
+      for (int i = tid; i < q_rows * dp; i += kLogitsThreads) {
+        const int rr = i / dp;
+        const int d = i % dp;
+        const int r = q_first + rr;
+        float v = 0.0f;
+        if (r < n_rows && d < head_dim) {
+          const int t = r / group;
+          const int h = kv_head * group + r % group;
+          v = queries[(static_cast<int64_t>(t) * n_layers + layer) * n_heads * head_dim +
+                      static_cast<int64_t>(h) * head_dim + d];
+        }
+        q_s[i] = v;  // i == rr * dp + d
       }
-      q_s[i] = v;  // i == rr * dp + d
+      // Orders both the q_s writes and (first chunk) the k_s writes above.
+      __syncthreads();
     }
-    // Orders both the q_s writes and (first chunk) the k_s writes above.
-    __syncthreads();
 
     float acc[kRowsPerThread] = {};
-    const float4* q4 = reinterpret_cast<const float4*>(q_s + row_base * dp);
+    const float4* q4 = reinterpret_cast<const float4*>(q_s + (chunk - q_first + row_base) * dp);
     for (int d4 = 0; d4 < dp4; ++d4) {
       const float k0 = k_row[4 * d4];
       const float k1 = k_row[4 * d4 + 1];
@@ -218,14 +238,26 @@ __global__ void __launch_bounds__(kStatsThreads)
   const float* x = logits + static_cast<int64_t>(row) * n_tokens;
 
   MaxSum acc{-INFINITY, 0.0f};
-  for (int j = threadIdx.x; j < n_tokens; j += kStatsThreads) {
-    const float v = x[j];
-    if (acc.s == 0.0f || v > acc.m) {
-      // First element, or a new maximum: rescale the sum (0 when empty).
-      acc.s = (acc.s == 0.0f ? 0.0f : acc.s * expf(acc.m - v)) + 1.0f;
-      acc.m = v;
-    } else {
-      acc.s += expf(v - acc.m);  // NaN v lands here and poisons the sum
+  // kStatsLoads loads per thread issued before any is used (one memory round
+  // per kStatsLoads elements instead of one per element), folded in the same
+  // order as one element at a time.
+  for (int base = threadIdx.x; base < n_tokens; base += kStatsThreads * kStatsLoads) {
+    float v[kStatsLoads];
+#pragma unroll
+    for (int u = 0; u < kStatsLoads; ++u) {
+      const int j = base + u * kStatsThreads;
+      v[u] = j < n_tokens ? x[j] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kStatsLoads; ++u) {
+      if (base + u * kStatsThreads >= n_tokens) break;
+      if (acc.s == 0.0f || v[u] > acc.m) {
+        // First element, or a new maximum: rescale the sum (0 when empty).
+        acc.s = (acc.s == 0.0f ? 0.0f : acc.s * expf(acc.m - v[u])) + 1.0f;
+        acc.m = v[u];
+      } else {
+        acc.s += expf(v[u] - acc.m);  // NaN v lands here and poisons the sum
+      }
     }
   }
 #pragma unroll
@@ -259,11 +291,11 @@ __global__ void __launch_bounds__(kStatsThreads)
 // (sum over the pool_kernel window of exp(logit - max), zero outside [0,
 // n_tokens)) * inverse norm. logits [n_heads * n_steps, n_tokens], stats as
 // above, running [n_steps, n_tokens]. Grid (ceil(n_tokens / kPoolTile),
-// n_steps); block kPoolTile; dynamic smem (kPoolTile + pool_kernel - 1)
-// floats.
+// n_steps); block kPoolTile; dynamic smem round_heads * (kPoolTile +
+// pool_kernel - 1) floats (round_heads <= kPoolHeads heads' windows a round).
 __global__ void __launch_bounds__(kPoolTile)
     score_pool_kernel(const float* __restrict__ logits, const float* __restrict__ stats,
-                      int n_heads, int n_steps, int n_tokens, int pool_kernel,
+                      int n_heads, int n_steps, int n_tokens, int pool_kernel, int round_heads,
                       float* __restrict__ running) {
   pdl_begin();
   extern __shared__ float
@@ -277,20 +309,28 @@ __global__ void __launch_bounds__(kPoolTile)
   const int j = tile_start + tid;
 
   float best = 0.0f;  // every pooled value is >= 0
-  for (int h = 0; h < n_heads; ++h) {
-    const int row = h * n_steps + t;
-    const float* x = logits + static_cast<int64_t>(row) * n_tokens;
-    const float row_max = stats[row];
-    for (int i = tid; i < n_window; i += kPoolTile) {
-      const int token = tile_start - pad + i;
-      window_s[i] = (token >= 0 && token < n_tokens) ? expf(x[token] - row_max) : 0.0f;
+  // kPoolHeads heads' windows per round, their loads in flight together (a
+  // round per head was 14 dependent rounds on the 0.5B: 15 us a layer).
+  for (int h0 = 0; h0 < n_heads; h0 += round_heads) {
+    const int heads = min(round_heads, n_heads - h0);
+    for (int i = tid; i < heads * n_window; i += kPoolTile) {
+      const int hh = i / n_window;
+      const int w = i - hh * n_window;
+      const int row = (h0 + hh) * n_steps + t;
+      const int token = tile_start - pad + w;
+      window_s[i] = (token >= 0 && token < n_tokens)
+                        ? expf(logits[static_cast<int64_t>(row) * n_tokens + token] - stats[row])
+                        : 0.0f;
     }
     __syncthreads();
-    // Token j's window is tokens j - pad .. j + pad = window_s[tid .. tid + pool_kernel).
-    float sum = 0.0f;
-    for (int k = 0; k < pool_kernel; ++k) sum += window_s[tid + k];
-    best = nan_max(best, sum * stats[n_rows + row]);
-    // Every thread is done reading before the next head overwrites window_s.
+    for (int hh = 0; hh < heads; ++hh) {
+      // Token j's window: tokens j - pad .. j + pad = this head's window_s[tid .. + pool_kernel).
+      const float* win = window_s + hh * n_window;
+      float sum = 0.0f;
+      for (int k = 0; k < pool_kernel; ++k) sum += win[tid + k];
+      best = nan_max(best, sum * stats[n_rows + (h0 + hh) * n_steps + t]);
+    }
+    // Every thread is done reading before the next round overwrites window_s.
     __syncthreads();
   }
   if (j < n_tokens) {
@@ -340,15 +380,19 @@ void score_tokens(const ScoreArgs& args, cudaStream_t stream) {
                                 static_cast<size_t>(args.n_steps) * n_tokens * sizeof(float),
                                 stream));  // 0.0f: below every pooled value
 
-  const size_t logits_smem = logits_smem_bytes(args.head_dim);
+  const int q_rows = logits_q_rows(args.head_dim, n_rows / args.n_kv_heads);
+  const size_t logits_smem = logits_smem_bytes(args.head_dim, q_rows);
   if (logits_smem > kDefaultSmemBytes) {
     // head_dim 256 needs ~82 KB; opt in above the 48 KB default.
     SS_CUDA_CHECK(cudaFuncSetAttribute(score_logits_kernel,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(logits_smem)));
   }
-  const size_t pool_smem = static_cast<size_t>(kPoolTile + args.pool_kernel - 1) * sizeof(float);
-  SS_CHECK(pool_smem <= kDefaultSmemBytes);
+  const size_t window_bytes = static_cast<size_t>(kPoolTile + args.pool_kernel - 1) * sizeof(float);
+  SS_CHECK(window_bytes <= kDefaultSmemBytes);
+  const int round_heads =
+      static_cast<int>(std::min<size_t>(kPoolHeads, kDefaultSmemBytes / window_bytes));
+  const size_t pool_smem = static_cast<size_t>(round_heads) * window_bytes;
 
   const dim3 logits_grid((n_tokens + kTokTile - 1) / kTokTile, args.n_kv_heads);
   const dim3 pool_grid((n_tokens + kPoolTile - 1) / kPoolTile, args.n_steps);
@@ -365,12 +409,12 @@ void score_tokens(const ScoreArgs& args, cudaStream_t stream) {
     launch_pdl(score_logits_kernel, logits_grid, dim3(kLogitsThreads), logits_smem, stream, i > 0,
                args.queries, args.n_steps, args.n_layers, layer, args.n_heads, args.n_kv_heads,
                args.head_dim, k_cache, args.block_table, args.block_size, args.slot_begin, n_tokens,
-               scale, vec16, logits);
+               scale, vec16, q_rows, logits);
     launch_pdl(score_row_stats_kernel, dim3(n_rows), dim3(kStatsThreads), 0, stream, true,
                static_cast<const float*>(logits), n_rows, n_tokens, args.pool_kernel, stats);
     launch_pdl(score_pool_kernel, pool_grid, dim3(kPoolTile), pool_smem, stream, true,
                static_cast<const float*>(logits), static_cast<const float*>(stats), args.n_heads,
-               args.n_steps, n_tokens, args.pool_kernel, running);
+               args.n_steps, n_tokens, args.pool_kernel, round_heads, running);
   }
   launch_pdl(score_mean_kernel, dim3((n_tokens + kMeanThreads - 1) / kMeanThreads),
              dim3(kMeanThreads), 0, stream, args.n_scored > 0, static_cast<const float*>(running),
