@@ -4,6 +4,7 @@
 // through matmul_quant, on every SIMD isa this CPU has.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <random>
@@ -45,14 +46,17 @@ TEST_P(QuantDotActsTest, EqualsTheOneRowKernelPerActivationRow) {
     const int64_t act_bytes = n_blocks * int64_t(k.act_block_bytes);
     for (int trial = 0; trial < 6; ++trial) {
       Tensor w = random_quantized(rng, dtype(), 1, in);
-      std::vector<uint8_t> act(size_t(6 * act_bytes));
-      for (int r = 0; r < 6; ++r) {
+      std::vector<uint8_t> act(size_t((1 + kQuantDotActsMax) * act_bytes));
+      for (int r = 0; r <= kQuantDotActsMax; ++r) {
         Tensor x = random_f32(rng, {in}, -2.0f, 2.0f);
         for (int64_t i = (trial + r) % 5; i < in; i += 37) x.f32()[i] *= 25.0f;
         quantize_activations(k.act, x.f32(), in, act.data() + r * act_bytes);
       }
-      for (int na = 1; na <= kQuantDotActsMax; ++na) {
-        float out[kQuantDotActsMax] = {-1.0f, -1.0f, -1.0f, -1.0f};
+      ASSERT_GE(k.dot_acts_max, 4);
+      ASSERT_LE(k.dot_acts_max, kQuantDotActsMax);
+      for (int na = 1; na <= k.dot_acts_max; ++na) {
+        float out[kQuantDotActsMax];
+        std::fill(out, out + kQuantDotActsMax, -1.0f);
         k.dot_acts(w.raw(), act.data() + act_bytes, act_bytes, n_blocks, na, out);
         for (int j = 0; j < na; ++j) {
           const float one = k.dot(w.raw(), act.data() + (1 + j) * act_bytes, n_blocks);
@@ -66,13 +70,13 @@ TEST_P(QuantDotActsTest, EqualsTheOneRowKernelPerActivationRow) {
 }
 
 // matmul_quant with the rows together (the default) equals one x row per
-// pass (acts_together = false) and the one-row kernel, for 2..9 x rows
-// (groups of four and a ragged last group), threads and bias.
+// pass (acts_together = false) and the one-row kernel, for 2..17 x rows
+// (groups of dot_acts_max, 4 or 8, and a ragged last group), threads and bias.
 TEST_P(QuantDotActsTest, MatmulEqualsOneRowPerPass) {
   ThreadPool pool(3);
   std::mt19937 rng(57 + static_cast<int>(dtype()));
   const int64_t in = 3 * 256, out = 11;
-  for (int64_t n = 2; n <= 9; ++n) {
+  for (int64_t n = 2; n <= 17; ++n) {
     Tensor w = random_quantized(rng, dtype(), out, in);
     Tensor x = random_f32(rng, {n, in}, -2.0f, 2.0f);
     Tensor bias = random_f32(rng, {out});

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 namespace specstack::cpu::quant {
 
@@ -97,24 +98,24 @@ static inline Q4_0ActView q4_0_act_view(const void* row, int64_t n_blocks) {
 }
 
 // The most activation rows a dot_acts kernel (quant_kernels.h
-// QuantKernel::dot_acts) takes at once, and the dispatch of each isa's entry
-// points: f(std::integral_constant<int, na>{}) for na = 1..kDotActsMax (more:
-// the maximum), the row count as the kernel's template argument. Internal
-// linkage, instantiated per calling lambda, so per translation unit and its
-// target flags.
-constexpr int kDotActsMax = 4;
-template <typename F>
+// QuantKernel::dot_acts) takes at once: kDotActsMax over every isa (buffer
+// sizes), kDotActsMaxYmm where 16 vector registers hold a kernel's
+// accumulators (AVX2, AVX-VNNI), kDotActsMaxZmm with AVX-512's 32: a 5-row
+// speculative verification is then one pass over the weights, each block
+// unpacked once. with_act_rows<kMax> dispatches each isa's entry points:
+// f(std::integral_constant<int, na>{}) for na = 1..kMax (more: kMax), the row
+// count as the kernel's template argument. Internal linkage, instantiated per
+// calling lambda, so per translation unit and its target flags.
+constexpr int kDotActsMaxYmm = 4;
+constexpr int kDotActsMaxZmm = 8;
+constexpr int kDotActsMax = kDotActsMaxZmm;
+template <int kMax, int kN = 1, typename F>
 static inline void with_act_rows(int na, F&& f) {
-  static_assert(kDotActsMax == 4, "the cases list 1..kDotActsMax");
-  switch (na) {
-    case 1:
-      return f(std::integral_constant<int, 1>{});
-    case 2:
-      return f(std::integral_constant<int, 2>{});
-    case 3:
-      return f(std::integral_constant<int, 3>{});
-    default:
-      return f(std::integral_constant<int, 4>{});
+  if constexpr (kN == kMax) {
+    f(std::integral_constant<int, kN>{});
+  } else {
+    if (na <= kN) return f(std::integral_constant<int, kN>{});
+    with_act_rows<kMax, kN + 1>(na, std::forward<F>(f));
   }
 }
 

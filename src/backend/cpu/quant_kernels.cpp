@@ -267,6 +267,9 @@ QuantKernel quant_kernel(DType dtype, Isa isa) {
                     : isa == Isa::kAvx2     ? SS_ACTS(quant_avx2)
                                             : nullptr;
 #undef SS_ACTS
+  if (kernel.dot_acts != nullptr) {
+    kernel.dot_acts_max = isa == Isa::kAvx512Vnni ? quant::kDotActsMaxZmm : quant::kDotActsMaxYmm;
+  }
   if (dtype == DType::kQ4_0 && isa == Isa::kAvx512Vnni) {
     kernel.prepared = {kQ4_0ActBytesPerBlock, quant_avx2::prepare_q4_0,
                        quant_avx512vnni::dot_q4_0_prepared, quant_avx512vnni::dot4_q4_0_prepared};

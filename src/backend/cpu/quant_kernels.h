@@ -57,17 +57,19 @@ struct QuantKernel {
   // The scalar isa runs the one-row reference four times.
   void (*dot4)(const void* w, int64_t w_stride, const void* act_row, int64_t n_blocks, float* out);
   QuantPrepared prepared{};  // none for most types and for the scalar isa
-  // out[j] = dot(w_row, act + j * act_stride, n_blocks) for j < na (1..4),
-  // bit for bit: one weight row against up to four activation rows, each
+  // out[j] = dot(w_row, act + j * act_stride, n_blocks) for j < na
+  // (1..dot_acts_max), bit for bit: one weight row against up to
+  // dot_acts_max activation rows (4 on AVX2 / AVX-VNNI, 8 on AVX-512), each
   // weight block unpacked once for all of them. The K-quants (Q4_K, Q5_K,
   // Q6_K) on the SIMD isas, where unpacking is most of a block's work, so
   // that batched decode and speculative verification cost less than one
   // pass per activation row; null elsewhere.
   void (*dot_acts)(const void* w_row, const void* act, int64_t act_stride, int64_t n_blocks, int na,
                    float* out) = nullptr;
+  int dot_acts_max = 0;  // with dot_acts: its most rows at once (<= kQuantDotActsMax)
 };
 
-// The most activation rows QuantKernel::dot_acts takes at once.
+// The most activation rows QuantKernel::dot_acts takes at once on any isa.
 inline constexpr int kQuantDotActsMax = quant::kDotActsMax;
 
 // Whether `dtype` has a quantized kernel (Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K).

@@ -365,7 +365,7 @@ void dot4_q6_k(const void* w, int64_t w_stride, const void* a, int64_t n_blocks,
 
 void dot_acts_q4_k(const void* w, const void* act, int64_t act_stride, int64_t n_blocks, int na,
                    float* out) {
-  with_act_rows(na, [&](auto rows) {
+  with_act_rows<kDotActsMaxYmm>(na, [&](auto rows) {
     dot_k_nibbles_acts<rows(), BlockQ4_K, false>(static_cast<const uint8_t*>(w),
                                                  static_cast<const uint8_t*>(act), act_stride,
                                                  n_blocks, out);
@@ -373,7 +373,7 @@ void dot_acts_q4_k(const void* w, const void* act, int64_t act_stride, int64_t n
 }
 void dot_acts_q5_k(const void* w, const void* act, int64_t act_stride, int64_t n_blocks, int na,
                    float* out) {
-  with_act_rows(na, [&](auto rows) {
+  with_act_rows<kDotActsMaxYmm>(na, [&](auto rows) {
     dot_k_nibbles_acts<rows(), BlockQ5_K, true>(static_cast<const uint8_t*>(w),
                                                 static_cast<const uint8_t*>(act), act_stride,
                                                 n_blocks, out);
@@ -381,7 +381,7 @@ void dot_acts_q5_k(const void* w, const void* act, int64_t act_stride, int64_t n
 }
 void dot_acts_q6_k(const void* w, const void* act, int64_t act_stride, int64_t n_blocks, int na,
                    float* out) {
-  with_act_rows(na, [&](auto rows) {
+  with_act_rows<kDotActsMaxYmm>(na, [&](auto rows) {
     dot_q6_k_acts<rows()>(static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(act),
                           act_stride, n_blocks, out);
   });

@@ -1,9 +1,9 @@
 #include "backend/cpu/quant_matmul.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -152,13 +152,15 @@ void matmul_quant(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tens
   const int64_t grain = std::max<int64_t>(1, kMinMacsPerShare / std::max<int64_t>(1, in * n));
   if (!acts_together) k.dot_acts = nullptr;
   if (k.dot_acts != nullptr && n > 1 && k.prepared.prepare == nullptr) {
-    // Each weight row against the activation rows four at a time: its
-    // blocks unpacked once per four rows instead of once per row.
+    // Each weight row against the activation rows dot_acts_max at a time
+    // (4, or 8 on AVX-512): its blocks unpacked once per group of rows
+    // instead of once per row.
+    const int group = k.dot_acts_max;
     pool.parallel_for(out, grain, [&](int64_t begin, int64_t end) {
       for (int64_t o = begin; o < end; ++o) {
         const uint8_t* w_row = w_data + o * w_row_bytes;
-        for (int64_t i = 0; i < n; i += kQuantDotActsMax) {
-          const int na = int(std::min<int64_t>(kQuantDotActsMax, n - i));
+        for (int64_t i = 0; i < n; i += group) {
+          const int na = int(std::min<int64_t>(group, n - i));
           float dots[kQuantDotActsMax];
           k.dot_acts(w_row, acts.rows + i * acts.row_bytes, acts.row_bytes, n_blocks, na, dots);
           for (int j = 0; j < na; ++j) y_data[(i + j) * out + o] = dots[j] + (b ? b[o] : 0.0f);
