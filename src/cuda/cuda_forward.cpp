@@ -346,8 +346,6 @@ Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv,
       gemm_->gemv_path(h_.data(), hidden, layer.qkv, n, hidden)) {
     fused.x = h_.data();
     fused.w16 = layer.qkv.w16;
-    fused.w8 = layer.qkv.w8;
-    fused.w_scale = layer.qkv.scale;
     fused.bias = layer.qkv_bias;
     fused.in = hidden;
     fused.n_heads = n_heads;

@@ -379,29 +379,19 @@ __global__ void write_kv_kernel(const bf16* k, const bf16* v, int64_t ld, int32_
   }
 }
 
+// dst row i (stride ld_dst) = src row rows[i] (rows null: row i), stride
+// ld_src: gather_rows and copy_rows.
 template <int W>
-__global__ void gather_rows_kernel(const bf16* src, int64_t ld_src, const int32_t* rows, int32_t n,
-                                   int32_t cols, bf16* dst) {
+__global__ void copy_rows_kernel(const bf16* src, int64_t ld_src, const int32_t* rows, int32_t n,
+                                 int32_t cols, bf16* dst, int64_t ld_dst) {
   pdl_begin();
   const int64_t per_row = cols / W;
   const int64_t total = static_cast<int64_t>(n) * per_row;
   for (int64_t v = flat_index(); v < total; v += flat_stride()) {
     const int64_t i = v / per_row;
     const int64_t c = (v - i * per_row) * W;
-    copy_bf16<W>(src + static_cast<int64_t>(rows[i]) * ld_src + c, dst + i * cols + c);
-  }
-}
-
-template <int W>
-__global__ void copy_rows_kernel(const bf16* src, int64_t ld_src, int32_t n, int32_t cols,
-                                 bf16* dst, int64_t ld_dst) {
-  pdl_begin();
-  const int64_t per_row = cols / W;
-  const int64_t total = static_cast<int64_t>(n) * per_row;
-  for (int64_t v = flat_index(); v < total; v += flat_stride()) {
-    const int64_t i = v / per_row;
-    const int64_t c = (v - i * per_row) * W;
-    copy_bf16<W>(src + i * ld_src + c, dst + i * ld_dst + c);
+    const int64_t r = rows != nullptr ? rows[i] : i;
+    copy_bf16<W>(src + r * ld_src + c, dst + i * ld_dst + c);
   }
 }
 
@@ -592,32 +582,32 @@ void write_kv(const bf16* k, const bf16* v, int64_t ld, int32_t n_tokens, int32_
   SS_CUDA_CHECK_LAUNCH();
 }
 
-void gather_rows(const bf16* src, int64_t ld_src, const int32_t* rows, int32_t n, int32_t cols,
-                 bf16* dst, cudaStream_t stream, bool pdl) {
+namespace {
+
+void launch_copy_rows(const bf16* src, int64_t ld_src, const int32_t* rows, int32_t n, int32_t cols,
+                      bf16* dst, int64_t ld_dst, cudaStream_t stream, bool pdl) {
   if (n <= 0 || cols <= 0) return;
   const int64_t work = static_cast<int64_t>(n) * cols;
-  if (cols % 8 == 0 && ld_src % 8 == 0 && aligned(src, 16) && aligned(dst, 16)) {
-    launch_pdl(gather_rows_kernel<8>, flat_blocks(work / 8), kFlatThreads, 0, stream, pdl, src,
-               ld_src, rows, n, cols, dst);
+  if (cols % 8 == 0 && ld_src % 8 == 0 && ld_dst % 8 == 0 && aligned(src, 16) && aligned(dst, 16)) {
+    launch_pdl(copy_rows_kernel<8>, flat_blocks(work / 8), kFlatThreads, 0, stream, pdl, src,
+               ld_src, rows, n, cols, dst, ld_dst);
   } else {
-    launch_pdl(gather_rows_kernel<1>, flat_blocks(work), kFlatThreads, 0, stream, pdl, src, ld_src,
-               rows, n, cols, dst);
+    launch_pdl(copy_rows_kernel<1>, flat_blocks(work), kFlatThreads, 0, stream, pdl, src, ld_src,
+               rows, n, cols, dst, ld_dst);
   }
   SS_CUDA_CHECK_LAUNCH();
 }
 
+}  // namespace
+
+void gather_rows(const bf16* src, int64_t ld_src, const int32_t* rows, int32_t n, int32_t cols,
+                 bf16* dst, cudaStream_t stream, bool pdl) {
+  launch_copy_rows(src, ld_src, rows, n, cols, dst, cols, stream, pdl);
+}
+
 void copy_rows(const bf16* src, int64_t ld_src, int32_t n, int32_t cols, bf16* dst, int64_t ld_dst,
                cudaStream_t stream) {
-  if (n <= 0 || cols <= 0) return;
-  const int64_t work = static_cast<int64_t>(n) * cols;
-  if (cols % 8 == 0 && ld_src % 8 == 0 && ld_dst % 8 == 0 && aligned(src, 16) && aligned(dst, 16)) {
-    launch_pdl(copy_rows_kernel<8>, flat_blocks(work / 8), kFlatThreads, 0, stream, true, src,
-               ld_src, n, cols, dst, ld_dst);
-  } else {
-    launch_pdl(copy_rows_kernel<1>, flat_blocks(work), kFlatThreads, 0, stream, true, src, ld_src,
-               n, cols, dst, ld_dst);
-  }
-  SS_CUDA_CHECK_LAUNCH();
+  launch_copy_rows(src, ld_src, nullptr, n, cols, dst, ld_dst, stream, /*pdl=*/true);
 }
 
 void scatter_add_weighted(const bf16* src, const int32_t* rows, const float* weights, int32_t n,

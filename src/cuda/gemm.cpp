@@ -118,7 +118,7 @@ void Gemm::linear(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& weigh
                   int64_t out, int64_t in, __nv_bfloat16* y, int64_t ldy, const float* bias) {
   if (n == 0) return;
   if (weight.w8 != nullptr) {
-    if (n <= fp8_gemv_max_rows_ && fp8_gemv_supported(x, ldx, weight.w8, n, in)) {
+    if (gemv_path(x, ldx, weight, n, in)) {
       return fp8_gemv(x, ldx, weight.w8, weight.scale, n, out, in, y, nullptr, ldy, bias, stream_);
     }
     return linear(quantize(x, ldx, n, in), weight, n, out, in, y, ldy, bias);
@@ -167,7 +167,7 @@ void Gemm::gate_up_silu(const __nv_bfloat16* x, int64_t ldx, const LinearWeight&
                         int64_t width, int64_t in, __nv_bfloat16* gate_up, __nv_bfloat16* act) {
   if (n == 0) return;
   if (weight.w8 != nullptr) {
-    if (n <= fp8_gemv_max_rows_ && fp8_gemv_supported(x, ldx, weight.w8, n, in)) {
+    if (gemv_path(x, ldx, weight, n, in)) {
       return fp8_gemv_silu_mul(x, ldx, weight.w8, weight.scale, n, width, in, act, stream_);
     }
     return fp8_gate_up_silu(quantize(x, ldx, n, in), weight, n, width, in, gate_up, act);
@@ -203,7 +203,7 @@ void Gemm::linear_f32(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w
                       int64_t out, int64_t in, float* y, int64_t ldy) {
   if (weight.w8 == nullptr) return linear_f32(x, ldx, weight.w16, n, out, in, y, ldy);
   if (n == 0) return;
-  if (n <= fp8_gemv_max_rows_ && fp8_gemv_supported(x, ldx, weight.w8, n, in)) {
+  if (gemv_path(x, ldx, weight, n, in)) {
     return fp8_gemv(x, ldx, weight.w8, weight.scale, n, out, in, nullptr, y, ldy, nullptr, stream_);
   }
   const Fp8Rows x8 = quantize(x, ldx, n, in);
