@@ -8,7 +8,8 @@
 // consumers, 512 threads):
 //  * warpgroup 0, the producer, copies key tiles of 128 slots into shared
 //    memory with cp.async (16 bytes, zero-filled past n_keys) through the
-//    block table, two stages for K and two for V, and signals each filled
+//    block table (two stages for K and two for V at head dim 128, three each at
+//    64), working out each row's addresses once per tile, and signals each filled
 //    stage on an mbarrier (cp.async.mbarrier.arrive.noinc). It keeps only a
 //    few registers (setmaxnreg) so the consumers can have the rest.
 //  * the consumer warpgroups own 64 query rows each. Per key tile:
@@ -58,7 +59,7 @@
 //
 // Resource usage (nvcc 13.1, sm_90a, -Xptxas -v): 168 registers at launch
 // (40 producer / 232 consumer after setmaxnreg), 0 spills at both head dims;
-// 165952 B dynamic smem at head dim 128, 84032 B at 64, + 2 KB static; one
+// 165952 B dynamic smem at head dim 128, 125536 B at 64, + 2 KB static; one
 // CTA per SM (the register file, not smem, is the limit). In a build for plain sm_90 the kernel is
 // empty and flash_attention_hopper_supported() is false.
 #include <cuda_bf16.h>
@@ -101,15 +102,27 @@ struct Tiling {
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per CTA
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kWarps = kThreads / 32;
+  // Key tiles in flight (K and V each). A third stage lets the producer start
+  // a V tile one tile earlier: +5-6% at head dim 64 (H100, 2026-11-26); at
+  // head dim 128 a third V stage (the smem left fits no third K) gained nothing.
+  static constexpr int kStages = kHeadDim == 64 ? 3 : 2;
+  // Lanes of the producer that copy one key's consecutive 16-byte chunks. 8 at
+  // head dim 128: an instruction is four whole 128-byte lines, four L2 requests
+  // (lane pairs, one 32-byte sector each, made 16 requests an instruction and
+  // saturated the L2's request rate: ncu "Mem Busy" 96%). 4 at head dim 64:
+  // its tiles carry 2/3 the bytes per flop and its 16 warps leave fewer issue
+  // slots, so fewer shuffles and row addresses per tile (4 lanes: 4 keys a
+  // thread) beat whole lines (8 keys a thread) there; H100, 2026-11-26.
+  static constexpr int kCopyLanes = kHeadDim == 64 ? 4 : 8;
   static constexpr int kProducerRegs = kConsumers == 2 ? 40 : 32;
   static constexpr int kConsumerRegs = kConsumers == 2 ? 232 : 160;
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "register file");
 };
 
 // Shared-memory layout for head dim kHeadDim (64 or 128), from a 1024-byte
-// aligned base: Q [consumers][halves][64][128 B], K [2 stages][halves][128][128 B],
-// V likewise, key positions [2 stages][128] i32, mbarriers full_k[2],
-// full_v[2], empty_k[2], empty_v[2]. A half is 64 dims (128 bytes per row):
+// aligned base: Q [consumers][halves][64][128 B], K [stages][halves][128][128 B],
+// V likewise, key positions [stages][128] i32, mbarriers full_k[stages],
+// empty_k[stages], full_v[stages], empty_v[stages]. A half is 64 dims (128 bytes per row):
 // head dim 128 has two, head dim 64 one, so its tiles are half size.
 template <int kHeadDim>
 struct Layout {
@@ -119,10 +132,12 @@ struct Layout {
   static constexpr uint32_t kHalfKV = kBlockN * 128;
   static constexpr uint32_t kQOffset = 0;
   static constexpr uint32_t kKOffset = kQOffset + Tiling<kHeadDim>::kConsumers * kHalves * kHalfQ;
-  static constexpr uint32_t kVOffset = kKOffset + 2 * kHalves * kHalfKV;
-  static constexpr uint32_t kPosOffset = kVOffset + 2 * kHalves * kHalfKV;
-  static constexpr uint32_t kBarOffset = kPosOffset + 2 * kBlockN * 4;
-  static constexpr uint32_t kSmemBytes = kBarOffset + 8 * 8 + 1024;  // + slack for aligning
+  static constexpr int kStages = Tiling<kHeadDim>::kStages;
+  static constexpr uint32_t kVOffset = kKOffset + kStages * kHalves * kHalfKV;
+  static constexpr uint32_t kPosOffset = kVOffset + kStages * kHalves * kHalfKV;
+  static constexpr uint32_t kBarOffset = kPosOffset + kStages * kBlockN * 4;
+  static constexpr uint32_t kSmemBytes = kBarOffset + 4 * kStages * 8 + 1024;  // + align slack
+  static_assert(kSmemBytes + 2048 <= 227 * 1024, "shared memory of one CTA");
 };
 
 // Device code exists only in the sm_90a image (and is parsed by the host
@@ -423,13 +438,15 @@ __global__ void __launch_bounds__(Tiling<kHeadDim>::kThreads, 1)
   const uint32_t base = (raw_base + 1023u) & ~1023u;  // the swizzle needs 1024-byte alignment
   unsigned char* const smem = smem_raw + (base - raw_base);
   const uint32_t bar = base + L::kBarOffset;
+  constexpr int kStages = T::kStages;
   auto full_k = [&](int s) { return bar + 8 * s; };
-  auto full_v = [&](int s) { return bar + 16 + 8 * s; };
-  auto empty_k = [&](int s) { return bar + 32 + 8 * s; };
-  auto empty_v = [&](int s) { return bar + 48 + 8 * s; };
+  auto empty_k = [&](int s) { return bar + 8 * (kStages + s); };
+  auto full_v = [&](int s) { return bar + 8 * (2 * kStages + s); };
+  auto empty_v = [&](int s) { return bar + 8 * (3 * kStages + s); };
   auto k_tile = [&](int s) { return base + L::kKOffset + s * L::kHalves * kHalfKV; };
   auto v_tile = [&](int s) { return base + L::kVOffset + s * L::kHalves * kHalfKV; };
-  const int32_t* const s_pos = reinterpret_cast<const int32_t*>(smem + L::kPosOffset);  // [2][128]
+  const int32_t* const s_pos =
+      reinterpret_cast<const int32_t*>(smem + L::kPosOffset);  // [stages][128]
 
   const int tid = threadIdx.x;
   const int lane = tid % 32;
@@ -441,10 +458,10 @@ __global__ void __launch_bounds__(Tiling<kHeadDim>::kThreads, 1)
   // Full barriers: one cp.async arrival per producer thread; empty barriers:
   // one arrival per consumer warp.
   if (tid == 0) {
-    for (int s = 0; s < 2; ++s) {
+    for (int s = 0; s < kStages; ++s) {
       mbar_init(full_k(s), 128);
-      mbar_init(full_v(s), 128);
       mbar_init(empty_k(s), 4 * kConsumers);
+      mbar_init(full_v(s), 128);
       mbar_init(empty_v(s), 4 * kConsumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -469,52 +486,62 @@ __global__ void __launch_bounds__(Tiling<kHeadDim>::kThreads, 1)
   const int32_t n_tiles = max(t_end - t_begin, 0);
 
   if (tid < 128) {
-    // ---- Producer: thread p copies the 16-byte chunk lane % kChunks of keys
-    // 32 * warp + lane / kChunks + (32 / kChunks) i (i < kChunks) of every
-    // tile; lane l of each warp looks up the physical row of key 32 * warp + l
-    // and shuffles it to the lanes that copy that key.
+    // ---- Producer: warp pw copies keys 32 pw .. 32 pw + 31 of every tile;
+    // kLanes consecutive lanes copy consecutive 16-byte chunks of one key, so
+    // an instruction covers kRows keys: lane l copies chunks l % kLanes +
+    // kLanes i of keys 32 pw + l / kLanes + kRows j. Lane l looks up the
+    // physical row of key 32 pw + l and shuffles it to the lanes that copy
+    // that key. A key's source address is worked out once, its chunks are
+    // immediates from it, and every destination is one register XOR a
+    // constant plus an immediate (per-chunk address arithmetic had made the
+    // producer issue ~45% of the kernel's instructions; ncu, H100).
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(T::kProducerRegs));
-    constexpr int kRowsPerPass = 32 / kChunks;  // keys one warp copies per instruction
-    const int pw = tid / 32, rsub = lane / kChunks, cc = lane % kChunks;
+    constexpr int kLanes = T::kCopyLanes, kRows = 32 / kLanes;
+    const int pw = tid / 32, lrow = lane / kLanes, lc = lane % kLanes;
     const int32_t kv_stride = a.n_kv_heads * kHeadDim;
-    const __nv_bfloat16* const k_src = a.k_cache + kv_head * kHeadDim + cc * 8;
-    const __nv_bfloat16* const v_src = a.v_cache + kv_head * kHeadDim + cc * 8;
+    const __nv_bfloat16* const k_src = a.k_cache + kv_head * kHeadDim + lc * 8;
+    const __nv_bfloat16* const v_src = a.v_cache + kv_head * kHeadDim + lc * 8;
     auto copy_rows = [&](const __nv_bfloat16* src, uint32_t tile, int32_t my_phys) {
-#pragma unroll 4
-      for (int i = 0; i < kChunks; ++i) {
-        const int rl = rsub + kRowsPerPass * i;  // key within the warp's 32
-        const int32_t phys = __shfl_sync(kFullMask, my_phys, rl);
+      // Chunk lc + c of key r sits at slot ((lc + c) % 8) ^ (r % 8) of its
+      // half; with lc < kLanes | c and lrow < kRows | kRows j that is
+      // (lc ^ lrow % 8) ^ (c % 8) ^ (kRows j % 8): the first part is in base.
+      const uint32_t base = (tile + (32 * pw + lrow) * 128) | ((lc ^ (lrow & 7)) << 4);
+#pragma unroll
+      for (int j = 0; j < kLanes; ++j) {
+        const int32_t phys = __shfl_sync(kFullMask, my_phys, lrow + kRows * j);
         const bool ok = phys >= 0;
-        cp_async_16(tile + swz_offset(32 * pw + rl, cc, kHalfKV),
-                    src + (ok ? int64_t{phys} * kv_stride : 0), ok ? 16 : 0);
+        const __nv_bfloat16* const row_src = src + (ok ? int64_t{phys} * kv_stride : 0);
+#pragma unroll
+        for (int c = 0; c < kChunks; c += kLanes) {
+          const uint32_t slot = ((c & 7) ^ ((kRows * j) & 7)) << 4;
+          cp_async_16((base ^ slot) + kRows * j * 128 + (c >> 3) * kHalfKV, row_src + 8 * c,
+                      ok ? 16 : 0);
+        }
       }
     };
-    // Order: K of tile i, then V of tile i - 1: the consumers need them in
-    // that order (S of tile i is issued with P V of tile i - 1).
+    // Tile i lives in stage i % kStages; the n-th use of a stage waits for
+    // the consumers' release of use n - 1.
+    auto load_v = [&](int32_t i, int32_t phys) {
+      const int st = i % kStages;
+      mbar_wait(empty_v(st), ((i / kStages) & 1) ^ 1);
+      copy_rows(v_src, v_tile(st), phys);
+      cp_async_arrive(full_v(st));
+    };
     int32_t prev_phys = -1;
     for (int32_t i = 0; i < n_tiles; ++i) {
-      const int st = i & 1;
+      const int st = i % kStages;
       const int32_t phys = physical_row(a, (t_begin + i) * kBlockN + tid);  // load in flight
-      mbar_wait(empty_k(st), ((i >> 1) & 1) ^ 1);  // consumers done with tile i - 2
+      mbar_wait(empty_k(st), ((i / kStages) & 1) ^ 1);  // consumers done with tile i - kStages
       copy_rows(k_src, k_tile(st), phys);
       if (window) {
         cp_async_4(base + L::kPosOffset + (st * kBlockN + tid) * 4,
                    a.slot_positions + (phys >= 0 ? phys : 0), phys >= 0 ? 4 : 0);
       }
       cp_async_arrive(full_k(st));
-      if (i > 0) {
-        mbar_wait(empty_v(st ^ 1), (((i - 1) >> 1) & 1) ^ 1);
-        copy_rows(v_src, v_tile(st ^ 1), prev_phys);
-        cp_async_arrive(full_v(st ^ 1));
-      }
+      if (i > 0) load_v(i - 1, prev_phys);
       prev_phys = phys;
     }
-    if (n_tiles > 0) {
-      const int32_t i = n_tiles - 1;
-      mbar_wait(empty_v(i & 1), ((i >> 1) & 1) ^ 1);
-      copy_rows(v_src, v_tile(i & 1), prev_phys);
-      cp_async_arrive(full_v(i & 1));
-    }
+    if (n_tiles > 0) load_v(n_tiles - 1, prev_phys);
     cp_async_wait_all();
   } else {
     // ---- Consumers: warpgroup cwg owns CTA rows 64 cwg .. + 63; this thread
@@ -639,15 +666,15 @@ __global__ void __launch_bounds__(Tiling<kHeadDim>::kThreads, 1)
       release(empty_k(0));
       pack_p();
       for (int32_t i = 1; i < n_tiles; ++i) {
-        const int st = i & 1;
-        mbar_wait(full_k(st), (i >> 1) & 1);
+        const int st = i % kStages, pst = (i - 1) % kStages;
+        mbar_wait(full_k(st), (i / kStages) & 1);
         fence_proxy_async();
         if (kPingPong) bar_sync(kBarTurn + cwg, 256);
         gemm_qk<kHeadDim>(s, q_desc, k_tile(st));
         rescale_o();  // by tile i - 1's alpha, before its P V
-        mbar_wait(full_v(st ^ 1), ((i - 1) >> 1) & 1);
+        mbar_wait(full_v(pst), ((i - 1) / kStages) & 1);
         fence_proxy_async();
-        gemm_pv<kHeadDim>(o, p, v_tile(st ^ 1));
+        gemm_pv<kHeadDim>(o, p, v_tile(pst));
         if (kPingPong) bar_arrive(kBarTurn + (cwg ^ 1), 256);
         wgmma_wait<1>();  // S of tile i (P V of tile i - 1 may still run)
         fence_regs(s);
@@ -656,21 +683,21 @@ __global__ void __launch_bounds__(Tiling<kHeadDim>::kThreads, 1)
         wgmma_wait<0>();
         fence_regs(o);
         fence_regs(p);
-        release(empty_v(st ^ 1));
+        release(empty_v(pst));
         pack_p();
       }
       // Consumer 1's last turn hand-over is still pending on consumer 0's
       // barrier: take it, so no named barrier is left half-arrived at exit.
       if (kPingPong && cwg == 0) bar_sync(kBarTurn, 256);
-      const int32_t last = n_tiles - 1;
+      const int32_t last = n_tiles - 1, lst = last % kStages;
       rescale_o();
-      mbar_wait(full_v(last & 1), (last >> 1) & 1);
+      mbar_wait(full_v(lst), (last / kStages) & 1);
       fence_proxy_async();
-      gemm_pv<kHeadDim>(o, p, v_tile(last & 1));
+      gemm_pv<kHeadDim>(o, p, v_tile(lst));
       wgmma_wait<0>();
       fence_regs(o);
       fence_regs(p);
-      release(empty_v(last & 1));
+      release(empty_v(lst));
     }
 
     // Epilogue: O / l in bf16, staged in this warpgroup's Q tile (every warp's
