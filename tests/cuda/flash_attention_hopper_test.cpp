@@ -6,9 +6,8 @@
 // with keys after the chunk), sparse and unordered positions, sliding windows (ones that skip many
 // leading tiles, rows that see no key), GQA groups 1, 4 and 7, block sizes 16 and 7. The GPU cache
 // holds NaN in every slot the sequence does not own, outputs are poisoned (0xFF) and the padding
-// between rows must stay untouched. Every case runs at both head dims. DISABLED_Benchmark times
-// both paths (causal prefill; 32 query / 8 kv heads, and the qwen2.5-0.5b draft's 14 / 2 at
-// head_dim 64).
+// between rows must stay untouched. Every case runs at both head dims. Timing lives in
+// bench/flash_attention_bench.
 #include "cuda/flash_attention_hopper.h"
 
 #include <gtest/gtest.h>
@@ -16,7 +15,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -367,107 +365,6 @@ TEST(CudaFlashAttentionHopper, UnorderedPositionsAndBlindRows) {
     c.blind_rows = true;
     run_case(c, seed++);
   }
-}
-
-// Timing: both paths on one causal prefill of n rows (n_heads query / n_kv kv
-// heads of head dim hd, block_size 16 on shuffled blocks), optionally a chunk
-// at first_slot or a window; prints TFLOP/s (4 * head_dim * visible pairs per
-// head) and checks that the two outputs agree.
-struct BenchShape {
-  int32_t n_heads = 32, n_kv = 8, hd = 128;
-};
-
-void bench(int32_t n_rows, int32_t first_slot, int32_t window, BenchShape shape = {}) {
-  const int32_t n_heads = shape.n_heads, n_kv = shape.n_kv, hd = shape.hd, bs = 16;
-  const int32_t n_keys = first_slot + n_rows, n_blocks = (n_keys + bs - 1) / bs;
-  std::mt19937 rng(7);
-  std::vector<int32_t> table(n_blocks), q_slot(n_rows), q_pos(n_rows);
-  std::iota(table.begin(), table.end(), 0);
-  std::shuffle(table.begin(), table.end(), rng);
-  std::vector<int32_t> slot_pos(static_cast<size_t>(n_blocks) * bs);
-  for (int32_t j = 0; j < n_keys; ++j) slot_pos[table[j / bs] * bs + j % bs] = j;
-  for (int32_t r = 0; r < n_rows; ++r) q_slot[r] = q_pos[r] = first_slot + r;
-  uint32_t state = 12345;  // xorshift: bf16 in about [-1, 1)
-  auto random_bf16 = [&](size_t n) {
-    std::vector<__nv_bfloat16> out(n);
-    for (auto& x : out) {
-      state ^= state << 13, state ^= state >> 17, state ^= state << 5;
-      x = __float2bfloat16(static_cast<float>(state >> 8) / float(1 << 23) - 1.0f);
-    }
-    return out;
-  };
-  auto d_q = upload(random_bf16(size_t(n_rows) * n_heads * hd));
-  auto d_k = upload(random_bf16(size_t(n_blocks) * bs * n_kv * hd));
-  auto d_v = upload(random_bf16(size_t(n_blocks) * bs * n_kv * hd));
-  auto d_pos = upload(slot_pos);
-  auto d_table = upload(table);
-  auto d_slot = upload(q_slot);
-  auto d_qpos = upload(q_pos);
-  DeviceBuffer<__nv_bfloat16> d_out(size_t(n_rows) * n_heads * hd);
-  FlashAttentionArgs a{d_q.data(),
-                       int64_t{n_heads} * hd,
-                       d_slot.data(),
-                       d_qpos.data(),
-                       n_rows,
-                       d_k.data(),
-                       d_v.data(),
-                       d_pos.data(),
-                       d_table.data(),
-                       bs,
-                       n_keys,
-                       n_heads,
-                       n_kv,
-                       hd,
-                       1.0f / std::sqrt(float(hd)),
-                       window,
-                       d_out.data(),
-                       int64_t{n_heads} * hd};
-  double pairs = 0;
-  for (int32_t r = 0; r < n_rows; ++r) {
-    const int32_t lo = window > 0 ? std::max(0, q_pos[r] - window + 1) : 0;
-    pairs += q_slot[r] + 1 - lo;
-  }
-  const double flops = 4.0 * hd * pairs * n_heads;
-  HopperSwitch restore;
-  std::vector<float> outs[2];
-  double tflops[2];
-  for (int path = 0; path < 2; ++path) {
-    set_flash_attention_hopper_enabled(path == 0);
-    cudaEvent_t start, stop;
-    SS_CUDA_CHECK(cudaEventCreate(&start));
-    SS_CUDA_CHECK(cudaEventCreate(&stop));
-    std::vector<float> ms;
-    for (int it = 0; it < 8; ++it) {
-      SS_CUDA_CHECK(cudaEventRecord(start));
-      flash_attention(a, nullptr);
-      SS_CUDA_CHECK(cudaEventRecord(stop));
-      SS_CUDA_CHECK(cudaEventSynchronize(stop));
-      float t = 0;
-      SS_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-      if (it >= 2) ms.push_back(t);  // two warm-ups
-    }
-    std::sort(ms.begin(), ms.end());
-    tflops[path] = flops / (ms[ms.size() / 2] * 1e-3) / 1e12;
-    outs[path] = to_f32(d_out.download());
-    SS_CUDA_CHECK(cudaEventDestroy(start));
-    SS_CUDA_CHECK(cudaEventDestroy(stop));
-  }
-  std::printf(
-      "flash hd%d heads %d/%d rows %d first_slot %d window %d: hopper %.1f TFLOP/s, fa2 %.1f "
-      "TFLOP/s\n",
-      hd, n_heads, n_kv, n_rows, first_slot, window, tflops[0], tflops[1]);
-  EXPECT_LE(relative_error(outs[0], outs[1]), kBf16Tolerance);
-}
-
-TEST(CudaFlashAttentionHopper, DISABLED_Benchmark) {
-  SS_REQUIRE_HOPPER();
-  for (int32_t n : {4096, 8192, 16384, 32768}) bench(n, 0, 0);
-  bench(32768, 0, 4096);                                    // sliding window
-  bench(2048, 30000, 0);                                    // a late chunk
-  const BenchShape llama1b{32, 8, 64}, qwen05b{14, 2, 64};  // the drafts' head dim
-  for (int32_t n : {4096, 8192, 16384, 32768}) bench(n, 0, 0, llama1b);
-  for (int32_t n : {8192, 16384, 32768}) bench(n, 0, 0, qwen05b);
-  bench(32768, 0, 4096, llama1b);
 }
 
 }  // namespace
