@@ -1,6 +1,7 @@
 // rope_write_kv against its unfused GPU twin (rope() over q and k, then
 // write_kv(), both tested against CpuBackend in elementwise_test.cpp): the
-// same rotated rows, the same cache slots, untouched slots left as they were.
+// same rotated rows, the same cache slots, untouched slots left as they were,
+// with two (head, j) pairs a thread (head_dim % 4 == 0) and with one.
 #include "cuda/rope_kv.h"
 
 #include <gtest/gtest.h>
@@ -23,7 +24,9 @@ TEST(CudaRopeKv, FusedEqualsRopeThenWriteKv) {
   SS_REQUIRE_GPU();
   std::mt19937 rng(21);
   for (const Shape& c : {Shape{1, 28, 4, 128}, Shape{2, 28, 4, 128}, Shape{3, 7, 3, 96},
-                         Shape{37, 14, 2, 64}, Shape{5, 4, 2, 16}, Shape{300, 8, 8, 32}}) {
+                         Shape{37, 14, 2, 64}, Shape{5, 4, 2, 16}, Shape{300, 8, 8, 32},
+                         // head_dim % 4 == 2: one pair a thread (the others take two)
+                         Shape{4, 3, 1, 6}, Shape{9, 5, 5, 10}}) {
     SCOPED_TRACE(::testing::Message() << "tokens " << c.n_tokens << " heads " << c.n_heads << "/"
                                       << c.n_kv_heads << " head_dim " << c.head_dim);
     const int64_t kv_width = int64_t{c.n_kv_heads} * c.head_dim;
