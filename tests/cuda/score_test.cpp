@@ -10,8 +10,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cstdio>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -311,34 +309,6 @@ TEST(ScoreCudaTest, MatchesCpuTwinOtherHeadLayouts) {
 TEST(ScoreCudaTest, LongPrompt) {
   SS_REQUIRE_GPU();
   check_shape(Shape{64, 8, 20000, 13}, 400);
-}
-
-}  // namespace
-}  // namespace specstack::cuda
-
-namespace specstack::cuda {
-namespace {
-
-// Timing only (run by hand: --gtest_also_run_disabled_tests): score_tokens
-// at qwen2.5-0.5b's shape (14 / 2 heads, head_dim 64, 8 lookahead steps) on
-// an 8K prompt, 2 and 24 scored layers (layer 0 repeated), ms per call
-// including the 32 KB download.
-TEST(ScoreCudaTest, DISABLED_Benchmark) {
-  SS_REQUIRE_GPU();
-  Problem p = make_problem(Shape{64, 8, 8192, 13, 14, 2}, 7);
-  for (int layers : {2, 24}) {
-    p.scored_layers.assign(static_cast<size_t>(layers), 0);
-    GpuScorer gpu(p);
-    gpu.score();
-    const auto start = std::chrono::steady_clock::now();
-    constexpr int kReps = 20;
-    for (int i = 0; i < kReps; ++i) gpu.score();
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-            .count() /
-        kReps;
-    std::printf("[score-bench] %d scored layers: %.3f ms per call\n", layers, ms);
-  }
 }
 
 }  // namespace
