@@ -4,18 +4,22 @@
 // pooled = (window sum in tap order) * 1 / (sum * pool_kernel); max over
 // heads and layers from 0; importance = sum over steps / n_steps).
 //
-// One scored layer at a time, three kernels per layer:
-//   1. score_logits_kernel: logits[h, t, j] for every query head h, step t
-//      and token j, a tile of keys per CTA read once through the block table.
-//   2. score_row_stats_kernel: per row (h, t) its max and 1 / (sum * kernel).
-//   3. score_pool_kernel: per (t, j) the max over h of the pooled
-//      probability, folded into running[t, j] with a max.
-// then score_mean_kernel averages running over the steps.
+// A group of up to kMaxGroup scored layers at a time (score_layer_group: as
+// many as fit kGroupBytes of logits), three kernels per group:
+//   1. score_logits_kernel: logits[g, h, t, j] for every layer g of the group,
+//      query head h, step t and token j, a tile of keys per CTA read once
+//      through the block table.
+//   2. score_row_stats_kernel: per row (g, h, t) its max and 1 / (sum * kernel).
+//   3. score_pool_kernel: per (t, j) the max over the group's layers and heads
+//      of the pooled probability, folded into running[t, j] with a max.
+// then score_mean_kernel averages running over the steps. (One layer at a time
+// was 3 launches of ~15 us a layer at a draft's 8K prompt, latency more than
+// work: a group gives each launch the group's CTAs.)
 //
-// Workspace (floats): logits [n_heads * n_steps, n_tokens] (row h * n_steps
-// + t), stats [2, n_heads * n_steps] (row max, then row inverse norm),
-// running [n_steps, n_tokens]. Only one layer's logits are held at a time, so
-// memory is bounded by the layer, not by n_layers * n_heads.
+// Workspace (floats): logits [group, n_heads * n_steps, n_tokens] (row h *
+// n_steps + t), stats [group, 2, n_heads * n_steps] (row max, then row inverse
+// norm), running [n_steps, n_tokens]. Only a group's logits are held at a time,
+// so memory is bounded by kGroupBytes (or one layer), not by n_layers * n_heads.
 //
 // Non-finite inputs are not errors here (the host checks the importance), but
 // they must reach it: the maxima below propagate NaN instead of dropping it
@@ -51,6 +55,28 @@ constexpr int kPoolTile = 256;  // tokens per CTA of the pool kernel (one per th
 constexpr int kPoolHeads = 8;   // heads' windows per round of the pool kernel
 constexpr int kMeanThreads = 256;
 constexpr size_t kDefaultSmemBytes = 48 * 1024;
+constexpr int kMaxGroup = 8;  // scored layers per launch, at most
+// Their logits, at most (unless one layer). 32 MB: the 0.5B draft's 24 layers
+// at 8K in 3 launches (1.14 -> 0.66 ms, H200), 2 layers a launch at 32K (+2%);
+// 16 MB (1 layer at 32K) measured 9% slower there and 0.68 ms at 8K.
+constexpr size_t kGroupBytes = size_t(32) << 20;
+
+// The scored layers of one launch: ids (into the queries' layers), K caches
+// and whether each cache takes 16-byte loads.
+struct LayerGroup {
+  int n = 0;
+  int layer[kMaxGroup] = {};
+  const bf16* k_cache[kMaxGroup] = {};
+  bool vec16[kMaxGroup] = {};
+};
+
+// Layers per group for a problem: as many as fit kGroupBytes of logits, 1..kMaxGroup.
+int score_layer_group(int32_t n_steps, int32_t n_heads, int32_t n_tokens) {
+  const size_t layer_bytes = static_cast<size_t>(n_heads) * static_cast<size_t>(n_steps) *
+                             static_cast<size_t>(n_tokens) * sizeof(float);
+  return static_cast<int>(
+      std::clamp<size_t>(kGroupBytes / std::max<size_t>(layer_bytes, 1), 1, kMaxGroup));
+}
 
 // max(a, b) that returns NaN when either is NaN.
 __device__ __forceinline__ float nan_max(float a, float b) {
@@ -83,18 +109,23 @@ size_t logits_smem_bytes(int head_dim, int q_rows) {
          sizeof(float);
 }
 
-// logits [n_heads * n_steps, n_tokens] f32 for one layer. Grid (ceil(n_tokens /
-// kTokTile), n_kv_heads); block kLogitsThreads; dynamic smem logits_smem_bytes.
-// queries [n_steps, n_layers, n_heads * head_dim] f32; k_cache [n_blocks,
-// block_size, n_kv_heads, head_dim] bf16; block_table [>= ceil(slot_end /
-// block_size)] i32. vec16: head_dim % 8 == 0 and k_cache 16-byte aligned.
+// logits [group.n, n_heads * n_steps, n_tokens] f32. Grid (ceil(n_tokens /
+// kTokTile), n_kv_heads, group.n); block kLogitsThreads; dynamic smem
+// logits_smem_bytes. queries [n_steps, n_layers, n_heads * head_dim] f32; each
+// group.k_cache [n_blocks, block_size, n_kv_heads, head_dim] bf16; block_table
+// [>= ceil(slot_end / block_size)] i32. vec16: head_dim % 8 == 0 and that
+// k_cache 16-byte aligned.
 __global__ void __launch_bounds__(kLogitsThreads)
-    score_logits_kernel(const float* __restrict__ queries, int n_steps, int n_layers, int layer,
-                        int n_heads, int n_kv_heads, int head_dim, const bf16* __restrict__ k_cache,
-                        const int32_t* __restrict__ block_table, int block_size, int slot_begin,
-                        int n_tokens, float scale, bool vec16, int q_rows,
+    score_logits_kernel(const float* __restrict__ queries, int n_steps, int n_layers,
+                        const __grid_constant__ LayerGroup group_layers, int n_heads,
+                        int n_kv_heads, int head_dim, const int32_t* __restrict__ block_table,
+                        int block_size, int slot_begin, int n_tokens, float scale, int q_rows,
                         float* __restrict__ logits) {
   pdl_begin();
+  const int layer = group_layers.layer[blockIdx.z];
+  const bf16* __restrict__ k_cache = group_layers.k_cache[blockIdx.z];
+  const bool vec16 = group_layers.vec16[blockIdx.z];
+  logits += static_cast<int64_t>(blockIdx.z) * n_heads * n_steps * n_tokens;
   extern __shared__ __align__(16) float smem[];
   const int dp = padded_dim(head_dim);
   const int ks_stride = dp + 1;
@@ -226,16 +257,17 @@ __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
   return {a.m, a.s + b.s * expf(b.m - a.m)};
 }
 
-// stats[row] = max of the row, stats[n_rows + row] = 1 / (sum_j exp(x_j -
-// max) * pool_kernel). logits [n_rows, n_tokens]. Grid n_rows; block
-// kStatsThreads.
+// Per layer g of the group: stats[g, 0, row] = max of the row, stats[g, 1,
+// row] = 1 / (sum_j exp(x_j - max) * pool_kernel). logits [group, n_rows,
+// n_tokens]. Grid (n_rows, group); block kStatsThreads.
 __global__ void __launch_bounds__(kStatsThreads)
     score_row_stats_kernel(const float* __restrict__ logits, int n_rows, int n_tokens,
                            int pool_kernel, float* __restrict__ stats) {
   pdl_begin();
   __shared__ MaxSum warp_part[kStatsThreads / 32];
   const int row = blockIdx.x;
-  const float* x = logits + static_cast<int64_t>(row) * n_tokens;
+  const float* x = logits + (static_cast<int64_t>(blockIdx.y) * n_rows + row) * n_tokens;
+  stats += static_cast<int64_t>(blockIdx.y) * 2 * n_rows;
 
   MaxSum acc{-INFINITY, 0.0f};
   // kStatsLoads loads per thread issued before any is used (one memory round
@@ -287,16 +319,18 @@ __global__ void __launch_bounds__(kStatsThreads)
   }
 }
 
-// running[t, j] = max(running[t, j], max_h pooled[h, t, j]) with pooled =
-// (sum over the pool_kernel window of exp(logit - max), zero outside [0,
-// n_tokens)) * inverse norm. logits [n_heads * n_steps, n_tokens], stats as
-// above, running [n_steps, n_tokens]. Grid (ceil(n_tokens / kPoolTile),
-// n_steps); block kPoolTile; dynamic smem round_heads * (kPoolTile +
-// pool_kernel - 1) floats (round_heads <= kPoolHeads heads' windows a round).
+// running[t, j] = max(running[t, j], max_{g, h} pooled[g, h, t, j]) with
+// pooled = (sum over the pool_kernel window of exp(logit - max), zero outside
+// [0, n_tokens)) * inverse norm, over the group's n_group layers. logits
+// [n_group, n_heads * n_steps, n_tokens], stats as above, running [n_steps,
+// n_tokens]. Grid (ceil(n_tokens / kPoolTile), n_steps); block kPoolTile;
+// dynamic smem round_heads * (kPoolTile + pool_kernel - 1) floats (round_heads
+// <= kPoolHeads heads' windows a round). The maxima are exact, so the order
+// over layers and heads does not matter.
 __global__ void __launch_bounds__(kPoolTile)
     score_pool_kernel(const float* __restrict__ logits, const float* __restrict__ stats,
-                      int n_heads, int n_steps, int n_tokens, int pool_kernel, int round_heads,
-                      float* __restrict__ running) {
+                      int n_group, int n_heads, int n_steps, int n_tokens, int pool_kernel,
+                      int round_heads, float* __restrict__ running) {
   pdl_begin();
   extern __shared__ float
       window_s[];  // [kPoolTile + pool_kernel - 1]: tokens from tile_start - pad
@@ -309,29 +343,34 @@ __global__ void __launch_bounds__(kPoolTile)
   const int j = tile_start + tid;
 
   float best = 0.0f;  // every pooled value is >= 0
-  // kPoolHeads heads' windows per round, their loads in flight together (a
-  // round per head was 14 dependent rounds on the 0.5B: 15 us a layer).
-  for (int h0 = 0; h0 < n_heads; h0 += round_heads) {
-    const int heads = min(round_heads, n_heads - h0);
-    for (int i = tid; i < heads * n_window; i += kPoolTile) {
-      const int hh = i / n_window;
-      const int w = i - hh * n_window;
-      const int row = (h0 + hh) * n_steps + t;
-      const int token = tile_start - pad + w;
-      window_s[i] = (token >= 0 && token < n_tokens)
-                        ? expf(logits[static_cast<int64_t>(row) * n_tokens + token] - stats[row])
-                        : 0.0f;
+  for (int g = 0; g < n_group; ++g) {
+    const float* const layer_logits = logits + static_cast<int64_t>(g) * n_rows * n_tokens;
+    const float* const layer_stats = stats + static_cast<int64_t>(g) * 2 * n_rows;
+    // kPoolHeads heads' windows per round, their loads in flight together (a
+    // round per head was 14 dependent rounds on the 0.5B: 15 us a layer).
+    for (int h0 = 0; h0 < n_heads; h0 += round_heads) {
+      const int heads = min(round_heads, n_heads - h0);
+      for (int i = tid; i < heads * n_window; i += kPoolTile) {
+        const int hh = i / n_window;
+        const int w = i - hh * n_window;
+        const int row = (h0 + hh) * n_steps + t;
+        const int token = tile_start - pad + w;
+        window_s[i] = (token >= 0 && token < n_tokens)
+                          ? expf(layer_logits[static_cast<int64_t>(row) * n_tokens + token] -
+                                 layer_stats[row])
+                          : 0.0f;
+      }
+      __syncthreads();
+      for (int hh = 0; hh < heads; ++hh) {
+        // Token j's window: tokens j - pad .. j + pad = this head's window_s[tid .. + pool_kernel).
+        const float* win = window_s + hh * n_window;
+        float sum = 0.0f;
+        for (int k = 0; k < pool_kernel; ++k) sum += win[tid + k];
+        best = nan_max(best, sum * layer_stats[n_rows + (h0 + hh) * n_steps + t]);
+      }
+      // Every thread is done reading before the next round overwrites window_s.
+      __syncthreads();
     }
-    __syncthreads();
-    for (int hh = 0; hh < heads; ++hh) {
-      // Token j's window: tokens j - pad .. j + pad = this head's window_s[tid .. + pool_kernel).
-      const float* win = window_s + hh * n_window;
-      float sum = 0.0f;
-      for (int k = 0; k < pool_kernel; ++k) sum += win[tid + k];
-      best = nan_max(best, sum * stats[n_rows + (h0 + hh) * n_steps + t]);
-    }
-    // Every thread is done reading before the next round overwrites window_s.
-    __syncthreads();
   }
   if (j < n_tokens) {
     float* r = running + static_cast<int64_t>(t) * n_tokens + j;
@@ -355,7 +394,8 @@ __global__ void score_mean_kernel(const float* __restrict__ running, int n_steps
 size_t score_workspace_floats(int32_t n_steps, int32_t n_heads, int32_t n_tokens) {
   const size_t rows = static_cast<size_t>(n_heads) * static_cast<size_t>(n_steps);
   const size_t tokens = static_cast<size_t>(n_tokens);
-  return rows * tokens + 2 * rows + static_cast<size_t>(n_steps) * tokens;
+  const size_t group = static_cast<size_t>(score_layer_group(n_steps, n_heads, n_tokens));
+  return group * (rows * tokens + 2 * rows) + static_cast<size_t>(n_steps) * tokens;
 }
 
 void score_tokens(const ScoreArgs& args, cudaStream_t stream) {
@@ -371,9 +411,11 @@ void score_tokens(const ScoreArgs& args, cudaStream_t stream) {
   SS_CHECK(args.n_scored == 0 || (args.scored_layers != nullptr && args.k_caches != nullptr));
 
   const int n_rows = args.n_heads * args.n_steps;
-  float* logits = args.workspace;                                  // [n_rows, n_tokens]
-  float* stats = logits + static_cast<size_t>(n_rows) * n_tokens;  // [2, n_rows]
-  float* running = stats + 2 * static_cast<size_t>(n_rows);        // [n_steps, n_tokens]
+  const int max_group = score_layer_group(args.n_steps, args.n_heads, n_tokens);
+  float* logits = args.workspace;  // [max_group, n_rows, n_tokens]
+  float* stats =
+      logits + static_cast<size_t>(max_group) * n_rows * n_tokens;       // [max_group, 2, n_rows]
+  float* running = stats + static_cast<size_t>(max_group) * 2 * n_rows;  // [n_steps, n_tokens]
   const float scale = 1.0f / std::sqrt(static_cast<float>(args.head_dim));
 
   SS_CUDA_CHECK(cudaMemsetAsync(running, 0,
@@ -394,27 +436,33 @@ void score_tokens(const ScoreArgs& args, cudaStream_t stream) {
       static_cast<int>(std::min<size_t>(kPoolHeads, kDefaultSmemBytes / window_bytes));
   const size_t pool_smem = static_cast<size_t>(round_heads) * window_bytes;
 
-  const dim3 logits_grid((n_tokens + kTokTile - 1) / kTokTile, args.n_kv_heads);
   const dim3 pool_grid((n_tokens + kPoolTile - 1) / kPoolTile, args.n_steps);
-  for (int i = 0; i < args.n_scored; ++i) {
-    const int layer = args.scored_layers[i];
-    SS_CHECK(layer >= 0 && layer < args.n_layers);
-    const bf16* k_cache = args.k_caches[layer];
-    SS_CHECK(k_cache != nullptr);
-    const bool vec16 = args.head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(k_cache) % 16 == 0;
+  for (int first = 0; first < args.n_scored; first += max_group) {
+    LayerGroup group;
+    group.n = std::min(max_group, args.n_scored - first);
+    for (int g = 0; g < group.n; ++g) {
+      const int layer = args.scored_layers[first + g];
+      SS_CHECK(layer >= 0 && layer < args.n_layers);
+      const bf16* k_cache = args.k_caches[layer];
+      SS_CHECK(k_cache != nullptr);
+      group.layer[g] = layer;
+      group.k_cache[g] = k_cache;
+      group.vec16[g] = args.head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(k_cache) % 16 == 0;
+    }
+    const dim3 logits_grid((n_tokens + kTokTile - 1) / kTokTile, args.n_kv_heads, group.n);
 
     // Programmatic launches (cuda/pdl.h): each kernel's launch and block
     // scheduling overlap the previous one's tail; the first follows the
     // memset, with which no programmatic edge can be formed.
-    launch_pdl(score_logits_kernel, logits_grid, dim3(kLogitsThreads), logits_smem, stream, i > 0,
-               args.queries, args.n_steps, args.n_layers, layer, args.n_heads, args.n_kv_heads,
-               args.head_dim, k_cache, args.block_table, args.block_size, args.slot_begin, n_tokens,
-               scale, vec16, q_rows, logits);
-    launch_pdl(score_row_stats_kernel, dim3(n_rows), dim3(kStatsThreads), 0, stream, true,
+    launch_pdl(score_logits_kernel, logits_grid, dim3(kLogitsThreads), logits_smem, stream,
+               first > 0, args.queries, args.n_steps, args.n_layers, group, args.n_heads,
+               args.n_kv_heads, args.head_dim, args.block_table, args.block_size, args.slot_begin,
+               n_tokens, scale, q_rows, logits);
+    launch_pdl(score_row_stats_kernel, dim3(n_rows, group.n), dim3(kStatsThreads), 0, stream, true,
                static_cast<const float*>(logits), n_rows, n_tokens, args.pool_kernel, stats);
     launch_pdl(score_pool_kernel, pool_grid, dim3(kPoolTile), pool_smem, stream, true,
-               static_cast<const float*>(logits), static_cast<const float*>(stats), args.n_heads,
-               args.n_steps, n_tokens, args.pool_kernel, round_heads, running);
+               static_cast<const float*>(logits), static_cast<const float*>(stats), group.n,
+               args.n_heads, args.n_steps, n_tokens, args.pool_kernel, round_heads, running);
   }
   launch_pdl(score_mean_kernel, dim3((n_tokens + kMeanThreads - 1) / kMeanThreads),
              dim3(kMeanThreads), 0, stream, args.n_scored > 0, static_cast<const float*>(running),

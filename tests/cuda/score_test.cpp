@@ -58,11 +58,17 @@ struct Shape {
   int head_dim, n_steps, n_tokens, pool_kernel;
   int n_heads = 4;
   int n_kv_heads = 2;
+  int n_layers = 3;  // layer 1 is sliding-window (not scored), every other layer is scored
 };
 
 Problem make_problem(const Shape& shape, uint32_t seed) {
   std::mt19937 rng(seed);
   Problem p;
+  p.n_layers = shape.n_layers;
+  p.scored_layers.clear();
+  for (int l = 0; l < p.n_layers; ++l) {
+    if (l != 1) p.scored_layers.push_back(l);
+  }
   p.n_heads = shape.n_heads;
   p.n_kv_heads = shape.n_kv_heads;
   p.head_dim = shape.head_dim;
@@ -82,7 +88,8 @@ Problem make_problem(const Shape& shape, uint32_t seed) {
       rng, static_cast<size_t>(p.n_layers) * p.n_kv_heads * p.n_slots * p.head_dim, -2.0f, 2.0f);
   p.capture = AttentionCapture::zeros(p.n_layers, p.n_steps, p.n_heads, p.head_dim);
   p.capture.queries = ct::random_values(rng, p.capture.queries.size(), -2.0f, 2.0f);
-  p.capture.layer_window = {0, 512, 0};  // the CPU skips layer 1; the GPU is not given it
+  p.capture.layer_window.assign(static_cast<size_t>(p.n_layers), 0);
+  p.capture.layer_window[1] = 512;  // the CPU skips layer 1; the GPU is not given it
   return p;
 }
 
@@ -309,6 +316,20 @@ TEST(ScoreCudaTest, MatchesCpuTwinOtherHeadLayouts) {
 TEST(ScoreCudaTest, LongPrompt) {
   SS_REQUIRE_GPU();
   check_shape(Shape{64, 8, 20000, 13}, 400);
+}
+
+TEST(ScoreCudaTest, ManyScoredLayersInSeveralLaunches) {
+  SS_REQUIRE_GPU();
+  // 19 scored layers of a 20-layer draft: launches of up to 8 layers each
+  // (8 + 8 + 3), the pool kernel's running max carried across them.
+  check_shape(Shape{.head_dim = 64,
+                    .n_steps = 8,
+                    .n_tokens = 1500,
+                    .pool_kernel = 13,
+                    .n_heads = 14,
+                    .n_kv_heads = 2,
+                    .n_layers = 20},
+              500);
 }
 
 }  // namespace
