@@ -496,7 +496,9 @@ __global__ void __launch_bounds__(Tiling<kHeadDim>::kThreads, 1)
     // constant plus an immediate (per-chunk address arithmetic had made the
     // producer issue ~45% of the kernel's instructions; ncu, H100).
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(T::kProducerRegs));
-    constexpr int kLanes = T::kCopyLanes, kRows = 32 / kLanes;
+    constexpr int kLanes = T::kCopyLanes, kRows = 32 / kLanes;  // kLanes keys a thread
+    static_assert((kLanes & (kLanes - 1)) == 0 && kLanes <= 8 && kChunks % kLanes == 0,
+                  "the XOR form of the swizzle below needs a power of two <= 8");
     const int pw = tid / 32, lrow = lane / kLanes, lc = lane % kLanes;
     const int32_t kv_stride = a.n_kv_heads * kHeadDim;
     const __nv_bfloat16* const k_src = a.k_cache + kv_head * kHeadDim + lc * 8;
@@ -507,7 +509,7 @@ __global__ void __launch_bounds__(Tiling<kHeadDim>::kThreads, 1)
       // (lc ^ lrow % 8) ^ (c % 8) ^ (kRows j % 8): the first part is in base.
       const uint32_t base = (tile + (32 * pw + lrow) * 128) | ((lc ^ (lrow & 7)) << 4);
 #pragma unroll
-      for (int j = 0; j < kLanes; ++j) {
+      for (int j = 0; j < kLanes; ++j) {  // key 32 pw + lrow + kRows j
         const int32_t phys = __shfl_sync(kFullMask, my_phys, lrow + kRows * j);
         const bool ok = phys >= 0;
         const __nv_bfloat16* const row_src = src + (ok ? int64_t{phys} * kv_stride : 0);
