@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_points.h"
 #include "cuda/attention.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_buffer.h"
@@ -39,25 +40,6 @@ struct Shape {
 struct Point {
   int32_t batch, context, rows;
 };
-
-std::vector<Point> parse_points(const char* text) {
-  std::vector<Point> points;
-  std::string s(text);
-  size_t at = 0;
-  while (at < s.size()) {
-    size_t end = s.find(',', at);
-    if (end == std::string::npos) end = s.size();
-    Point p{};
-    if (std::sscanf(s.substr(at, end - at).c_str(), "%d:%d:%d", &p.batch, &p.context, &p.rows) !=
-        3) {
-      std::fprintf(stderr, "attention_bench: --points wants B:L:rows,... (got '%s')\n", text);
-      std::exit(2);
-    }
-    points.push_back(p);
-    at = end + 1;
-  }
-  return points;
-}
 
 template <typename Call>
 double time_us(Call call) {
@@ -188,6 +170,8 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
   std::printf("| batch | context | rows | kernel | partition | us | KV TB/s |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
-  for (const Point& p : parse_points(points)) run_point(shape, p, rng);
+  for (const auto& f : specstack::bench::parse_points<3>(points, "attention_bench", "B:L:rows")) {
+    run_point(shape, Point{f[0], f[1], f[2]}, rng);
+  }
   return 0;
 }

@@ -13,15 +13,15 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <numeric>
 #include <random>
-#include <string>
 #include <vector>
 
+#include "bench_points.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_buffer.h"
 #include "cuda/flash_attention.h"
@@ -48,27 +48,8 @@ std::vector<Point> default_points() {
   return points;
 }
 
-std::vector<Point> parse_points(const std::string& s) {
-  std::vector<Point> points;
-  size_t at = 0;
-  while (at < s.size()) {
-    size_t end = s.find(',', at);
-    if (end == std::string::npos) end = s.size();
-    Point p;
-    if (std::sscanf(s.substr(at, end - at).c_str(), "%d:%d:%d:%d:%d:%d", &p.rows, &p.first_slot,
-                    &p.window, &p.heads, &p.kv_heads, &p.head_dim) != 6 ||
-        p.rows <= 0 || p.first_slot < 0 || p.window < 0 || p.kv_heads <= 0 ||
-        p.heads % p.kv_heads != 0 || p.head_dim <= 0) {
-      std::fprintf(stderr,
-                   "flash_attention_bench: --points wants "
-                   "N:first_slot:window:heads:kv_heads:head_dim,... (got '%s')\n",
-                   s.c_str());
-      std::exit(2);
-    }
-    points.push_back(p);
-    at = end + 1;
-  }
-  return points;
+bool valid_point(const std::array<int32_t, 6>& f) {
+  return f[0] > 0 && f[1] >= 0 && f[2] >= 0 && f[4] > 0 && f[3] % f[4] == 0 && f[5] > 0;
 }
 
 // bf16 in about [-1, 1) from a xorshift (the same stream for every point).
@@ -180,16 +161,15 @@ void run_point(const Point& p) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  constexpr const char* kForm = "N:first_slot:window:heads:kv_heads:head_dim";
   std::vector<Point> points = default_points();
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--points" && i + 1 < argc) {
-      points = parse_points(argv[++i]);
-    } else {
-      std::fprintf(stderr,
-                   "usage: flash_attention_bench [--points "
-                   "N:first_slot:window:heads:kv_heads:head_dim,...]\n");
-      return 2;
+  if (const auto text = specstack::bench::points_option(
+          argc, argv,
+          "flash_attention_bench [--points N:first_slot:window:heads:kv_heads:head_dim,...]")) {
+    points.clear();
+    for (const auto& f :
+         specstack::bench::parse_points<6>(*text, "flash_attention_bench", kForm, valid_point)) {
+      points.push_back({f[0], f[1], f[2], f[3], f[4], f[5]});
     }
   }
   std::printf(

@@ -9,14 +9,14 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <numeric>
 #include <random>
-#include <string>
 #include <vector>
 
+#include "bench_points.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_buffer.h"
 #include "cuda/score.h"
@@ -31,27 +31,8 @@ struct Point {
   int32_t tokens = 8192, scored = 24, heads = 14, kv_heads = 2, head_dim = 64, steps = 8;
 };
 
-std::vector<Point> parse_points(const std::string& s) {
-  std::vector<Point> points;
-  size_t at = 0;
-  while (at < s.size()) {
-    size_t end = s.find(',', at);
-    if (end == std::string::npos) end = s.size();
-    Point p;
-    if (std::sscanf(s.substr(at, end - at).c_str(), "%d:%d:%d:%d:%d:%d", &p.tokens, &p.scored,
-                    &p.heads, &p.kv_heads, &p.head_dim, &p.steps) != 6 ||
-        p.tokens <= 0 || p.scored <= 0 || p.kv_heads <= 0 || p.heads % p.kv_heads != 0 ||
-        p.head_dim <= 0 || p.steps <= 0) {
-      std::fprintf(stderr,
-                   "score_bench: --points wants tokens:scored_layers:heads:kv_heads:head_dim:steps,"
-                   "... (got '%s')\n",
-                   s.c_str());
-      std::exit(2);
-    }
-    points.push_back(p);
-    at = end + 1;
-  }
-  return points;
+bool valid_point(const std::array<int32_t, 6>& f) {
+  return f[0] > 0 && f[1] > 0 && f[3] > 0 && f[2] % f[3] == 0 && f[4] > 0 && f[5] > 0;
 }
 
 void run_point(const Point& p) {
@@ -121,15 +102,14 @@ int main(int argc, char** argv) {
   for (int32_t tokens : {8192, 32768}) {
     for (int32_t scored : {2, 24}) points.push_back({tokens, scored, 14, 2, 64, 8});
   }
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--points" && i + 1 < argc) {
-      points = parse_points(argv[++i]);
-    } else {
-      std::fprintf(stderr,
-                   "usage: score_bench [--points "
-                   "tokens:scored_layers:heads:kv_heads:head_dim:steps,...]\n");
-      return 2;
+  if (const auto text = specstack::bench::points_option(
+          argc, argv,
+          "score_bench [--points tokens:scored_layers:heads:kv_heads:head_dim:steps,...]")) {
+    points.clear();
+    for (const auto& f : specstack::bench::parse_points<6>(
+             *text, "score_bench", "tokens:scored_layers:heads:kv_heads:head_dim:steps",
+             valid_point)) {
+      points.push_back({f[0], f[1], f[2], f[3], f[4], f[5]});
     }
   }
   std::printf(
