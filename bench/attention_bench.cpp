@@ -4,7 +4,8 @@
 // rows at its last slots (5 = a K = 4 verify run, 1 = a decode row), block
 // tables shuffled over the pool as a serving pool is (--draft: the
 // qwen2.5-0.5b shape, 14 heads, 2 kv heads, head dim 64). Per point: the
-// per-token kernel and the run kernel at several partition sizes, 3 warm-up
+// per-token kernel and the run kernel (its mma.sync math, and its wgmma math on
+// an sm_90a GPU) at several partition sizes, 3 warm-up
 // calls, then the median of 5 batches of 10 calls timed with CUDA events.
 // Prints microseconds per call (one layer) and the effective KV bandwidth:
 // the bytes of K and V the batch attends over (B x L x kv heads x head dim
@@ -146,14 +147,36 @@ void run_point(const Shape& shape, const Point& p, std::mt19937& rng) {
   report("per-token", partition, time_us([&] { paged_attention(a, nullptr); }));
   a.token_run = d_run.data();
   a.n_runs = n_runs;
-  a.run_partition_size = 0;
-  report("run (default)", run_attention_partition_size(a),
-         time_us([&] { paged_attention(a, nullptr); }));
-  for (int32_t part : {64, 128, 256, 512, 1024}) {
-    a.partition_size = std::min(partition, part);  // run partitions >= partition_size
-    a.run_partition_size = part;
-    report("run", part, time_us([&] { paged_attention(a, nullptr); }));
+  // The grid over the runs, as an eager (verify) step launches it.
+  std::vector<int32_t> first;
+  for (int32_t t = 0; t < n_tokens; ++t) {
+    if (run[size_t(t)] > 0) first.push_back(t);
   }
+  DeviceBuffer<int32_t> d_first(first.size());
+  d_first.upload(first);
+  a.run_first = d_first.data();
+  // The run kernel's two maths (PagedAttentionArgs::run_math): mma.sync, and
+  // wgmma where the GPU runs the sm_90a image; then what kAuto picks.
+  for (RunMath math : {RunMath::kMma, RunMath::kWgmma}) {
+    a.run_math = math;
+    const bool wgmma = math == RunMath::kWgmma;
+    if (wgmma && !run_attention_wgmma_supported(a)) continue;
+    const char* name = wgmma ? "run wgmma" : "run mma";
+    a.partition_size = partition;
+    a.run_partition_size = 0;
+    report(wgmma ? "run wgmma (default)" : "run mma (default)", run_attention_partition_size(a),
+           time_us([&] { paged_attention(a, nullptr); }));
+    for (int32_t part : {64, 128, 256, 512, 1024}) {
+      a.partition_size = std::min(partition, part);  // run partitions >= partition_size
+      a.run_partition_size = part;
+      report(name, part, time_us([&] { paged_attention(a, nullptr); }));
+    }
+  }
+  a.run_math = RunMath::kAuto;
+  a.partition_size = partition;
+  a.run_partition_size = 0;
+  std::printf("| %d | %d | %d | auto picks %s |\n", p.batch, p.context, p.rows,
+              run_attention_uses_wgmma(a) ? "wgmma" : "mma");
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/pdl.h"
 #include "cuda/row_reduce.cuh"
+#include "cuda/run_attention_common.cuh"
 #include "cuda/verify_attention.h"
 
 namespace specstack::cuda {
@@ -50,14 +51,8 @@ int32_t num_partitions(int32_t max_context, int32_t partition_size) {
   return max_context <= partition_size ? 1 : (max_context + partition_size - 1) / partition_size;
 }
 
-// Workspace: [n_tokens, n_heads, n_partitions, head_dim + 2] f32; an entry is
-// the partition's unnormalised acc[head_dim], then its max (log2 domain), then
-// its sum of exp2(score - max).
-__device__ __forceinline__ int64_t workspace_entry(int32_t t, int32_t head, int32_t part,
-                                                   int32_t n_heads, int32_t n_parts,
-                                                   int32_t head_dim) {
-  return ((static_cast<int64_t>(t) * n_heads + head) * n_parts + part) * (head_dim + 2);
-}
+// Workspace entries: run_kernel::workspace_entry (cuda/run_attention_common.cuh).
+using run_kernel::workspace_entry;
 
 // N consecutive bf16 as one load: 16 bytes for N = 8, 8 bytes for N = 4.
 template <int N>
@@ -391,6 +386,101 @@ __global__ void __launch_bounds__(kCombineThreads)
   }
 }
 
+// combine_kernel's work with one warp per (token, head) and kWarpsPerCta of
+// them a CTA, for partition counts up to a few dozen (what decode and verify
+// steps have: the run kernel's 1024-key partitions at 8K are 8): the CTA-wide
+// version spends three barriers and two block reductions on every (token,
+// head), which at 64 x 5 verify rows x 28 heads was ~35 us a layer for 37 MB
+// of partials (H100, session 32). Lane p takes partitions p, p + 32, ... for
+// the max and the sum of weights (shuffles), then every lane adds the
+// weighted partials of all partitions for its kDimsPerLane dims in partition
+// order (8-byte loads; a partition's weight is the same broadcast load for
+// every lane). Same terms as combine_kernel, another f32 summation order.
+constexpr int kCombineWarpsPerCta = 8;
+
+template <int kDimsPerLane>
+__global__ void __launch_bounds__(kCombineWarpsPerCta * 32)
+    combine_warp_kernel(const float* workspace, const int32_t* token_slot, int32_t n_tokens,
+                        int32_t n_heads, int32_t n_parts, int32_t partition_size, bf16* out,
+                        int64_t out_stride) {
+  static_assert(kDimsPerLane % 2 == 0, "dims in pairs (8-byte loads)");
+  constexpr int kHeadDim = kDimsPerLane * 32;
+  pdl_begin();
+  const int lane = threadIdx.x % 32;
+  const int64_t pair = int64_t{blockIdx.x} * kCombineWarpsPerCta + threadIdx.x / 32;
+  if (pair >= int64_t{n_tokens} * n_heads) return;
+  const auto t = static_cast<int32_t>(pair / n_heads);
+  const auto head = static_cast<int32_t>(pair % n_heads);
+  const int32_t own_slot = token_slot[t];
+  const int32_t n_used = partition_size == 0 ? n_parts
+                         : own_slot < 0      ? 0
+                                             : min(n_parts, own_slot / partition_size + 1);
+  const float* entry = workspace + workspace_entry(t, head, 0, n_heads, n_parts, kHeadDim);
+  constexpr int64_t kEntry = kHeadDim + 2;
+  bf16* o = out + t * out_stride + int64_t{head} * kHeadDim + lane * kDimsPerLane;
+
+  float m = -INFINITY;
+  for (int32_t p = lane; p < n_used; p += 32) m = fmaxf(m, entry[p * kEntry + kHeadDim]);
+  m = warp_max(m);
+  if (m == -INFINITY) {  // no visible key at all
+#pragma unroll
+    for (int i = 0; i < kDimsPerLane; ++i) o[i] = __float2bfloat16(0.0f);
+    return;
+  }
+  float l = 0.0f;  // >= 1: the partition holding the max has a term exp2(0)
+  for (int32_t p = lane; p < n_used; p += 32) {
+    const float* e = entry + p * kEntry;
+    if (e[kHeadDim] != -INFINITY) l += e[kHeadDim + 1] * exp2f(e[kHeadDim] - m);
+  }
+  const float inv = 1.0f / warp_sum(l);
+
+  float acc[kDimsPerLane] = {};
+#pragma unroll 4
+  for (int32_t p = 0; p < n_used; ++p) {
+    const float* e = entry + p * kEntry;
+    const float mp = e[kHeadDim];
+    if (mp == -INFINITY) continue;  // an empty entry's acc is unwritten
+    const float w = exp2f(mp - m);
+#pragma unroll
+    for (int i = 0; i < kDimsPerLane; i += 2) {
+      const float2 v = *reinterpret_cast<const float2*>(e + lane * kDimsPerLane + i);
+      acc[i] += w * v.x;
+      acc[i + 1] += w * v.y;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kDimsPerLane; i += 2) {
+    *reinterpret_cast<__nv_bfloat162*>(o + i) =
+        __floats2bfloat162_rn(acc[i] * inv, acc[i + 1] * inv);
+  }
+}
+
+// Merges the partials of every (token, head) into out (combine_warp_kernel
+// for head dims 64, 128 and 256 where the output takes bf16 pairs, else
+// combine_kernel).
+void launch_combine(const PagedAttentionArgs& a, int32_t parts, int32_t partition,
+                    cudaStream_t stream) {
+  const bool pairs = reinterpret_cast<uintptr_t>(a.out) % 4 == 0 && a.out_stride % 2 == 0;
+  const int64_t warps = int64_t{a.n_tokens} * a.n_heads;
+  const dim3 warp_grid(
+      static_cast<unsigned>((warps + kCombineWarpsPerCta - 1) / kCombineWarpsPerCta));
+  const int warp_threads = kCombineWarpsPerCta * 32;
+  if (pairs && a.head_dim == 64) {
+    launch_pdl(combine_warp_kernel<2>, warp_grid, warp_threads, 0, stream, true, a.workspace,
+               a.token_slot, a.n_tokens, a.n_heads, parts, partition, a.out, a.out_stride);
+  } else if (pairs && a.head_dim == 128) {
+    launch_pdl(combine_warp_kernel<4>, warp_grid, warp_threads, 0, stream, true, a.workspace,
+               a.token_slot, a.n_tokens, a.n_heads, parts, partition, a.out, a.out_stride);
+  } else if (pairs && a.head_dim == 256) {
+    launch_pdl(combine_warp_kernel<8>, warp_grid, warp_threads, 0, stream, true, a.workspace,
+               a.token_slot, a.n_tokens, a.n_heads, parts, partition, a.out, a.out_stride);
+  } else {
+    const dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_heads));
+    launch_pdl(combine_kernel, grid, kCombineThreads, 0, stream, true, a.workspace, a.token_slot,
+               a.n_heads, a.head_dim, parts, partition, a.out, a.out_stride);
+  }
+}
+
 template <int kHeadDim>
 void launch_paged_attention(const PagedAttentionArgs& a, int32_t n_parts, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_kv_heads),
@@ -478,11 +568,7 @@ void paged_attention(const PagedAttentionArgs& a, cudaStream_t stream) {
   } else {
     launch_per_token(a, n_parts, stream);
   }
-  if (parts > 1) {
-    const dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_heads));
-    launch_pdl(combine_kernel, grid, kCombineThreads, 0, stream, true, a.workspace, a.token_slot,
-               a.n_heads, a.head_dim, parts, partition, a.out, a.out_stride);
-  }
+  if (parts > 1) launch_combine(a, parts, partition, stream);
 }
 
 int32_t paged_attention_runs(const int32_t* token_seq, const int32_t* token_slot, int32_t n_tokens,

@@ -26,6 +26,10 @@ using bf16 = __nv_bfloat16;
 
 constexpr int32_t kPartitionSize = 256;  // the largest split-K partition (key slots)
 
+// The run kernel's two maths (verify_attention.h): mma.sync (any sm_80+
+// image) and warpgroup MMAs (the sm_90a image only).
+enum class RunMath { kAuto, kMma, kWgmma };
+
 struct PagedAttentionArgs {
   const bf16* q = nullptr;  // head h of token t at q[t * q_stride + h * head_dim], post-RoPE
   int64_t q_stride = 0;
@@ -43,6 +47,11 @@ struct PagedAttentionArgs {
   // reads each KV tile once per run instead of once per token.
   const int32_t* token_run = nullptr;
   int32_t n_runs = 0;  // runs in token_run (0: unknown); sizes the run kernel's partitions
+  // Optional [n_runs] (needs n_runs): the first token of each run, in token
+  // order. With it the run kernel's grid spans the runs, not every token: a
+  // verify step of 64 runs of 5 rows otherwise launched 4x as many CTAs that
+  // only read token_run and exit (~10% of its attention time, H100).
+  const int32_t* run_first = nullptr;
   int32_t n_heads = 0;
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;  // 16, 32, 64, 128 or 256
@@ -78,6 +87,10 @@ struct PagedAttentionArgs {
   // (run_attention_split chooses it). Same math as fixed partitions up to the
   // f32 summation order of the merge.
   int32_t run_split = 0;
+  // The run kernel's math: kAuto picks (run_attention_uses_wgmma,
+  // verify_attention.h); kMma / kWgmma force one (tests and benchmarks
+  // compare them; kWgmma needs run_attention_wgmma_supported).
+  RunMath run_math = RunMath::kAuto;
   bf16* out = nullptr;  // head h of token t at out[t * out_stride + h * head_dim]
   int64_t out_stride = 0;
   float* workspace = nullptr;  // paged_attention_workspace_floats(...) floats

@@ -161,6 +161,13 @@ MetaOffsets plan_step(const ForwardBatch& batch, int64_t block_size, bool flash_
     std::copy(run.begin(), run.end(), staged.begin() + o.paged_run);
     o.n_runs = static_cast<int32_t>(
         std::count_if(run.begin(), run.end(), [](int32_t r) { return r > 0; }));
+    if (!graph) {  // a graph's grid is fixed at capture: it keeps one CTA row per token
+      o.paged_run_first = s.add(size_t(o.n_runs));
+      size_t next = o.paged_run_first;
+      for (size_t t = 0; t < run.size(); ++t) {
+        if (run[t] > 0) staged[next++] = static_cast<int32_t>(t);
+      }
+    }
   }
   meta.capture_rows.assign(batch.capture_rows.begin(), batch.capture_rows.end());
   return o;
@@ -179,6 +186,7 @@ void set_device_pointers(const MetaOffsets& o, int32_t* base, CudaModel::StepMet
   meta.paged_pos = base + o.paged_pos;
   meta.paged_run = o.paged_run > 0 ? base + o.paged_run : nullptr;
   meta.paged_n_runs = o.paged_run > 0 ? o.n_runs : 0;
+  meta.paged_run_first = o.paged_run_first > 0 ? base + o.paged_run_first : nullptr;
 }
 
 void CudaModel::forward(const ForwardBatch& batch, KvCache& kv_base, Tensor& logits) {
@@ -457,6 +465,7 @@ Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv,
     a.token_pos = meta.paged_pos;
     a.token_run = meta.paged_run;
     a.n_runs = meta.paged_n_runs;
+    a.run_first = meta.paged_run_first;
     a.run_partition_size = meta.paged_run_partition;
     a.run_grid_parts = meta.paged_run_grid_parts;
     a.run_split = meta.paged_run_split;

@@ -44,10 +44,11 @@ struct CudaModel::StepMeta {
   // [n_paged] runs for the run kernel (paged_attention_runs; a decode row
   // is a run of one); null with the run kernel off.
   int32_t* paged_run = nullptr;
-  int32_t paged_n_runs = 0;          // runs in paged_run
-  int32_t paged_run_partition = 0;   // the run kernel's partition (0: by the step's context)
-  int32_t paged_run_grid_parts = 0;  // the run kernel's CTAs along partitions (0: one each)
-  int32_t paged_run_split = 0;       // the run kernel's run-time split (run_attention_split)
+  int32_t paged_n_runs = 0;            // runs in paged_run
+  int32_t* paged_run_first = nullptr;  // [paged_n_runs] each run's first row (eager steps only)
+  int32_t paged_run_partition = 0;     // the run kernel's partition (0: by the step's context)
+  int32_t paged_run_grid_parts = 0;    // the run kernel's CTAs along partitions (0: one each)
+  int32_t paged_run_split = 0;         // the run kernel's run-time split (run_attention_split)
   // Flash jobs; their q_slot / q_pos are the step's token arrays at row0.
   int32_t* token_slot = nullptr;  // [n_tokens]
   std::vector<FlashJob> flash;
@@ -75,8 +76,9 @@ struct CudaModel::Graph {
 struct MetaOffsets {
   size_t ids, pos, slot_mapping, token_slot, block_tables, logit_rows;
   size_t paged_rows, paged_seq, paged_slot, paged_pos;
-  size_t paged_run = 0;  // 0: no runs staged
-  int32_t n_runs = 0;    // runs in paged_run (sizes the run kernel's partitions)
+  size_t paged_run = 0;        // 0: no runs staged
+  int32_t n_runs = 0;          // runs in paged_run (sizes the run kernel's partitions)
+  size_t paged_run_first = 0;  // 0: not staged (graph steps)
 };
 
 // Fills `meta` (host fields) and `staged` for a batch. With graph_batch > 0

@@ -1,4 +1,8 @@
-// The run kernel of verify_attention.h, FlashAttention-2 style. One CTA per
+// The run kernel of verify_attention.h. Its partition loop (slot tables,
+// pipeline fill, empty partitions) is shared by two maths: the Hopper one
+// (WgmmaRun, cuda/verify_attention_wgmma.cuh: what an sm_90a device runs) and
+// the mma.sync one below (MmaRun: other GPUs, and tests / benchmarks that pin
+// it). The mma.sync math, FlashAttention-2 style. One CTA per
 // (run, kv head, partition), 128 threads (4 warps), ~110 KB of dynamic shared
 // memory at head_dim 128 (2 CTAs per SM):
 //  1. the partition's slots are resolved once into shared memory (keys the
@@ -36,16 +40,17 @@
 #include "base/check.h"
 #include "cuda/cuda_check.h"
 #include "cuda/pdl.h"
+#include "cuda/run_attention_common.cuh"
+#include "cuda/sm90a.h"
 #include "cuda/verify_attention.h"
+#include "cuda/verify_attention_wgmma.cuh"
 
 namespace specstack::cuda {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kWarps = kThreads / 32;
-constexpr int kTile = 64;   // keys per pipeline stage
+using namespace run_kernel;  // kThreads, kTile, Cta, ... (cuda/run_attention_common.cuh)
+
 constexpr int kStages = 3;  // tiles in flight: 2 loading while 1 is computed
-constexpr float kLog2e = 1.4426950408889634f;
 
 static_assert(kRunMaxQueries == kWarps * 16, "one M tile per warp at most");
 static_assert(kRunMaxPartition % kTile == 0, "partitions are whole tiles");
@@ -69,12 +74,6 @@ struct Smem {
   static constexpr size_t kMergeSum = kMergeMax + kWarps * 16 * 4;
   static_assert(kMergeSum + kWarps * 16 * 4 <= kV, "merge scratch fits the K buffers");
 };
-
-__device__ __forceinline__ int64_t workspace_entry(int32_t t, int32_t head, int32_t part,
-                                                   int32_t n_heads, int32_t n_parts,
-                                                   int32_t head_dim) {
-  return ((static_cast<int64_t>(t) * n_heads + head) * n_parts + part) * (head_dim + 2);
-}
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -136,11 +135,6 @@ __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
-
-// What every part of the kernel needs about its CTA.
-struct Cta {
-  int32_t t0, kvh, part, g, n_q, start, n_keys, n_tiles;
-};
 
 // Issues the cp.async loads of tile `tile` into stage buffer `buf`.
 template <int kHeadDim>
@@ -387,9 +381,37 @@ __device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const
   }
 }
 
-// grid (n_tokens, n_kv_heads, n_parts or fewer: run_grid_parts): only CTAs of run heads
-// (token_run[t] > 0) work; the others return at once.
+// The mma.sync math (any sm_80+ image) in the shape the kernel below takes
+// (WgmmaRun, cuda/verify_attention_wgmma.cuh, is the other): shared-memory
+// layout, a tile's loads, a partition's tiles and write-out.
 template <int kHeadDim>
+struct MmaRun {
+  static constexpr int kStages = ::specstack::cuda::kStages;
+  static constexpr size_t kAlign = 16;
+  static constexpr size_t kFlat = Smem<kHeadDim>::kFlat;
+  static constexpr size_t kKpos = Smem<kHeadDim>::kKpos;
+  static constexpr size_t kBytes = Smem<kHeadDim>::kBytes;
+  static __device__ __forceinline__ void load_tile(const PagedAttentionArgs& a, const Cta& c,
+                                                   unsigned char* smem, int32_t tile, int buf) {
+    ::specstack::cuda::load_tile<kHeadDim>(a, c, smem, tile, buf);
+  }
+  static __device__ __forceinline__ void run(const PagedAttentionArgs& a, const Cta& c,
+                                             unsigned char* smem, int32_t n_parts) {
+    const int32_t m_tiles = (c.n_q + 15) / 16;
+    if (m_tiles == 1) {
+      run_partition<kHeadDim, 4>(a, c, smem, n_parts);
+    } else if (m_tiles == 2) {
+      run_partition<kHeadDim, 2>(a, c, smem, n_parts);
+    } else {
+      run_partition<kHeadDim, 1>(a, c, smem, n_parts);
+    }
+  }
+};
+
+// grid (n_runs with run_first, else n_tokens; n_kv_heads; n_parts or fewer:
+// run_grid_parts): without run_first only CTAs of run heads (token_run[t] >
+// 0) work; the others return at once. Run: MmaRun or WgmmaRun.
+template <class Run, int kHeadDim>
 __global__ void __launch_bounds__(kThreads, 2)
     run_attention_kernel(const PagedAttentionArgs a, const int32_t n_parts) {
   // Without a window the first partition's slot table is resolved before the
@@ -400,13 +422,17 @@ __global__ void __launch_bounds__(kThreads, 2)
   // (`waited`) before it writes or returns.
   bool waited = a.sliding_window > 0;
   if (waited) pdl_begin();
-  using L = Smem<kHeadDim>;
-  extern __shared__ __align__(16) unsigned char smem[];
-  auto* s_flat = reinterpret_cast<int32_t*>(smem + L::kFlat);
-  auto* s_kpos = reinterpret_cast<int32_t*>(smem + L::kKpos);
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // (WgmmaRun's swizzled tiles need 1024-byte alignment; kBytes has the slack.)
+  unsigned char* smem = smem_raw;
+  if constexpr (Run::kAlign > 16) {
+    smem += (Run::kAlign - reinterpret_cast<uintptr_t>(smem_raw) % Run::kAlign) % Run::kAlign;
+  }
+  auto* s_flat = reinterpret_cast<int32_t*>(smem + Run::kFlat);
+  auto* s_kpos = reinterpret_cast<int32_t*>(smem + Run::kKpos);
 
   Cta c;
-  c.t0 = blockIdx.x;
+  c.t0 = a.run_first != nullptr ? a.run_first[blockIdx.x] : blockIdx.x;
   c.kvh = blockIdx.y;
   const int32_t rows = a.token_run[c.t0];
   if (rows <= 0) {  // not a run head (uniform)
@@ -491,39 +517,32 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     __syncthreads();
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (s < c.n_tiles) load_tile<kHeadDim>(a, c, smem, s, s);
+    for (int s = 0; s < Run::kStages - 1; ++s) {
+      if (s < c.n_tiles) Run::load_tile(a, c, smem, s, s);
       cp_async_commit();
     }
-
-    const int32_t m_tiles = (c.n_q + 15) / 16;
-    if (m_tiles == 1) {
-      run_partition<kHeadDim, 4>(a, c, smem, n_parts);
-    } else if (m_tiles == 2) {
-      run_partition<kHeadDim, 2>(a, c, smem, n_parts);
-    } else {
-      run_partition<kHeadDim, 1>(a, c, smem, n_parts);
-    }
+    Run::run(a, c, smem, n_parts);
     // The next partition refills the slot tables and the K/V stages that
     // this one's merge scratch occupies (run_partition drained its copies).
     __syncthreads();
   }
 }
 
-template <int kHeadDim>
+template <class Run, int kHeadDim>
 void launch(const PagedAttentionArgs& a, int32_t n_parts, cudaStream_t stream) {
-  constexpr size_t kBytes = Smem<kHeadDim>::kBytes;
+  constexpr size_t kBytes = Run::kBytes;
+  auto* const kernel = run_attention_kernel<Run, kHeadDim>;
   // Opting in to more than 48 KB of dynamic shared memory is per kernel and
   // device-wide; setting it again is cheap and keeps no state here.
-  SS_CUDA_CHECK(cudaFuncSetAttribute(run_attention_kernel<kHeadDim>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+  SS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(kBytes)));
   const int32_t grid_parts = a.run_split > 0        ? n_parts
                              : a.run_grid_parts > 0 ? std::min(n_parts, a.run_grid_parts)
                                                     : n_parts;
-  const dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_kv_heads),
+  const int32_t grid_runs = a.run_first != nullptr ? a.n_runs : a.n_tokens;
+  const dim3 grid(static_cast<unsigned>(grid_runs), static_cast<unsigned>(a.n_kv_heads),
                   static_cast<unsigned>(grid_parts));
-  launch_pdl(run_attention_kernel<kHeadDim>, grid, kThreads, kBytes, stream, a.pdl, a, n_parts);
+  launch_pdl(kernel, grid, kThreads, kBytes, stream, a.pdl, a, n_parts);
 }
 
 }  // namespace
@@ -586,20 +605,38 @@ bool run_attention_supported(int32_t head_dim) {
 
 void launch_run_attention(const PagedAttentionArgs& a, int32_t n_parts, cudaStream_t stream) {
   SS_CHECK(a.token_run != nullptr);
+  SS_CHECK(a.run_first == nullptr || (a.n_runs > 0 && a.n_runs <= a.n_tokens));
   SS_CHECK_EQ(a.partition_size % kTile, 0);
   SS_CHECK_LE(a.partition_size, kRunMaxPartition);
   // Q is read as bf16 pairs, K/V rows with 16-byte copies.
   SS_CHECK(reinterpret_cast<uintptr_t>(a.q) % 4 == 0 && a.q_stride % 2 == 0);
+  const bool wgmma = a.run_math == RunMath::kWgmma ? true
+                     : a.run_math == RunMath::kMma ? false
+                                                   : run_attention_uses_wgmma(a);
+  SS_CHECK_MSG(!wgmma || run_attention_wgmma_supported(a),
+               "run attention: the wgmma math needs the sm_90a image and a 4-byte aligned output");
   switch (a.head_dim) {
     case 64:
-      launch<64>(a, n_parts, stream);
+      wgmma ? launch<WgmmaRun<64>, 64>(a, n_parts, stream)
+            : launch<MmaRun<64>, 64>(a, n_parts, stream);
       break;
     case 128:
-      launch<128>(a, n_parts, stream);
+      wgmma ? launch<WgmmaRun<128>, 128>(a, n_parts, stream)
+            : launch<MmaRun<128>, 128>(a, n_parts, stream);
       break;
     default:
       SS_CHECK_MSG(false, "run attention: head_dim must be 64 or 128");
   }
+}
+
+bool run_attention_uses_wgmma(const PagedAttentionArgs& a) {
+  return run_attention_wgmma_supported(a);
+}
+
+bool run_attention_wgmma_supported(const PagedAttentionArgs& a) {
+  // Its output is written as bf16 pairs.
+  return device_runs_sm90a() && reinterpret_cast<uintptr_t>(a.out) % 4 == 0 &&
+         a.out_stride % 2 == 0;
 }
 
 }  // namespace specstack::cuda

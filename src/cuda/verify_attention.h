@@ -70,6 +70,17 @@ int32_t run_attention_split(int32_t n_runs, int32_t n_kv_heads, int32_t max_cont
 // Head dims the run kernel supports (others use the per-row kernel).
 bool run_attention_supported(int32_t head_dim);
 
+// Whether the run kernel can take its wgmma math for these args: a device
+// running the sm_90a image and an output it can write in bf16 pairs.
+bool run_attention_wgmma_supported(const PagedAttentionArgs& args);
+
+// The math RunMath::kAuto takes: wgmma wherever it is supported. H100
+// (attention_bench, session 32), us a layer, mma.sync -> wgmma: qwen2.5-7b
+// shape 64 x 8K 5-row runs 512 -> 452, decode rows 415 -> 396, 8 x 8K 5 rows
+// 77 -> 65, batch-1 decode at 8K 15.8 -> 13.9; qwen2.5-0.5b shape (head dim
+// 64) 64 x 8K decode 125 -> 116, 64 x 1K 19.9 -> 18.2, batch 1 10.8 -> 10.4.
+bool run_attention_uses_wgmma(const PagedAttentionArgs& args);
+
 // Launches the run kernel over args.token_run; partials go to the workspace
 // (n_parts > 1) in paged_attention's format, for its combine step.
 void launch_run_attention(const PagedAttentionArgs& args, int32_t n_parts, cudaStream_t stream);

@@ -16,6 +16,7 @@
 
 #include "backend/attention_batch.h"
 #include "backend/cpu/cpu_backend.h"
+#include "cuda/sm90a.h"
 #include "cuda/verify_attention.h"
 #include "cuda_test_util.h"
 
@@ -118,11 +119,12 @@ void add_run_tokens(std::mt19937& rng, const PagedKv& kv, int32_t verify_rows,
   }
 }
 
-void run_paged_case(const AttnCase& c, uint32_t seed) {
+// One case on one run-kernel math.
+void run_paged_case_on(const AttnCase& c, uint32_t seed, RunMath math) {
   SCOPED_TRACE(::testing::Message()
                << "head_dim " << c.head_dim << " group " << c.group << " kv_heads " << c.n_kv_heads
                << " block " << c.block_size << " window " << c.window << " partition "
-               << c.partition_size << " seed " << seed);
+               << c.partition_size << " seed " << seed << " wgmma " << (math == RunMath::kWgmma));
   std::mt19937 rng(seed);
   const int32_t hd = c.head_dim, n_heads = c.group * c.n_kv_heads;
   const PagedKv kv = make_paged_kv(rng, c.seq_len, c.block_size, c.n_kv_heads, hd);
@@ -241,13 +243,25 @@ void run_paged_case(const AttnCase& c, uint32_t seed) {
   args.run_partition_size = c.run_partition_size;
   args.run_grid_parts = c.run_grid_parts;
   args.run_split = run_split;
+  args.run_math = math;
   args.out = d_out.data();
   args.out_stride = out_stride;
   args.workspace = d_ws.data();
-  DeviceBuffer<int32_t> d_run;
+  DeviceBuffer<int32_t> d_run, d_run_first;
   if (c.verify_rows > 0) {
     d_run = upload(token_run);
     args.token_run = d_run.data();
+    args.n_runs = n_runs;
+    // Half the cases launch the grid over the runs (run_first, as eager
+    // steps do), half over every token (as decode graphs do).
+    if (seed % 2 == 0) {
+      std::vector<int32_t> first;
+      for (int32_t t = 0; t < n_tokens; ++t) {
+        if (token_run[size_t(t)] > 0) first.push_back(t);
+      }
+      d_run_first = upload(first);
+      args.run_first = d_run_first.data();
+    }
   }
   paged_attention(args, nullptr);
   SS_CUDA_CHECK(cudaDeviceSynchronize());
@@ -266,6 +280,13 @@ void run_paged_case(const AttnCase& c, uint32_t seed) {
     cpu_all.insert(cpu_all.end(), cpu.begin(), cpu.end());
   }
   EXPECT_LE(relative_error(gpu_all, cpu_all), kBf16Tolerance);
+}
+
+// Cases with verify runs take the run kernel: both of its maths where the
+// device runs the sm_90a image (mma.sync, then wgmma), else mma.sync.
+void run_paged_case(const AttnCase& c, uint32_t seed) {
+  run_paged_case_on(c, seed, RunMath::kMma);
+  if (c.verify_rows > 0 && device_runs_sm90a()) run_paged_case_on(c, seed, RunMath::kWgmma);
 }
 
 TEST(CudaAttention, PagedMatchesCpu) {
