@@ -27,6 +27,7 @@ Gemm::Gemm(cudaStream_t stream) : stream_(stream), fp8_gemv_max_rows_(kFp8Defaul
   SS_CUBLAS_CHECK(cublasSetStream(handle_, stream));
   workspace_.resize(kWorkspaceBytes);
   SS_CUBLAS_CHECK(cublasSetWorkspace(handle_, workspace_.data(), workspace_.nbytes()));
+  bf16_ = std::make_unique<Bf16GemmTuner>(stream_, handle_, workspace_.data(), workspace_.nbytes());
 }
 
 Gemm::~Gemm() {
@@ -215,13 +216,7 @@ void Gemm::gemm(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int
   if (n == 0) return;
   SS_CHECK_LE(in, ldx);
   SS_CHECK_LE(out, ldy);
-  // Column-major view: yᵀ [out, n] = W [in, out]ᵀ · xᵀ [in, n].
-  const float alpha = 1.0f, beta = 0.0f;
-  SS_CUBLAS_CHECK(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out),
-                               static_cast<int>(n), static_cast<int>(in), &alpha, w, CUDA_R_16BF,
-                               static_cast<int>(in), x, CUDA_R_16BF, static_cast<int>(ldx), &beta,
-                               y, y_type, static_cast<int>(ldy), CUBLAS_COMPUTE_32F,
-                               CUBLAS_GEMM_DEFAULT));
+  bf16_->gemm(x, ldx, w, n, out, in, y, y_type, ldy);
 }
 
 }  // namespace specstack::cuda

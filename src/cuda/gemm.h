@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "cuda/bf16_gemm_tuner.h"
 #include "cuda/device_buffer.h"
 #include "cuda/fp8_gemm.h"
 
@@ -102,6 +103,8 @@ class Gemm {
                  int64_t in) const;
 
   cublasHandle_t handle() { return handle_; }
+  // The bf16 GEMMs' per-shape algorithm choice (tests read what it tuned).
+  const Bf16GemmTuner& bf16_tuner() const { return *bf16_; }
 
   // Scratch for the FP8 GEMMs' quantized activations: up to `rows` rows of up
   // to `max_in` columns. Called before any FP8 linear of more than
@@ -121,11 +124,12 @@ class Gemm {
   cublasHandle_t handle_ = nullptr;
   // A fixed workspace so cuBLAS never allocates (required inside graph capture).
   DeviceBuffer<uint8_t> workspace_;
-  std::unique_ptr<Fp8Gemm> fp8_;       // created with the first reserve_fp8_activations
-  DeviceBuffer<fp8> fp8_x_;            // [rows, in] quantized activations
-  DeviceBuffer<float> fp8_x_scale_;    // [rows]
-  DeviceBuffer<float> fp8_act_scale_;  // [rows] mlp's SiLU rows (fp8_x_ holds their e4m3)
-  int64_t fp8_gemv_max_rows_;          // set_fp8_gemv_max_rows
+  std::unique_ptr<Bf16GemmTuner> bf16_;  // every bf16 GEMM (gemm()) goes through it
+  std::unique_ptr<Fp8Gemm> fp8_;         // created with the first reserve_fp8_activations
+  DeviceBuffer<fp8> fp8_x_;              // [rows, in] quantized activations
+  DeviceBuffer<float> fp8_x_scale_;      // [rows]
+  DeviceBuffer<float> fp8_act_scale_;    // [rows] mlp's SiLU rows (fp8_x_ holds their e4m3)
+  int64_t fp8_gemv_max_rows_;            // set_fp8_gemv_max_rows
 };
 
 }  // namespace specstack::cuda

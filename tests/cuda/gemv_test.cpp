@@ -81,6 +81,60 @@ TEST(CudaGemv, LinearAgreesAcrossTheGemvAndCublasPaths) {
   SS_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
+// The bf16 GEMM's per-shape algorithm choice (cuda/bf16_gemm_tuner.h):
+// whatever it picks for a verify-sized row count, the product is the
+// double-precision one within bf16 rounding; another row count of the same
+// bucket reuses the choice; a graph capture of an untuned bucket times
+// nothing and still computes the product; prefill-sized row counts are left
+// to cublasGemmEx untuned.
+TEST(CudaGemm, TunedAlgorithmsComputeTheSameProduct) {
+  SS_REQUIRE_GPU();
+  std::mt19937 rng(13);
+  cudaStream_t stream = nullptr;
+  SS_CUDA_CHECK(cudaStreamCreate(&stream));
+  Gemm gemm(stream);
+  const int64_t in = 1024, out = 768, ldx = in + 8;
+  auto w = random_values(rng, size_t(out * in));
+  auto d_w = upload(to_bf16(w));
+  auto check = [&](int64_t n) {
+    SCOPED_TRACE(::testing::Message() << "rows " << n);
+    auto x = random_values(rng, size_t(n * ldx));
+    auto d_x = upload(to_bf16(x));
+    DeviceBuffer<__nv_bfloat16> y(size_t(n * out));
+    y.fill_bytes(0xFF);
+    gemm.linear(d_x.data(), ldx, LinearWeight{d_w.data()}, n, out, in, y.data(), out);
+    SS_CUDA_CHECK(cudaStreamSynchronize(stream));
+    EXPECT_LE(relative_error(to_f32(y.download()), reference(x, ldx, w, n, out, in)),
+              kBf16Tolerance);
+  };
+  check(320);  // tunes the bucket (257..512)
+  EXPECT_EQ(gemm.bf16_tuner().tuned(), 1);
+  check(300);  // the same bucket: no new tuning
+  EXPECT_EQ(gemm.bf16_tuner().tuned(), 1);
+  check(4096);  // past max_rows: cublasGemmEx untimed
+  EXPECT_EQ(gemm.bf16_tuner().tuned(), 1);
+
+  // Inside a capture the untuned bucket 65..128 runs the default.
+  const int64_t n = 100;
+  auto x = random_values(rng, size_t(n * ldx));
+  auto d_x = upload(to_bf16(x));
+  DeviceBuffer<__nv_bfloat16> y(size_t(n * out));
+  y.fill_bytes(0xFF);
+  cudaGraph_t graph = nullptr;
+  SS_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  gemm.linear(d_x.data(), ldx, LinearWeight{d_w.data()}, n, out, in, y.data(), out);
+  SS_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  SS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  SS_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  SS_CUDA_CHECK(cudaStreamSynchronize(stream));
+  EXPECT_EQ(gemm.bf16_tuner().tuned(), 1);
+  EXPECT_LE(relative_error(to_f32(y.download()), reference(x, ldx, w, n, out, in)), kBf16Tolerance);
+  SS_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  SS_CUDA_CHECK(cudaGraphDestroy(graph));
+  SS_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
 }  // namespace
 }  // namespace specstack::cuda::testing
 

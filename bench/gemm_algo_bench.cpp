@@ -1,0 +1,151 @@
+// gemm_algo_bench: bf16 linear layers y[n, out] = x[n, in] W^T at the shapes a
+// decode / verify / prefill step of qwen2.5-7b runs (cuda/gemm.cpp issues them
+// through cublasGemmEx with the default algorithm), timed for cublasGemmEx and
+// for each of cuBLASLt's top heuristic algorithms (tile, stages, split-K as
+// cuBLASLt reports them): what choosing the algorithm per shape could gain.
+// CUDA events, median of 5 batches of 20 calls after 3 warm-up calls.
+//   build/bench/gemm_algo_bench [--rows 64,320,2048] [--candidates 16]
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "cuda/cuda_check.h"
+#include "cuda/device_buffer.h"
+
+using namespace specstack::cuda;
+
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t out, in;
+};
+
+template <typename Call>
+double time_us(Call call) {
+  constexpr int kCalls = 20, kBatches = 5;
+  for (int i = 0; i < 3; ++i) call();
+  cudaEvent_t start, stop;
+  SS_CUDA_CHECK(cudaEventCreate(&start));
+  SS_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> per_call;
+  for (int b = 0; b < kBatches; ++b) {
+    SS_CUDA_CHECK(cudaEventRecord(start));
+    for (int i = 0; i < kCalls; ++i) call();
+    SS_CUDA_CHECK(cudaEventRecord(stop));
+    SS_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    SS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    per_call.push_back(1000.0 * ms / kCalls);
+  }
+  SS_CUDA_CHECK(cudaEventDestroy(start));
+  SS_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(per_call.begin(), per_call.end());
+  return per_call[per_call.size() / 2];
+}
+
+int attr_int(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t a) {
+  int v = 0;
+  size_t written = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, a, &v, sizeof(v), &written);
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bf16 GEMM algorithms at the qwen2.5-7b linear shapes"};
+  std::vector<int64_t> rows_list = {64, 320, 2048};
+  int candidates = 16;
+  app.add_option("--rows", rows_list, "rows (tokens) per GEMM")->delimiter(',');
+  app.add_option("--candidates", candidates, "cuBLASLt heuristic algorithms to time");
+  CLI11_PARSE(app, argc, argv);
+
+  const std::vector<Shape> shapes = {
+      {"qkv", 4608, 3584}, {"o", 3584, 3584}, {"gate_up", 37888, 3584}, {"down", 3584, 18944}};
+  cublasHandle_t blas = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  SS_CUBLAS_CHECK(cublasCreate(&blas));
+  SS_CUBLAS_CHECK(cublasLtCreate(&lt));
+  const size_t workspace_bytes = size_t{64} << 20;  // as cuda/gemm.cpp gives cuBLAS
+  DeviceBuffer<char> workspace(workspace_bytes);
+  SS_CUBLAS_CHECK(cublasSetWorkspace(blas, workspace.data(), workspace_bytes));
+
+  std::printf(
+      "| shape | rows | algorithm | tile id | stages id | split-K | us | TFLOP/s | weight TB/s "
+      "|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  for (const Shape& s : shapes) {
+    for (int64_t n : rows_list) {
+      DeviceBuffer<__nv_bfloat16> w(size_t(s.out * s.in)), x(size_t(n * s.in)),
+          y(size_t(n * s.out));
+      w.fill_bytes(0x3c);  // small finite bf16 values
+      x.fill_bytes(0x3c);
+      const double flop = 2.0 * double(n) * double(s.out) * double(s.in);
+      const double bytes = 2.0 * double(s.out) * double(s.in);
+      auto report = [&](const char* what, int tile, int stages, int split, double us) {
+        std::printf("| %s | %lld | %s | %d | %d | %d | %.1f | %.0f | %.2f |\n", s.name,
+                    static_cast<long long>(n), what, tile, stages, split, us, flop / us / 1e6,
+                    bytes / us / 1e6);
+        std::fflush(stdout);
+      };
+      const float alpha = 1.0f, beta = 0.0f;
+      report("cublasGemmEx default", -1, -1, -1, time_us([&] {
+               SS_CUBLAS_CHECK(cublasGemmEx(
+                   blas, CUBLAS_OP_T, CUBLAS_OP_N, int(s.out), int(n), int(s.in), &alpha, w.data(),
+                   CUDA_R_16BF, int(s.in), x.data(), CUDA_R_16BF, int(s.in), &beta, y.data(),
+                   CUDA_R_16BF, int(s.out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+             }));
+      cublasLtMatmulDesc_t desc = nullptr;
+      cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+      SS_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+      SS_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)));
+      SS_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)));
+      SS_CUBLAS_CHECK(
+          cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, uint64_t(s.in), uint64_t(s.out), s.in));
+      SS_CUBLAS_CHECK(
+          cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, uint64_t(s.in), uint64_t(n), s.in));
+      SS_CUBLAS_CHECK(
+          cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, uint64_t(s.out), uint64_t(n), s.out));
+      cublasLtMatmulPreference_t pref = nullptr;
+      SS_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+      SS_CUBLAS_CHECK(
+          cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                               &workspace_bytes, sizeof(workspace_bytes)));
+      std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(candidates));
+      int found = 0;
+      SS_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, candidates,
+                                                     results.data(), &found));
+      for (int i = 0; i < found; ++i) {
+        const cublasLtMatmulAlgo_t& algo = results[size_t(i)].algo;
+        if (results[size_t(i)].state != CUBLAS_STATUS_SUCCESS) continue;
+        char name[32];
+        std::snprintf(name, sizeof(name), "cuBLASLt #%d", i);
+        report(name, attr_int(algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
+               attr_int(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+               attr_int(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM), time_us([&] {
+                 SS_CUBLAS_CHECK(cublasLtMatmul(lt, desc, &alpha, w.data(), la, x.data(), lb, &beta,
+                                                y.data(), ld, y.data(), ld, &algo, workspace.data(),
+                                                workspace_bytes, nullptr));
+               }));
+      }
+      cublasLtMatmulPreferenceDestroy(pref);
+      cublasLtMatrixLayoutDestroy(la);
+      cublasLtMatrixLayoutDestroy(lb);
+      cublasLtMatrixLayoutDestroy(ld);
+      cublasLtMatmulDescDestroy(desc);
+    }
+  }
+  cublasLtDestroy(lt);
+  cublasDestroy(blas);
+  return 0;
+}

@@ -1,0 +1,184 @@
+// Bf16GemmTuner (bf16_gemm_tuner.h): per-shape choice between cublasGemmEx's
+// default and cuBLASLt's heuristic answers, timed once per row bucket.
+#include "cuda/bf16_gemm_tuner.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "base/check.h"
+#include "cuda/cuda_check.h"
+
+namespace specstack::cuda {
+namespace {
+
+// The bucket's upper bound: the next power of two >= n.
+int64_t row_bucket(int64_t n) {
+  int64_t b = 1;
+  while (b < n) b *= 2;
+  return b;
+}
+
+}  // namespace
+
+Bf16GemmTuner::Bf16GemmTuner(cudaStream_t stream, cublasHandle_t blas, void* workspace,
+                             size_t workspace_bytes, int64_t max_rows, int candidates)
+    : stream_(stream),
+      blas_(blas),
+      workspace_(workspace),
+      workspace_bytes_(workspace_bytes),
+      max_rows_(max_rows),
+      candidates_(candidates) {
+  SS_CUBLAS_CHECK(cublasLtCreate(&lt_));
+}
+
+Bf16GemmTuner::~Bf16GemmTuner() {
+  for (auto& [key, p] : plans_) {
+    if (p.desc != nullptr) cublasLtMatmulDescDestroy(p.desc);
+    if (p.a != nullptr) cublasLtMatrixLayoutDestroy(p.a);
+    if (p.b != nullptr) cublasLtMatrixLayoutDestroy(p.b);
+    if (p.d != nullptr) cublasLtMatrixLayoutDestroy(p.d);
+  }
+  if (lt_ != nullptr) cublasLtDestroy(lt_);
+}
+
+int Bf16GemmTuner::tuned_to_lt() const {
+  return static_cast<int>(std::count_if(choice_.begin(), choice_.end(),
+                                        [](const auto& kv) { return kv.second.use_lt; }));
+}
+
+Bf16GemmTuner::Plan& Bf16GemmTuner::plan(const ShapeKey& key, cudaDataType_t y_type) {
+  auto found = plans_.find(key);
+  if (found != plans_.end()) return found->second;
+  const auto [n, out, in, ldx, ldy, type] = key;
+  Plan p;
+  // Column-major view, as cublasGemmEx's: yᵀ [out, n] = W [in, out]ᵀ · xᵀ [in, n].
+  SS_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+  SS_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)));
+  SS_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)));
+  SS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, uint64_t(in), uint64_t(out), in));
+  SS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, uint64_t(in), uint64_t(n), ldx));
+  SS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, y_type, uint64_t(out), uint64_t(n), ldy));
+  return plans_.emplace(key, p).first->second;
+}
+
+cublasStatus_t Bf16GemmTuner::run_default(const void* x, int64_t ldx, const void* w, int64_t n,
+                                          int64_t out, int64_t in, void* y, cudaDataType_t y_type,
+                                          int64_t ldy) {
+  const float alpha = 1.0f, beta = 0.0f;
+  return cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out), static_cast<int>(n),
+                      static_cast<int>(in), &alpha, w, CUDA_R_16BF, static_cast<int>(in), x,
+                      CUDA_R_16BF, static_cast<int>(ldx), &beta, y, y_type, static_cast<int>(ldy),
+                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+cublasStatus_t Bf16GemmTuner::run_lt(Plan& p, const cublasLtMatmulAlgo_t& algo, const void* x,
+                                     const void* w, void* y) {
+  const float alpha = 1.0f, beta = 0.0f;
+  return cublasLtMatmul(lt_, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &algo,
+                        workspace_, workspace_bytes_, stream_);
+}
+
+void Bf16GemmTuner::gemm(const void* x, int64_t ldx, const void* w, int64_t n, int64_t out,
+                         int64_t in, void* y, cudaDataType_t y_type, int64_t ldy) {
+  if (n < 2 || n > max_rows_ || candidates_ < 1) {
+    SS_CUBLAS_CHECK(run_default(x, ldx, w, n, out, in, y, y_type, ldy));
+    return;
+  }
+  const int type = static_cast<int>(y_type);
+  const ShapeKey bucket{row_bucket(n), out, in, ldx, ldy, type};
+  auto known = choice_.find(bucket);
+  if (known == choice_.end()) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    SS_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
+    if (capture != cudaStreamCaptureStatusNone) {  // no timing inside a capture
+      SS_CUBLAS_CHECK(run_default(x, ldx, w, n, out, in, y, y_type, ldy));
+      return;
+    }
+    Plan& p = plan(ShapeKey{n, out, in, ldx, ldy, type}, y_type);
+    known = choice_.emplace(bucket, tune(p, x, ldx, w, n, out, in, y, y_type, ldy)).first;
+  }
+  const Choice& c = known->second;
+  if (c.use_lt) {
+    Plan& p = plan(ShapeKey{n, out, in, ldx, ldy, type}, y_type);
+    cublasLtMatmulHeuristicResult_t check{};
+    if (cublasLtMatmulAlgoCheck(lt_, p.desc, p.a, p.b, p.d, p.d, &c.algo, &check) ==
+            CUBLAS_STATUS_SUCCESS &&
+        check.workspaceSize <= workspace_bytes_ &&
+        run_lt(p, c.algo, x, w, y) == CUBLAS_STATUS_SUCCESS) {
+      return;
+    }
+  }
+  SS_CUBLAS_CHECK(run_default(x, ldx, w, n, out, in, y, y_type, ldy));
+}
+
+// Candidate 0 is cublasGemmEx's default, 1.. cuBLASLt's heuristic answers.
+// Rounds run every candidate once each, so a drift of the clocks spreads over
+// all of them rather than favouring whichever ran first; each candidate's
+// median round counts (as Fp8Gemm::autotune does).
+Bf16GemmTuner::Choice Bf16GemmTuner::tune(Plan& p, const void* x, int64_t ldx, const void* w,
+                                          int64_t n, int64_t out, int64_t in, void* y,
+                                          cudaDataType_t y_type, int64_t ldy) {
+  constexpr int kRounds = 5;
+  constexpr float kMinGain = 0.03f;
+  cublasLtMatmulPreference_t pref = nullptr;
+  SS_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  SS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_, sizeof(workspace_bytes_)));
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(candidates_));
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      lt_, p.desc, p.a, p.b, p.d, p.d, pref, candidates_, results.data(), &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  std::vector<cublasLtMatmulAlgo_t> lt;
+  for (int i = 0; status == CUBLAS_STATUS_SUCCESS && i < found; ++i) {
+    if (results[size_t(i)].state == CUBLAS_STATUS_SUCCESS) lt.push_back(results[size_t(i)].algo);
+  }
+  const size_t count = 1 + lt.size();
+  auto run = [&](size_t i) {
+    return i == 0 ? run_default(x, ldx, w, n, out, in, y, y_type, ldy)
+                  : run_lt(p, lt[i - 1], x, w, y);
+  };
+  std::vector<bool> ok(count, true);
+  for (size_t i = 0; i < count; ++i) ok[i] = run(i) == CUBLAS_STATUS_SUCCESS;  // warm-up
+  SS_CHECK_MSG(ok[0], "cublasGemmEx failed on a shape the model needs");
+  std::vector<cudaEvent_t> events(2 * count * kRounds);
+  for (auto& e : events) SS_CUDA_CHECK(cudaEventCreate(&e));
+  for (int r = 0; r < kRounds; ++r) {
+    for (size_t i = 0; i < count; ++i) {
+      if (!ok[i]) continue;
+      SS_CUDA_CHECK(cudaEventRecord(events[2 * (r * count + i)], stream_));
+      ok[i] = run(i) == CUBLAS_STATUS_SUCCESS;
+      SS_CUDA_CHECK(cudaEventRecord(events[2 * (r * count + i) + 1], stream_));
+    }
+  }
+  SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<float> median(count, 0.0f);
+  for (size_t i = 0; i < count; ++i) {
+    if (!ok[i]) continue;
+    std::vector<float> us(kRounds);
+    for (int r = 0; r < kRounds; ++r) {
+      float ms = 0.0f;
+      SS_CUDA_CHECK(
+          cudaEventElapsedTime(&ms, events[2 * (r * count + i)], events[2 * (r * count + i) + 1]));
+      us[size_t(r)] = 1000.0f * ms;
+    }
+    std::sort(us.begin(), us.end());
+    median[i] = us[kRounds / 2];
+  }
+  for (auto& e : events) SS_CUDA_CHECK(cudaEventDestroy(e));
+  Choice c;
+  float best = median[0] * (1.0f - kMinGain);
+  for (size_t i = 1; i < count; ++i) {
+    if (ok[i] && median[i] < best) {
+      best = median[i];
+      c.use_lt = true;
+      c.algo = lt[i - 1];
+    }
+  }
+  return c;
+}
+
+}  // namespace specstack::cuda
