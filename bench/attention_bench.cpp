@@ -171,6 +171,17 @@ void run_point(const Shape& shape, const Point& p, std::mt19937& rng) {
       a.run_partition_size = part;
       report(name, part, time_us([&] { paged_attention(a, nullptr); }));
     }
+    // The run-time split (PagedAttentionArgs::run_split: each run's tiles dealt
+    // over S CTAs), reported with the partition column = -S.
+    a.partition_size = partition;
+    a.run_partition_size = 0;
+    for (int32_t split : {2, 4, 8, 16, 32}) {
+      if (int64_t{split} * kRunMaxPartition < p.context || split * 64 > p.context) continue;
+      a.run_split = split;
+      report(wgmma ? "run wgmma split" : "run mma split", -split,
+             time_us([&] { paged_attention(a, nullptr); }));
+    }
+    a.run_split = 0;
   }
   a.run_math = RunMath::kAuto;
   a.partition_size = partition;
