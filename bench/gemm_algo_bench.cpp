@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "bench_timing.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_buffer.h"
 
@@ -29,25 +30,7 @@ struct Shape {
 
 template <typename Call>
 double time_us(Call call) {
-  constexpr int kCalls = 20, kBatches = 5;
-  for (int i = 0; i < 3; ++i) call();
-  cudaEvent_t start, stop;
-  SS_CUDA_CHECK(cudaEventCreate(&start));
-  SS_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<double> per_call;
-  for (int b = 0; b < kBatches; ++b) {
-    SS_CUDA_CHECK(cudaEventRecord(start));
-    for (int i = 0; i < kCalls; ++i) call();
-    SS_CUDA_CHECK(cudaEventRecord(stop));
-    SS_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    SS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    per_call.push_back(1000.0 * ms / kCalls);
-  }
-  SS_CUDA_CHECK(cudaEventDestroy(start));
-  SS_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(per_call.begin(), per_call.end());
-  return per_call[per_call.size() / 2];
+  return specstack::bench::median_us_per_call(call, 20, 5);
 }
 
 int attr_int(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t a) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "cuda/candidate_timing.h"
 #include "cuda/cuda_check.h"
 
 namespace specstack::cuda {
@@ -114,14 +115,11 @@ void Bf16GemmTuner::gemm(const void* x, int64_t ldx, const void* w, int64_t n, i
   SS_CUBLAS_CHECK(run_default(x, ldx, w, n, out, in, y, y_type, ldy));
 }
 
-// Candidate 0 is cublasGemmEx's default, 1.. cuBLASLt's heuristic answers.
-// Rounds run every candidate once each, so a drift of the clocks spreads over
-// all of them rather than favouring whichever ran first; each candidate's
-// median round counts (as Fp8Gemm::autotune does).
+// Candidate 0 is cublasGemmEx's default, 1.. cuBLASLt's heuristic answers,
+// timed by time_candidates (interleaved rounds, medians).
 Bf16GemmTuner::Choice Bf16GemmTuner::tune(Plan& p, const void* x, int64_t ldx, const void* w,
                                           int64_t n, int64_t out, int64_t in, void* y,
                                           cudaDataType_t y_type, int64_t ldy) {
-  constexpr int kRounds = 5;
   constexpr float kMinGain = 0.03f;
   cublasLtMatmulPreference_t pref = nullptr;
   SS_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -137,38 +135,15 @@ Bf16GemmTuner::Choice Bf16GemmTuner::tune(Plan& p, const void* x, int64_t ldx, c
     if (results[size_t(i)].state == CUBLAS_STATUS_SUCCESS) lt.push_back(results[size_t(i)].algo);
   }
   const size_t count = 1 + lt.size();
-  auto run = [&](size_t i) {
-    return i == 0 ? run_default(x, ldx, w, n, out, in, y, y_type, ldy)
-                  : run_lt(p, lt[i - 1], x, w, y);
-  };
-  std::vector<bool> ok(count, true);
-  for (size_t i = 0; i < count; ++i) ok[i] = run(i) == CUBLAS_STATUS_SUCCESS;  // warm-up
+  std::vector<bool> ok;
+  const std::vector<float> median = time_candidates(
+      stream_, count,
+      [&](size_t i) {
+        return (i == 0 ? run_default(x, ldx, w, n, out, in, y, y_type, ldy)
+                       : run_lt(p, lt[i - 1], x, w, y)) == CUBLAS_STATUS_SUCCESS;
+      },
+      ok);
   SS_CHECK_MSG(ok[0], "cublasGemmEx failed on a shape the model needs");
-  std::vector<cudaEvent_t> events(2 * count * kRounds);
-  for (auto& e : events) SS_CUDA_CHECK(cudaEventCreate(&e));
-  for (int r = 0; r < kRounds; ++r) {
-    for (size_t i = 0; i < count; ++i) {
-      if (!ok[i]) continue;
-      SS_CUDA_CHECK(cudaEventRecord(events[2 * (r * count + i)], stream_));
-      ok[i] = run(i) == CUBLAS_STATUS_SUCCESS;
-      SS_CUDA_CHECK(cudaEventRecord(events[2 * (r * count + i) + 1], stream_));
-    }
-  }
-  SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  std::vector<float> median(count, 0.0f);
-  for (size_t i = 0; i < count; ++i) {
-    if (!ok[i]) continue;
-    std::vector<float> us(kRounds);
-    for (int r = 0; r < kRounds; ++r) {
-      float ms = 0.0f;
-      SS_CUDA_CHECK(
-          cudaEventElapsedTime(&ms, events[2 * (r * count + i)], events[2 * (r * count + i) + 1]));
-      us[size_t(r)] = 1000.0f * ms;
-    }
-    std::sort(us.begin(), us.end());
-    median[i] = us[kRounds / 2];
-  }
-  for (auto& e : events) SS_CUDA_CHECK(cudaEventDestroy(e));
   Choice c;
   float best = median[0] * (1.0f - kMinGain);
   for (size_t i = 1; i < count; ++i) {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "base/check.h"
+#include "cuda/candidate_timing.h"
 #include "cuda/cuda_check.h"
 
 namespace specstack::cuda {
@@ -168,50 +169,24 @@ void Fp8Gemm::autotune(Plan& p, const TuneKey& key, const fp8* x8, const fp8* w8
       return;
     }
   }
-  // Rounds that run every candidate once each, so a drift of the clocks
-  // (the H100 slows as it warms under FP8 load) spreads over all of them
-  // rather than favouring whichever ran first; each candidate's median round
-  // counts. Another answer replaces the heuristic's first only when it is
+  // time_candidates interleaves rounds (clock drift) and keeps each one's
+  // median. Another answer replaces the heuristic's first only when it is
   // kMinGain faster: the first H100 tries with a single timed block per
   // candidate picked "winners" that were slower in steady state.
-  constexpr int kRounds = 5;
   constexpr float kMinGain = 0.03f;
   const size_t count = candidates.size();
-  std::vector<cudaEvent_t> events(2 * count * kRounds);
-  for (auto& e : events) SS_CUDA_CHECK(cudaEventCreate(&e));
   const float alpha = 1.0f, beta = 0.0f;
-  std::vector<bool> ok(count, true);
-  auto run = [&](size_t i) {
-    return cublasLtMatmul(handle_, p.desc, &alpha, w8, p.a, x8, p.b, &beta, y, p.d, y, p.d,
-                          &candidates[i], workspace_, workspace_bytes_,
-                          stream_) == CUBLAS_STATUS_SUCCESS;
-  };
-  for (size_t i = 0; i < count; ++i) ok[i] = run(i);  // warm-up; an answer that fails is out
-  for (int r = 0; r < kRounds; ++r) {
-    for (size_t i = 0; i < count; ++i) {
-      if (!ok[i]) continue;
-      SS_CUDA_CHECK(cudaEventRecord(events[2 * (r * count + i)], stream_));
-      ok[i] = run(i);
-      SS_CUDA_CHECK(cudaEventRecord(events[2 * (r * count + i) + 1], stream_));
-    }
-  }
-  SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<bool> ok;
+  const std::vector<float> median = time_candidates(
+      stream_, count,
+      [&](size_t i) {
+        return cublasLtMatmul(handle_, p.desc, &alpha, w8, p.a, x8, p.b, &beta, y, p.d, y, p.d,
+                              &candidates[i], workspace_, workspace_bytes_,
+                              stream_) == CUBLAS_STATUS_SUCCESS;
+      },
+      ok);
   Fp8Tuning t;
-  std::vector<float> median(count, 0.0f);
-  for (size_t i = 0; i < count; ++i) {
-    if (!ok[i]) continue;
-    std::vector<float> us(kRounds);
-    for (int r = 0; r < kRounds; ++r) {
-      float ms = 0.0f;
-      SS_CUDA_CHECK(
-          cudaEventElapsedTime(&ms, events[2 * (r * count + i)], events[2 * (r * count + i) + 1]));
-      us[size_t(r)] = 1000.0f * ms;
-    }
-    std::sort(us.begin(), us.end());
-    median[i] = us[kRounds / 2];
-    ++t.candidates;
-  }
-  for (auto& e : events) SS_CUDA_CHECK(cudaEventDestroy(e));
+  t.candidates = static_cast<int>(std::count(ok.begin(), ok.end(), true));
   if (ok[0]) {
     t.chosen = 0;
     t.first_us = t.chosen_us = median[0];

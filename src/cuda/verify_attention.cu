@@ -183,35 +183,10 @@ __device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const
   const int tq = lane & 3;
   const bool active = mi * 16 < c.n_q;
 
-  // The lane's two query rows: m_lo = mi * 16 + gr and m_hi = m_lo + 8.
-  // Padding rows (m >= n_q) have Q = 0 and see every loaded key: finite,
-  // never written out.
-  int32_t row_slot[2], row_lim[2];  // visible: slot index <= row_slot, key pos > row_lim
-  const bf16* q_row[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int m = mi * 16 + gr + h * 8;
-    row_slot[h] = INT_MAX;
-    row_lim[h] = INT_MIN;
-    q_row[h] = nullptr;
-    if (m < c.n_q) {
-      const int32_t t = c.t0 + m / c.g;
-      row_slot[h] = a.token_slot[t];
-      if (a.sliding_window > 0) row_lim[h] = a.token_pos[t] - a.sliding_window;
-      q_row[h] = a.q + t * a.q_stride + (static_cast<int64_t>(c.kvh) * c.g + m % c.g) * kHeadDim;
-    }
-  }
-  // Q as A fragments: a0 (row lo, k tq*2), a1 (row hi), a2 / a3 (k + 8).
+  // The lane's two query rows mi * 16 + gr (+ 8) and their Q fragments.
+  int32_t row_slot[2], row_lim[2];
   uint32_t qf[kKs][4];
-#pragma unroll
-  for (int ks = 0; ks < kKs; ++ks) {
-    const int col = ks * 16 + tq * 2;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      qf[ks][h] = q_row[h] ? __ldg(reinterpret_cast<const uint32_t*>(q_row[h] + col)) : 0u;
-      qf[ks][h + 2] = q_row[h] ? __ldg(reinterpret_cast<const uint32_t*>(q_row[h] + col + 8)) : 0u;
-    }
-  }
+  load_query_fragments<kHeadDim>(a, c, mi * 16, row_slot, row_lim, qf);
   const float q_scale = a.scale * kLog2e;
   // Tiles every row sees whole: before the first row's own slot, no window.
   const int32_t first_slot = a.token_slot[c.t0];

@@ -1,0 +1,38 @@
+// Timing one call for the bench programs that time a kernel or library call
+// at several shapes (attention_bench, gemm_algo_bench): warm-up calls, then
+// batches of calls between two CUDA events on the default stream; the median
+// batch's microseconds per call.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "cuda/cuda_check.h"
+
+namespace specstack::bench {
+
+template <typename Call>
+double median_us_per_call(Call call, int calls_per_batch, int batches, int warmup = 3) {
+  for (int i = 0; i < warmup; ++i) call();
+  cudaEvent_t start, stop;
+  SS_CUDA_CHECK(cudaEventCreate(&start));
+  SS_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> per_call;
+  for (int b = 0; b < batches; ++b) {
+    SS_CUDA_CHECK(cudaEventRecord(start));
+    for (int i = 0; i < calls_per_batch; ++i) call();
+    SS_CUDA_CHECK(cudaEventRecord(stop));
+    SS_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    SS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    per_call.push_back(1000.0 * ms / calls_per_batch);
+  }
+  SS_CUDA_CHECK(cudaEventDestroy(start));
+  SS_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(per_call.begin(), per_call.end());
+  return per_call[per_call.size() / 2];
+}
+
+}  // namespace specstack::bench
