@@ -10,11 +10,14 @@
 // Prints microseconds per call (one layer) and the effective KV bandwidth:
 // the bytes of K and V the batch attends over (B x L x kv heads x head dim
 // x 2 x 2 bytes) per second.
-//   build/bench/attention_bench [--points B:L:rows,...] [--draft]
+// Decode points (rows 1) also time the kernel as a decode graph launches it,
+// for a graph captured at --capacity slots (default: the context).
+//   build/bench/attention_bench [--points B:L:rows,...] [--draft] [--capacity N]
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -48,7 +51,7 @@ double time_us(Call call) {
   return specstack::bench::median_us_per_call(call, 10, 5);
 }
 
-void run_point(const Shape& shape, const Point& p, std::mt19937& rng) {
+void run_point(const Shape& shape, const Point& p, int32_t capacity, std::mt19937& rng) {
   const int32_t kHeads = shape.heads, kKvHeads = shape.kv_heads, kHeadDim = shape.head_dim;
   const int32_t blocks_per_seq = (p.context + kBlock - 1) / kBlock;
   const int32_t n_blocks = p.batch * blocks_per_seq;
@@ -94,8 +97,9 @@ void run_point(const Shape& shape, const Point& p, std::mt19937& rng) {
   d_run.upload(run);
   const int32_t partition = paged_attention_partition_size(n_tokens, kKvHeads);
   // Sized for the smallest partition any variant below uses.
+  const int32_t graph_capacity = std::max(capacity, p.context);
   DeviceBuffer<float> ws(std::max<size_t>(
-      1, paged_attention_workspace_floats(n_tokens, kHeads, kHeadDim, p.context, 64)));
+      1, paged_attention_workspace_floats(n_tokens, kHeads, kHeadDim, graph_capacity, 64)));
 
   PagedAttentionArgs a;
   a.q = q.data();
@@ -171,6 +175,20 @@ void run_point(const Shape& shape, const Point& p, std::mt19937& rng) {
   a.run_partition_size = 0;
   std::printf("| %d | %d | %d | auto picks %s |\n", p.batch, p.context, p.rows,
               run_attention_uses_wgmma(a) ? "wgmma" : "mma");
+  if (p.rows == 1) {
+    // As a decode graph of this batch launches it (cuda_graphs.cpp): the grid
+    // over tokens, the graph's partitions and cap on CTAs along them (or its
+    // run-time split), max_context = the graph's capacity (--capacity).
+    PagedAttentionArgs g = a;
+    g.run_first = nullptr;
+    g.max_context = graph_capacity;
+    g.partition_size = paged_attention_partition_size(p.batch, kKvHeads);
+    g.run_partition_size = run_attention_graph_partition_size(p.batch, kKvHeads, g.partition_size);
+    g.run_grid_parts = run_attention_graph_grid_parts(p.batch, kKvHeads);
+    g.run_split = run_attention_split(p.batch, kKvHeads, graph_capacity);
+    report("run graph (capacity)", g.run_split > 0 ? -g.run_split : g.run_partition_size,
+           time_us([&] { paged_attention(g, nullptr); }));
+  }
 }
 
 }  // namespace
@@ -178,7 +196,9 @@ void run_point(const Shape& shape, const Point& p, std::mt19937& rng) {
 int main(int argc, char** argv) {
   const char* points = "32:16384:5,64:8192:5,32:8192:5,8:8192:5,1:8192:5,32:16384:1,64:8192:1";
   Shape shape;
+  int32_t capacity = 0;  // the decode-graph row's max_context (0: the point's context)
   for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--capacity") == 0 && i + 1 < argc) capacity = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--points") == 0 && i + 1 < argc) points = argv[++i];
     if (std::strcmp(argv[i], "--draft") == 0) shape = Shape{14, 2, 64};
   }
@@ -188,7 +208,7 @@ int main(int argc, char** argv) {
   std::printf("| batch | context | rows | kernel | partition | us | KV TB/s |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   for (const auto& f : specstack::bench::parse_points<3>(points, "attention_bench", "B:L:rows")) {
-    run_point(shape, Point{f[0], f[1], f[2]}, rng);
+    run_point(shape, Point{f[0], f[1], f[2]}, capacity, rng);
   }
   return 0;
 }

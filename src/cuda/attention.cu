@@ -297,6 +297,24 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The workspace entries of a token to merge: with partition_size > 0 the
+// partitions at or before its own slot (later ones were never written, and
+// none for padding, own_slot < 0); with 0 (the run kernel's run-time split)
+// all n_parts, the empty ones marked with max -inf.
+__device__ __forceinline__ int32_t partitions_written(int32_t own_slot, int32_t n_parts,
+                                                      int32_t partition_size) {
+  if (partition_size == 0) return n_parts;
+  return own_slot < 0 ? 0 : min(n_parts, own_slot / partition_size + 1);
+}
+
+// An entry's weight 2^(m_p - M) against the overall max M (finite): 0 for an
+// empty entry (m_p = -inf), whose l and acc callers must not read (its acc
+// is unwritten), so they skip entries of weight 0 (an underflowed weight
+// adds nothing either).
+__device__ __forceinline__ float partition_weight(float m_p, float m) {
+  return m_p == -INFINITY ? 0.0f : exp2f(m_p - m);
+}
+
 // Merges the partitions of one (token, head): out = sum_p acc_p 2^(m_p - M) /
 // sum_p l_p 2^(m_p - M). grid (n_tokens, n_heads), kCombineThreads threads.
 // partition_size > 0: the partitions at or before the token's own slot were
@@ -324,9 +342,7 @@ __global__ void __launch_bounds__(kCombineThreads)
   const int32_t head = blockIdx.y;
   const int tid = threadIdx.x;
   const int32_t own_slot = token_slot[t];
-  const int32_t n_used = partition_size == 0 ? n_parts
-                         : own_slot < 0      ? 0
-                                             : min(n_parts, own_slot / partition_size + 1);
+  const int32_t n_used = partitions_written(own_slot, n_parts, partition_size);
   const float* entry = workspace + workspace_entry(t, head, 0, n_heads, n_parts, head_dim);
   const int64_t entry_floats = head_dim + 2;
   bf16* o = out + t * out_stride + static_cast<int64_t>(head) * head_dim;
@@ -343,7 +359,8 @@ __global__ void __launch_bounds__(kCombineThreads)
   float l = 0.0f;  // >= 1: the partition holding the max has a term exp2(0)
   for (int32_t p = tid; p < n_used; p += kCombineThreads) {
     const float* e = entry + p * entry_floats;
-    if (e[head_dim] != -INFINITY) l += e[head_dim + 1] * exp2f(e[head_dim] - m);
+    const float w = partition_weight(e[head_dim], m);
+    if (w != 0.0f) l += e[head_dim + 1] * w;
   }
   const float inv = 1.0f / block_sum(l, s_red);
 
@@ -355,8 +372,7 @@ __global__ void __launch_bounds__(kCombineThreads)
   for (int32_t p0 = 0; p0 < n_used; p0 += kCombineThreads) {
     const int32_t n_chunk = min(kCombineThreads, n_used - p0);
     if (tid < n_chunk) {
-      const float mp = entry[(p0 + tid) * entry_floats + head_dim];
-      s_w[tid] = mp == -INFINITY ? 0.0f : exp2f(mp - m);
+      s_w[tid] = partition_weight(entry[(p0 + tid) * entry_floats + head_dim], m);
     }
     __syncthreads();
     if (g < groups) {
@@ -412,9 +428,7 @@ __global__ void __launch_bounds__(kCombineWarpsPerCta * 32)
   const auto t = static_cast<int32_t>(pair / n_heads);
   const auto head = static_cast<int32_t>(pair % n_heads);
   const int32_t own_slot = token_slot[t];
-  const int32_t n_used = partition_size == 0 ? n_parts
-                         : own_slot < 0      ? 0
-                                             : min(n_parts, own_slot / partition_size + 1);
+  const int32_t n_used = partitions_written(own_slot, n_parts, partition_size);
   const float* entry = workspace + workspace_entry(t, head, 0, n_heads, n_parts, kHeadDim);
   constexpr int64_t kEntry = kHeadDim + 2;
   bf16* o = out + t * out_stride + int64_t{head} * kHeadDim + lane * kDimsPerLane;
@@ -430,7 +444,8 @@ __global__ void __launch_bounds__(kCombineWarpsPerCta * 32)
   float l = 0.0f;  // >= 1: the partition holding the max has a term exp2(0)
   for (int32_t p = lane; p < n_used; p += 32) {
     const float* e = entry + p * kEntry;
-    if (e[kHeadDim] != -INFINITY) l += e[kHeadDim + 1] * exp2f(e[kHeadDim] - m);
+    const float w = partition_weight(e[kHeadDim], m);
+    if (w != 0.0f) l += e[kHeadDim + 1] * w;
   }
   const float inv = 1.0f / warp_sum(l);
 
@@ -438,9 +453,8 @@ __global__ void __launch_bounds__(kCombineWarpsPerCta * 32)
 #pragma unroll 4
   for (int32_t p = 0; p < n_used; ++p) {
     const float* e = entry + p * kEntry;
-    const float mp = e[kHeadDim];
-    if (mp == -INFINITY) continue;  // an empty entry's acc is unwritten
-    const float w = exp2f(mp - m);
+    const float w = partition_weight(e[kHeadDim], m);
+    if (w == 0.0f) continue;  // an empty entry's acc is unwritten
 #pragma unroll
     for (int i = 0; i < kDimsPerLane; i += 2) {
       const float2 v = *reinterpret_cast<const float2*>(e + lane * kDimsPerLane + i);

@@ -33,12 +33,7 @@ Bf16GemmTuner::Bf16GemmTuner(cudaStream_t stream, cublasHandle_t blas, void* wor
 }
 
 Bf16GemmTuner::~Bf16GemmTuner() {
-  for (auto& [key, p] : plans_) {
-    if (p.desc != nullptr) cublasLtMatmulDescDestroy(p.desc);
-    if (p.a != nullptr) cublasLtMatrixLayoutDestroy(p.a);
-    if (p.b != nullptr) cublasLtMatrixLayoutDestroy(p.b);
-    if (p.d != nullptr) cublasLtMatrixLayoutDestroy(p.d);
-  }
+  for (auto& [key, p] : plans_) destroy_lt_linear_layout(p);
   if (lt_ != nullptr) cublasLtDestroy(lt_);
 }
 
@@ -50,18 +45,10 @@ int Bf16GemmTuner::tuned_to_lt() const {
 Bf16GemmTuner::Plan& Bf16GemmTuner::plan(const ShapeKey& key, cudaDataType_t y_type) {
   auto found = plans_.find(key);
   if (found != plans_.end()) return found->second;
-  const auto [n, out, in, ldx, ldy, type] = key;
+  const auto& [n, out, in, ldx, ldy, type_ignored] = key;  // y_type is the key's type
   Plan p;
-  // Column-major view, as cublasGemmEx's: yᵀ [out, n] = W [in, out]ᵀ · xᵀ [in, n].
-  SS_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
-  SS_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)));
-  SS_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)));
-  SS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, uint64_t(in), uint64_t(out), in));
-  SS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, uint64_t(in), uint64_t(n), ldx));
-  SS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, y_type, uint64_t(out), uint64_t(n), ldy));
+  static_cast<LtLinearLayout&>(p) =
+      make_lt_linear_layout(n, out, in, ldx, ldy, CUDA_R_16BF, y_type);
   return plans_.emplace(key, p).first->second;
 }
 
@@ -104,13 +91,15 @@ void Bf16GemmTuner::gemm(const void* x, int64_t ldx, const void* w, int64_t n, i
   const Choice& c = known->second;
   if (c.use_lt) {
     Plan& p = plan(ShapeKey{n, out, in, ldx, ldy, type}, y_type);
-    cublasLtMatmulHeuristicResult_t check{};
-    if (cublasLtMatmulAlgoCheck(lt_, p.desc, p.a, p.b, p.d, p.d, &c.algo, &check) ==
-            CUBLAS_STATUS_SUCCESS &&
-        check.workspaceSize <= workspace_bytes_ &&
-        run_lt(p, c.algo, x, w, y) == CUBLAS_STATUS_SUCCESS) {
-      return;
+    if (p.lt_check == Plan::Check::kUnknown) {
+      cublasLtMatmulHeuristicResult_t check{};
+      const bool usable = cublasLtMatmulAlgoCheck(lt_, p.desc, p.a, p.b, p.d, p.d, &c.algo,
+                                                  &check) == CUBLAS_STATUS_SUCCESS &&
+                          check.workspaceSize <= workspace_bytes_;
+      p.lt_check = usable ? Plan::Check::kUsable : Plan::Check::kUnusable;
     }
+    if (p.lt_check == Plan::Check::kUsable && run_lt(p, c.algo, x, w, y) == CUBLAS_STATUS_SUCCESS)
+      return;
   }
   SS_CUBLAS_CHECK(run_default(x, ldx, w, n, out, in, y, y_type, ldy));
 }

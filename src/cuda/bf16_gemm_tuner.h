@@ -15,8 +15,8 @@
 // `candidates` heuristic answers on the call's own operands (5 interleaved
 // rounds, median per candidate; y is overwritten by the real call after) and
 // keeps the fastest, an answer other than the default only when it is 3%
-// faster. Later calls in the bucket reuse the choice (checked with
-// cublasLtMatmulAlgoCheck for their exact shape, else the default). Inside a
+// faster. Later calls in the bucket reuse the choice (checked once per exact
+// shape with cublasLtMatmulAlgoCheck, else the default). Inside a
 // capture nothing is timed: a decode graph's eager warm-up run (cuda_graphs.cpp)
 // has tuned its shapes before. The choice is made per process by timing, so
 // two processes may pick different algorithms for a shape (results then
@@ -32,12 +32,15 @@
 #include <map>
 #include <tuple>
 
+#include "cuda/lt_linear_layout.h"
+
 namespace specstack::cuda {
 
 class Bf16GemmTuner {
  public:
   // workspace: device memory cuBLASLt may use (stream-ordered with the
   // caller's other cuBLAS work on the same stream).
+  // candidates 0 turns the tuning off: every call takes the default.
   Bf16GemmTuner(cudaStream_t stream, cublasHandle_t blas, void* workspace, size_t workspace_bytes,
                 int64_t max_rows = 1024, int candidates = 16);
   ~Bf16GemmTuner();
@@ -55,10 +58,11 @@ class Bf16GemmTuner {
   int tuned_to_lt() const;
 
  private:
-  // One exact shape's cuBLASLt descriptors.
-  struct Plan {
-    cublasLtMatmulDesc_t desc = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  // One exact shape's cuBLASLt descriptors, and whether its bucket's
+  // cuBLASLt algorithm runs it (cublasLtMatmulAlgoCheck, asked once: a
+  // bucket's choice never changes).
+  struct Plan : LtLinearLayout {
+    enum class Check { kUnknown, kUsable, kUnusable } lt_check = Check::kUnknown;
   };
   // A bucket's choice: the default (use_lt false) or a cuBLASLt algorithm.
   struct Choice {

@@ -60,9 +60,12 @@
 #include "cuda/cuda_check.h"
 #include "cuda/flash_attention.h"
 #include "cuda/flash_attention_hopper.h"
+#include "cuda/ptx_primitives.cuh"
 
 namespace specstack::cuda {
 namespace {
+
+using namespace ptx;  // cp.async, ldmatrix, mma.sync, exp2, bf16 packing (cuda/ptx_primitives.cuh)
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr unsigned kFullMask = 0xffffffffu;
@@ -98,68 +101,6 @@ struct Shape {
   static_assert(kBlockN % kRowStep == 0 && kBlockM % kRowStep == 0, "shape");
   static_assert(kBlockN % 32 == 0, "tile positions are read one warp-width at a time");
 };
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte async copy; src_bytes 0 zero-fills the destination without reading src.
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(src_bytes));
-}
-
-__device__ __forceinline__ void cp_async_4(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(src_bytes));
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-
-// Waits until at most n of this thread's committed groups are still in flight.
-template <int n>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(n));
-}
-
-// ldmatrix from a 32-bit shared-window address (kept as such: 64-bit generic
-// pointers would cost two registers each in the key loop).
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// c (16x8 f32) += a (16x16 bf16, row) * b (16x8 bf16, col).
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// 2^x (MUFU; 2^-inf = +0, which the masked scores rely on).
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// Two floats -> bf16x2 bits, lo in the low half (the lower column of a fragment).
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 
 // Physical cache row of key slot j, or -1 past the sequence's keys.
 __device__ __forceinline__ int32_t physical_row(const FlashAttentionArgs& a, int32_t j) {
@@ -359,7 +300,7 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
   // instead): ldmatrix x4 lanes give rows lane & 15, dims + 8 * (lane >= 16)
   // -> a0..a3; add mt * 16 rows and kk * 16 dims.
   constexpr uint32_t kRowBytes = S::kLd * sizeof(__nv_bfloat16);
-  const uint32_t q_base = smem_addr(s_q + (warp_row0 + (lane & 15)) * S::kLd + (lane >> 4) * 8);
+  const uint32_t q_base = smem_u32(s_q + (warp_row0 + (lane & 15)) * S::kLd + (lane >> 4) * 8);
 
   float o[kMT][kDT][4];  // O accumulators: d-tile dt holds cols dt * 8 + 2 * tig (+1)
 #pragma unroll
@@ -422,8 +363,8 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
       window_mask = lo <= s_warp[warp][3];
     }
     if (!skip) {
-      const uint32_t k_tile = smem_addr(s_k + stage * S::kTileElems);
-      const uint32_t v_tile = smem_addr(s_v + stage * S::kTileElems);
+      const uint32_t k_tile = smem_u32(s_k + stage * S::kTileElems);
+      const uint32_t v_tile = smem_u32(s_v + stage * S::kTileElems);
 
       // S = Q K^T: s[mt][nt] is keys nt * 8 .. + 7 of the tile.
       float s[kMT][kNT][4];

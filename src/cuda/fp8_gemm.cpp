@@ -21,10 +21,7 @@ Fp8Gemm::~Fp8Gemm() {
 }
 
 void Fp8Gemm::destroy(Plan& p) {
-  if (p.desc != nullptr) cublasLtMatmulDescDestroy(p.desc);
-  if (p.a != nullptr) cublasLtMatrixLayoutDestroy(p.a);
-  if (p.b != nullptr) cublasLtMatrixLayoutDestroy(p.b);
-  if (p.d != nullptr) cublasLtMatrixLayoutDestroy(p.d);
+  destroy_lt_linear_layout(p);
   p = Plan();
 }
 
@@ -34,12 +31,9 @@ void Fp8Gemm::destroy(Plan& p) {
 bool Fp8Gemm::make_plan(Plan& p, int64_t n, int64_t out, int64_t in, int64_t ldy, bool outer,
                         cudaDataType_t y_type) {
   auto ok = [](cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS; };
-  SS_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
-  SS_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)));
-  SS_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)));
+  // x8 rows are contiguous (ld in).
+  static_cast<LtLinearLayout&>(p) =
+      make_lt_linear_layout(n, out, in, in, ldy, CUDA_R_8F_E4M3, y_type);
   if (outer) {
     const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     // Scale pointers set (to any aligned device address; matmul sets the
@@ -57,12 +51,6 @@ bool Fp8Gemm::make_plan(Plan& p, int64_t n, int64_t out, int64_t in, int64_t ldy
       return false;
     }
   }
-  SS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, static_cast<uint64_t>(in),
-                                             static_cast<uint64_t>(out), in));
-  SS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8F_E4M3, static_cast<uint64_t>(in),
-                                             static_cast<uint64_t>(n), in));
-  SS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, y_type, static_cast<uint64_t>(out),
-                                             static_cast<uint64_t>(n), ldy));
   cublasLtMatmulPreference_t pref = nullptr;
   SS_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   SS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cuda/fp8_quantize.h"
+#include "cuda/lt_linear_layout.h"
 
 namespace specstack::cuda {
 
@@ -82,9 +83,7 @@ class Fp8Gemm {
   const std::string& outer_vector_status() const { return outer_status_; }
 
  private:
-  struct Plan {
-    cublasLtMatmulDesc_t desc = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  struct Plan : LtLinearLayout {
     cublasLtMatmulAlgo_t algo{};
     bool outer = false;  // scales inside cuBLASLt
     // The heuristic's other answers, until the first call times them (autotune).

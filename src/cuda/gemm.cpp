@@ -1,5 +1,8 @@
 #include "cuda/gemm.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "base/check.h"
 #include "cuda/elementwise.h"
 #include "cuda/fp8_gemv.h"
@@ -27,7 +30,13 @@ Gemm::Gemm(cudaStream_t stream) : stream_(stream), fp8_gemv_max_rows_(kFp8Defaul
   SS_CUBLAS_CHECK(cublasSetStream(handle_, stream));
   workspace_.resize(kWorkspaceBytes);
   SS_CUBLAS_CHECK(cublasSetWorkspace(handle_, workspace_.data(), workspace_.nbytes()));
-  bf16_ = std::make_unique<Bf16GemmTuner>(stream_, handle_, workspace_.data(), workspace_.nbytes());
+  // SPECSTACK_GEMM_TUNING=0: every bf16 GEMM on cublasGemmEx's default, no
+  // timing (for profilers that serialise kernels and distort the timing, or
+  // for the same algorithms in every process).
+  const char* tuning = std::getenv("SPECSTACK_GEMM_TUNING");
+  const int candidates = tuning != nullptr && std::string(tuning) == "0" ? 0 : 16;
+  bf16_ = std::make_unique<Bf16GemmTuner>(stream_, handle_, workspace_.data(), workspace_.nbytes(),
+                                          /*max_rows=*/1024, candidates);
 }
 
 Gemm::~Gemm() {

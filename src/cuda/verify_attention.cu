@@ -40,6 +40,7 @@
 #include "base/check.h"
 #include "cuda/cuda_check.h"
 #include "cuda/pdl.h"
+#include "cuda/ptx_primitives.cuh"
 #include "cuda/run_attention_common.cuh"
 #include "cuda/sm90a.h"
 #include "cuda/verify_attention.h"
@@ -49,6 +50,7 @@ namespace specstack::cuda {
 namespace {
 
 using namespace run_kernel;  // kThreads, kTile, Cta, ... (cuda/run_attention_common.cuh)
+using namespace ptx;         // cp.async, ldmatrix, mma.sync, pack_bf16 (cuda/ptx_primitives.cuh)
 
 constexpr int kStages = 3;  // tiles in flight: 2 loading while 1 is computed
 
@@ -74,56 +76,6 @@ struct Smem {
   static constexpr size_t kMergeSum = kMergeMax + kWarps * 16 * 4;
   static_assert(kMergeSum + kWarps * 16 * 4 <= kV, "merge scratch fits the K buffers");
 };
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, asynchronously; zero-filled when !valid.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
-
-// Four 8x8 bf16 matrices; lanes 8i..8i+7 address the rows of matrix i.
-__device__ __forceinline__ void ldmatrix_x4(const bf16* p, uint32_t& r0, uint32_t& r1, uint32_t& r2,
-                                            uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(smem_addr(p)));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(const bf16* p, uint32_t& r0, uint32_t& r1,
-                                                  uint32_t& r2, uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(smem_addr(p)));
-}
-
-// c += A (16x16, row) * B (16x8, col), bf16 in, f32 accumulate.
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 
 // Max / sum over the 4 lanes of a quad (the lanes holding one MMA row).
 __device__ __forceinline__ float quad_max(float x) {
@@ -156,8 +108,9 @@ __device__ __forceinline__ void load_tile(const PagedAttentionArgs& a, const Cta
     const int col = (i % kChunks) * 8;
     const int32_t flat = s_flat[tile * kTile + key];
     const int64_t off = (flat >= 0 ? flat * kv_row : 0) + col;
-    cp_async16(dk + key * L::kKvStride + col, k_head + off, flat >= 0);
-    cp_async16(dv + key * L::kKvStride + col, v_head + off, flat >= 0);
+    const int bytes = flat >= 0 ? 16 : 0;  // 0: zero-filled, nothing read
+    cp_async_16(dk + key * L::kKvStride + col, k_head + off, bytes);
+    cp_async_16(dv + key * L::kKvStride + col, v_head + off, bytes);
   }
 }
 
@@ -221,10 +174,10 @@ __device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const
       const bf16* kb = ks_base + (nt * 8 + (lane & 7)) * kKv + (lane >> 3) * 8;
 #pragma unroll
       for (int ks = 0; ks < kKs; ks += 2) {
-        uint32_t b0, b1, b2, b3;
-        ldmatrix_x4(kb + ks * 16, b0, b1, b2, b3);
-        mma_bf16(s[nt], qf[ks], b0, b1);
-        mma_bf16(s[nt], qf[ks + 1], b2, b3);
+        uint32_t b[4];
+        ldmatrix_x4(b, smem_u32(kb + ks * 16));
+        mma_bf16(s[nt], qf[ks], b[0], b[1]);
+        mma_bf16(s[nt], qf[ks + 1], b[2], b[3]);
       }
     }
 
@@ -289,10 +242,10 @@ __device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const
           vs_base + (j * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kKv + (lane >> 4) * 8;
 #pragma unroll
       for (int d = 0; d < kDt; d += 2) {
-        uint32_t b0, b1, b2, b3;
-        ldmatrix_x4_trans(vb + d * 8, b0, b1, b2, b3);
-        mma_bf16(o[d], pa, b0, b1);
-        mma_bf16(o[d + 1], pa, b2, b3);
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, smem_u32(vb + d * 8));
+        mma_bf16(o[d], pa, b[0], b[1]);
+        mma_bf16(o[d + 1], pa, b[2], b[3]);
       }
     }
   }
@@ -426,6 +379,17 @@ __global__ void __launch_bounds__(kThreads, 2)
   // CTAs empty and the rest with twice the tiles: H100, 7B batch 1 at 4K
   // and 0.5B at 8K, 3% slower steps than fixed partitions.)
   const int32_t run_tiles = (last_slot + 1 + kTile - 1) / kTile;  // 0 for padding
+  // Fixed partitions: a decode row (a run of one) whose partitions each have
+  // a CTA deals its tiles out evenly over the partitions fixed ones would
+  // take, last_slot / P + 1 (the combine merges exactly those for the row),
+  // instead of P-key partitions and a short tail. Its CTAs' longest range,
+  // the step's latency, then ~halves where a context just passes a multiple
+  // of P (the sparse draft's 1088-slot window: 1024 + 64 keys -> 2 x 544).
+  // Multi-row runs keep P-key partitions: the combine bounds each row's
+  // partitions by its own slot, and a run's rows may straddle a multiple of P.
+  const int32_t row_parts = a.run_split == 0 && rows == 1 ? last_slot / a.partition_size + 1 : 0;
+  const bool even_row = row_parts > 0 && row_parts <= static_cast<int32_t>(gridDim.z);
+  const int32_t even_parts = a.run_split > 0 ? n_parts : row_parts;
 
   // Partitions blockIdx.z, + gridDim.z, ...: one each when the grid has a
   // CTA per partition; several when a graph's grid is capped
@@ -433,9 +397,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   // loop (uniform across the CTA: the barriers below stay matched).
   for (int32_t part = blockIdx.z; part < n_parts; part += gridDim.z) {
     c.part = part;
-    if (a.run_split > 0) {
-      const int64_t first = int64_t{part} * run_tiles / n_parts;
-      const int64_t end = int64_t{part + 1} * run_tiles / n_parts;
+    if (a.run_split > 0 || even_row) {
+      const int64_t first = int64_t{part} * run_tiles / even_parts;
+      const int64_t end = int64_t{part + 1} * run_tiles / even_parts;
       c.start = static_cast<int32_t>(first) * kTile;
       c.n_keys = min(static_cast<int32_t>(end - first) * kTile, last_slot + 1 - c.start);
     } else {

@@ -1,8 +1,9 @@
 // Hopper (sm_90a) building blocks shared by the warpgroup-MMA kernels
 // (flash_attention_hopper.cu: prefill attention; verify_attention_wgmma.cuh:
 // decode / verify runs over the paged KV cache): 128-byte-swizzled shared
-// memory tiles and their wgmma descriptors, cp.async, mbarriers, proxy
-// fences, named barriers and the wgmma instructions themselves.
+// memory tiles and their wgmma descriptors, mbarriers, proxy fences, named
+// barriers and the wgmma instructions themselves (cp.async and the other
+// arch-neutral helpers: cuda/ptx_primitives.cuh).
 //
 // Shared-memory operand layout (the wgmma canonical 128-byte swizzle): a tile
 // of R rows x 64 bf16 (128 bytes a row) is a "half"; wider rows are several
@@ -29,13 +30,13 @@
 
 #include <cstdint>
 
+#include "cuda/ptx_primitives.cuh"
+
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 namespace specstack::cuda::wg {
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+using namespace ptx;  // smem_u32, cp.async, fast_exp2, pack_bf16 (cuda/ptx_primitives.cuh)
 
 // Byte offset of the 16-byte chunk `chunk` (dims 8 chunk ..) of row r in a
 // swizzled tile whose halves are half_bytes apart.
@@ -48,31 +49,6 @@ __device__ __forceinline__ uint32_t swz_offset(int r, int chunk, uint32_t half_b
 __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32) |
          (uint64_t(1) << 62);
-}
-
-// 16 bytes global -> shared; src_bytes 0 zero-fills.
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
@@ -212,18 +188,6 @@ __device__ __forceinline__ void wgmma_rs_kmajor(float (&d)[32], uint32_t a0, uin
 #undef SS_D4
 #undef SS_WGMMA_D32
 #undef SS_WGMMA_D64
-
-// 2^x (MUFU; 2^-inf = +0, which masked scores rely on).
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 
 }  // namespace specstack::cuda::wg
 

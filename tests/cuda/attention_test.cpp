@@ -394,6 +394,15 @@ TEST(CudaAttention, RunsMatchCpu) {
     run_paged_case({128, 7, 4, 16, 100, {2100, 33, 1500}, 300, kPartitionSize, 5, 256, grid_parts},
                    seed++);
   }
+  // The sparse draft's decode graph: 1024-key partitions, 8 CTAs along them,
+  // contexts just past one partition (sink + window + a few), so each decode
+  // row deals its tiles evenly over its 2 partitions; a 9-partition row
+  // (more than the 8 CTAs) keeps 1024-key partitions. Verify runs beside.
+  for (int32_t rows : {1, 5}) {
+    run_paged_case(
+        {64, 7, 2, 16, 0, {1088, 1089, 1025, 1100, 8300, 40}, 7000, kPartitionSize, rows, 1024, 8},
+        seed++);
+  }
   EXPECT_EQ(run_attention_graph_grid_parts(64, 2), 8);
   EXPECT_EQ(run_attention_graph_grid_parts(1, 4), 256);
 }
