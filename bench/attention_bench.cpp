@@ -149,15 +149,33 @@ void run_point(const Shape& shape, const Point& p, int32_t capacity, std::mt1993
     const bool wgmma = math == RunMath::kWgmma;
     if (wgmma && !run_attention_wgmma_supported(a)) continue;
     const char* name = wgmma ? "run wgmma" : "run mma";
+    // What an eager step launches: the default partition, about one wave of
+    // CTAs (run_attention_eager_grid_parts) or the run-time split.
     a.partition_size = partition;
     a.run_partition_size = 0;
-    report(wgmma ? "run wgmma (default)" : "run mma (default)", run_attention_partition_size(a),
+    a.run_grid_parts = run_attention_eager_grid_parts(n_runs, kKvHeads);
+    a.run_split = run_attention_split(n_runs, kKvHeads, p.context);
+    report(wgmma ? "run wgmma (eager)" : "run mma (eager)", run_attention_partition_size(a),
            time_us([&] { paged_attention(a, nullptr); }));
+    a.run_grid_parts = 0;
+    a.run_split = 0;
     for (int32_t part : {64, 128, 256, 512, 1024}) {
       a.partition_size = std::min(partition, part);  // run partitions >= partition_size
       a.run_partition_size = part;
       report(name, part, time_us([&] { paged_attention(a, nullptr); }));
     }
+    // A capped grid (PagedAttentionArgs::run_grid_parts = G): each CTA
+    // accumulates partitions z, z + G, ... into one entry (the default
+    // partition); G = 0: one CTA a partition.
+    a.partition_size = partition;
+    a.run_partition_size = 0;
+    for (int32_t grid : {0, 1, 2, 3, 4, 8}) {
+      a.run_grid_parts = grid;
+      char name[64];
+      std::snprintf(name, sizeof(name), "run %s grid G=%d", wgmma ? "wgmma" : "mma", grid);
+      report(name, run_attention_partition_size(a), time_us([&] { paged_attention(a, nullptr); }));
+    }
+    a.run_grid_parts = 0;
     // The run-time split (PagedAttentionArgs::run_split: each run's tiles dealt
     // over S CTAs), reported with the partition column = -S.
     a.partition_size = partition;

@@ -577,8 +577,9 @@ void paged_attention(const PagedAttentionArgs& a, cudaStream_t stream) {
     PagedAttentionArgs r = a;
     r.run_split = 0;
     r.partition_size = partition = run_attention_partition_size(a);
-    parts = num_partitions(a.max_context, partition);  // <= n_parts: the workspace fits
-    launch_run_attention(r, parts, stream);
+    const int32_t run_parts = num_partitions(a.max_context, partition);
+    launch_run_attention(r, run_parts, stream);
+    parts = run_attention_entries(r, run_parts);  // <= n_parts: the workspace fits
   } else {
     launch_per_token(a, n_parts, stream);
   }

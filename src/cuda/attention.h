@@ -70,7 +70,8 @@ struct PagedAttentionArgs {
   // cut the split-K partials it writes.
   int32_t run_partition_size = 0;
   // The run kernel's CTAs per (token, kv head) along the partitions; each
-  // loops over every run_grid_parts-th partition. 0: one CTA per partition.
+  // loops over every run_grid_parts-th partition, accumulating them into one
+  // split-K entry (run_attention_entries). 0: one CTA per partition.
   // A graph is launched for its capacity (max_context), so one CTA per
   // partition means thousands that find no keys at a short context and only
   // occupy the scheduler (H100, 0.5B draft graph of 64 rows at a 1.1K sparse

@@ -223,6 +223,12 @@ void CudaModel::forward(const ForwardBatch& batch, KvCache& kv_base, Tensor& log
             ? run_attention_split(meta.paged_n_runs, static_cast<int32_t>(config_.n_kv_heads),
                                   meta.paged_max_context)
             : 0;
+    // The step's contexts are known: about one wave of CTAs, each
+    // accumulating its share of the partitions (run_attention_eager_grid_parts).
+    meta.paged_run_grid_parts =
+        meta.paged_run != nullptr ? run_attention_eager_grid_parts(
+                                        meta.paged_n_runs, static_cast<int32_t>(config_.n_kv_heads))
+                                  : 0;
     attn_workspace_.reserve(paged_attention_workspace_floats(
         meta.n_paged, static_cast<int32_t>(config_.n_heads), static_cast<int32_t>(config_.head_dim),
         meta.paged_max_context, meta.paged_partition, meta.paged_run_split));

@@ -114,10 +114,37 @@ __device__ __forceinline__ void load_tile(const PagedAttentionArgs& a, const Cta
   }
 }
 
-// The pipeline, the math and the write-out, for kKeyGroups warps per M tile.
+// A CTA's running softmax over the partitions it takes (registers), per
+// lane: the Q fragments and visibility limits of its warp's two query rows
+// (M tile mi = warp % M tiles: rows 16 mi + gr, + 8), the O accumulators of
+// its key slice, the running max (log2 domain) and its share of the sum.
+template <int kHeadDim>
+struct MmaState {
+  uint32_t qf[kHeadDim / 16][4];
+  int32_t row_slot[2], row_lim[2];
+  float o[kHeadDim / 8][4];
+  float row_max[2], row_sum[2];
+};
+
+// Before the CTA's first partition: Q and an empty softmax, for kKeyGroups
+// warps per M tile.
 template <int kHeadDim, int kKeyGroups>
-__device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const Cta& c,
-                                              unsigned char* smem, int32_t n_parts) {
+__device__ __forceinline__ void mma_begin(const PagedAttentionArgs& a, const Cta& c,
+                                          MmaState<kHeadDim>& st) {
+  constexpr int kMTiles = kWarps / kKeyGroups;
+  load_query_fragments<kHeadDim>(a, c, ((threadIdx.x >> 5) % kMTiles) * 16, st.row_slot, st.row_lim,
+                                 st.qf);
+#pragma unroll
+  for (int d = 0; d < kHeadDim / 8; ++d) st.o[d][0] = st.o[d][1] = st.o[d][2] = st.o[d][3] = 0.0f;
+  st.row_max[0] = st.row_max[1] = -INFINITY;
+  st.row_sum[0] = st.row_sum[1] = 0.0f;
+}
+
+// A partition's tiles (the first kStages - 1 already issued by the caller)
+// into the state, for kKeyGroups warps per M tile; drains the copies.
+template <int kHeadDim, int kKeyGroups>
+__device__ __forceinline__ void mma_tiles(const PagedAttentionArgs& a, const Cta& c,
+                                          unsigned char* smem, MmaState<kHeadDim>& st) {
   using L = Smem<kHeadDim>;
   constexpr int kKv = L::kKvStride;
   constexpr int kMTiles = kWarps / kKeyGroups;  // M tiles the CTA covers
@@ -132,23 +159,14 @@ __device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const
   const int warp = threadIdx.x >> 5;
   const int mi = warp % kMTiles;
   const int kj = warp / kMTiles;
-  const int gr = lane >> 2;  // fragment row (and B column) group
   const int tq = lane & 3;
   const bool active = mi * 16 < c.n_q;
-
-  // The lane's two query rows mi * 16 + gr (+ 8) and their Q fragments.
-  int32_t row_slot[2], row_lim[2];
-  uint32_t qf[kKs][4];
-  load_query_fragments<kHeadDim>(a, c, mi * 16, row_slot, row_lim, qf);
   const float q_scale = a.scale * kLog2e;
   // Tiles every row sees whole: before the first row's own slot, no window.
   const int32_t first_slot = a.token_slot[c.t0];
-
-  float o[kDt][4];
-#pragma unroll
-  for (int d = 0; d < kDt; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
-  float row_max[2] = {-INFINITY, -INFINITY};
-  float row_sum[2] = {0.0f, 0.0f};  // this lane's share; quad-reduced at the end
+  float(&o)[kDt][4] = st.o;
+  float(&row_max)[2] = st.row_max;
+  float(&row_sum)[2] = st.row_sum;
 
   for (int32_t tile = 0; tile < c.n_tiles; ++tile) {
     cp_async_wait<kStages - 2>();
@@ -176,8 +194,8 @@ __device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const
       for (int ks = 0; ks < kKs; ks += 2) {
         uint32_t b[4];
         ldmatrix_x4(b, smem_u32(kb + ks * 16));
-        mma_bf16(s[nt], qf[ks], b[0], b[1]);
-        mma_bf16(s[nt], qf[ks + 1], b[2], b[3]);
+        mma_bf16(s[nt], st.qf[ks], b[0], b[1]);
+        mma_bf16(s[nt], st.qf[ks + 1], b[2], b[3]);
       }
     }
 
@@ -192,8 +210,8 @@ __device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const
         if (!whole) {
           const int32_t key = key0 + nt * 8 + tq * 2 + (e & 1);
           const int h = e >> 1;
-          const bool visible = key < c.n_keys && s_flat[key] >= 0 && c.start + key <= row_slot[h] &&
-                               s_kpos[key] > row_lim[h];
+          const bool visible = key < c.n_keys && s_flat[key] >= 0 &&
+                               c.start + key <= st.row_slot[h] && s_kpos[key] > st.row_lim[h];
           if (!visible) v = -INFINITY;
         }
         s[nt][e] = v;
@@ -250,6 +268,25 @@ __device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const
     }
   }
   cp_async_wait<0>();
+}
+
+// After the CTA's last partition: merges the key slices of each row through
+// shared memory (the K buffers: every copy is drained) and writes bf16 out
+// when the CTA is the only entry (n_entries 1: it saw every key), else its
+// unnormalised partial, max and sum as entry `entry` of n_entries.
+template <int kHeadDim, int kKeyGroups>
+__device__ __forceinline__ void mma_finish(const PagedAttentionArgs& a, const Cta& c,
+                                           unsigned char* smem, const MmaState<kHeadDim>& st,
+                                           int32_t entry, int32_t n_entries) {
+  using L = Smem<kHeadDim>;
+  constexpr int kMTiles = kWarps / kKeyGroups;
+  constexpr int kDt = kHeadDim / 8;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int gr = lane >> 2;
+  const int tq = lane & 3;
+  const bool active = (warp % kMTiles) * 16 < c.n_q;
+  const float(&o)[kDt][4] = st.o;
   __syncthreads();  // every warp is done with the K buffers: the merge scratch
 
   // Each warp's partial (O unnormalised, max, sum) per row to shared memory.
@@ -266,9 +303,9 @@ __device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const
         orow[d * 8] = o[d][2 * h];
         orow[d * 8 + 1] = o[d][2 * h + 1];
       }
-      const float l = quad_sum(row_sum[h]);
+      const float l = quad_sum(st.row_sum[h]);
       if (tq == 0) {
-        m_max[warp * 16 + r] = row_max[h];
+        m_max[warp * 16 + r] = st.row_max[h];
         m_sum[warp * 16 + r] = l;
       }
     }
@@ -295,11 +332,11 @@ __device__ __forceinline__ void run_partition(const PagedAttentionArgs& a, const
     }
     const int32_t t = c.t0 + m / c.g;
     const int32_t head = c.kvh * c.g + m % c.g;
-    if (n_parts == 1) {
+    if (n_entries == 1) {
       a.out[t * a.out_stride + static_cast<int64_t>(head) * kHeadDim + d] =
           __float2bfloat16(l > 0.0f ? acc / l : 0.0f);
     } else {
-      float* w = a.workspace + workspace_entry(t, head, c.part, a.n_heads, n_parts, kHeadDim);
+      float* w = a.workspace + workspace_entry(t, head, entry, a.n_heads, n_entries, kHeadDim);
       w[d] = acc;
       if (d == 0) {
         w[kHeadDim] = mx;
@@ -323,15 +360,41 @@ struct MmaRun {
                                                    unsigned char* smem, int32_t tile, int buf) {
     ::specstack::cuda::load_tile<kHeadDim>(a, c, smem, tile, buf);
   }
-  static __device__ __forceinline__ void run(const PagedAttentionArgs& a, const Cta& c,
-                                             unsigned char* smem, int32_t n_parts) {
+  // kKeyGroups warps share an M tile: 4 for one tile of query vectors, 2 for
+  // two, 1 for three or four (uniform per CTA: n_q is the run's).
+  using State = MmaState<kHeadDim>;
+  static __device__ __forceinline__ void begin(const PagedAttentionArgs& a, const Cta& c,
+                                               State& st) {
     const int32_t m_tiles = (c.n_q + 15) / 16;
     if (m_tiles == 1) {
-      run_partition<kHeadDim, 4>(a, c, smem, n_parts);
+      mma_begin<kHeadDim, 4>(a, c, st);
     } else if (m_tiles == 2) {
-      run_partition<kHeadDim, 2>(a, c, smem, n_parts);
+      mma_begin<kHeadDim, 2>(a, c, st);
     } else {
-      run_partition<kHeadDim, 1>(a, c, smem, n_parts);
+      mma_begin<kHeadDim, 1>(a, c, st);
+    }
+  }
+  static __device__ __forceinline__ void run(const PagedAttentionArgs& a, const Cta& c,
+                                             unsigned char* smem, State& st) {
+    const int32_t m_tiles = (c.n_q + 15) / 16;
+    if (m_tiles == 1) {
+      mma_tiles<kHeadDim, 4>(a, c, smem, st);
+    } else if (m_tiles == 2) {
+      mma_tiles<kHeadDim, 2>(a, c, smem, st);
+    } else {
+      mma_tiles<kHeadDim, 1>(a, c, smem, st);
+    }
+  }
+  static __device__ __forceinline__ void finish(const PagedAttentionArgs& a, const Cta& c,
+                                                unsigned char* smem, const State& st, int32_t entry,
+                                                int32_t n_entries) {
+    const int32_t m_tiles = (c.n_q + 15) / 16;
+    if (m_tiles == 1) {
+      mma_finish<kHeadDim, 4>(a, c, smem, st, entry, n_entries);
+    } else if (m_tiles == 2) {
+      mma_finish<kHeadDim, 2>(a, c, smem, st, entry, n_entries);
+    } else {
+      mma_finish<kHeadDim, 1>(a, c, smem, st, entry, n_entries);
     }
   }
 };
@@ -392,9 +455,17 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int32_t even_parts = a.run_split > 0 ? n_parts : row_parts;
 
   // Partitions blockIdx.z, + gridDim.z, ...: one each when the grid has a
-  // CTA per partition; several when a graph's grid is capped
-  // (run_grid_parts). Partitions ascend, so the first without keys ends the
-  // loop (uniform across the CTA: the barriers below stay matched).
+  // CTA per partition; several when the grid is capped (run_grid_parts),
+  // accumulated in one running softmax and written out once as the CTA's
+  // entry blockIdx.z of gridDim.z (H100, 64 x 8K 5-row runs: 9 partials a
+  // (token, head) were 36 MB of writes a layer, and as many combine reads).
+  // The combine merges entries z <= own slot / P of a token: entry z holds
+  // partitions z, z + gridDim.z, ..., so an entry past that bound holds only
+  // keys past the token's slot, and every entry within it was written (its
+  // first partition has keys). Partitions ascend, so the first without keys
+  // ends the loop (uniform across the CTA: the barriers below stay matched).
+  typename Run::State st;
+  bool begun = false;
   for (int32_t part = blockIdx.z; part < n_parts; part += gridDim.z) {
     c.part = part;
     if (a.run_split > 0 || even_row) {
@@ -407,8 +478,9 @@ __global__ void __launch_bounds__(kThreads, 2)
       c.n_keys = min(a.partition_size, last_slot + 1 - c.start);
     }
     if (c.n_keys <= 0) {
+      if (begun) break;  // (waited): the partitions so far are written below
       if (!waited) pdl_begin();
-      if (n_parts == 1) {  // only when no row has a slot (padding): zeros
+      if (gridDim.z == 1) {  // only when no row has a slot (padding): zeros
         for (int i = tid; i < c.n_q * kHeadDim; i += kThreads) {
           const int32_t m = i / kHeadDim;
           const int64_t head = static_cast<int64_t>(c.kvh) * c.g + m % c.g;
@@ -460,11 +532,16 @@ __global__ void __launch_bounds__(kThreads, 2)
       if (s < c.n_tiles) Run::load_tile(a, c, smem, s, s);
       cp_async_commit();
     }
-    Run::run(a, c, smem, n_parts);
-    // The next partition refills the slot tables and the K/V stages that
-    // this one's merge scratch occupies (run_partition drained its copies).
+    if (!begun) {  // Q after the wait, as the prologue's copies fly
+      Run::begin(a, c, st);
+      begun = true;
+    }
+    Run::run(a, c, smem, st);
+    // The next partition refills the slot tables and K/V stages (Run::run
+    // drained its copies; every warp must be done reading them).
     __syncthreads();
   }
+  if (begun) Run::finish(a, c, smem, st, static_cast<int32_t>(blockIdx.z), gridDim.z);
 }
 
 template <class Run, int kHeadDim>
@@ -475,9 +552,7 @@ void launch(const PagedAttentionArgs& a, int32_t n_parts, cudaStream_t stream) {
   // device-wide; setting it again is cheap and keeps no state here.
   SS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(kBytes)));
-  const int32_t grid_parts = a.run_split > 0        ? n_parts
-                             : a.run_grid_parts > 0 ? std::min(n_parts, a.run_grid_parts)
-                                                    : n_parts;
+  const int32_t grid_parts = run_attention_entries(a, n_parts);
   const int32_t grid_runs = a.run_first != nullptr ? a.n_runs : a.n_tokens;
   const dim3 grid(static_cast<unsigned>(grid_runs), static_cast<unsigned>(a.n_kv_heads),
                   static_cast<unsigned>(grid_parts));
@@ -485,6 +560,11 @@ void launch(const PagedAttentionArgs& a, int32_t n_parts, cudaStream_t stream) {
 }
 
 }  // namespace
+
+int32_t run_attention_entries(const PagedAttentionArgs& a, int32_t n_parts) {
+  if (a.run_split > 0 || a.run_grid_parts <= 0) return n_parts;
+  return std::min(n_parts, a.run_grid_parts);
+}
 
 int32_t run_attention_partition_size(const PagedAttentionArgs& a) {
   if (a.run_partition_size > 0) {
@@ -525,6 +605,11 @@ int32_t run_attention_graph_grid_parts(int32_t n_runs, int32_t n_kv_heads) {
   constexpr int64_t kGraphCtas = 1024;
   const int64_t groups = std::max<int64_t>(1, int64_t{n_runs} * n_kv_heads);
   return static_cast<int32_t>((kGraphCtas + groups - 1) / groups);
+}
+
+int32_t run_attention_eager_grid_parts(int32_t n_runs, int32_t n_kv_heads) {
+  const int64_t groups = std::max<int64_t>(1, int64_t{n_runs} * n_kv_heads);
+  return static_cast<int32_t>(std::clamp<int64_t>(kRunEagerCtas / groups, 1, 65535));
 }
 
 int32_t run_attention_split(int32_t n_runs, int32_t n_kv_heads, int32_t max_context) {

@@ -47,6 +47,19 @@ int32_t run_attention_graph_partition_size(int32_t n_runs, int32_t n_kv_heads,
 // GPU while a short one launches few CTAs that find no keys.
 int32_t run_attention_graph_grid_parts(int32_t n_runs, int32_t n_kv_heads);
 
+// CTAs per (run, kv head) along the partitions for an eager step of n_runs
+// runs (PagedAttentionArgs::run_grid_parts; the host knows the step's
+// contexts, so this aims at one full wave): about kRunEagerCtas CTAs in all,
+// at least one per (run, kv head). Each CTA accumulates every G-th partition
+// into one split-K entry, so a long context writes G partials a head
+// instead of one a partition. H100, attention_bench (us a layer, entries a
+// head -> G): 7B shape 64 x 8K 5-row runs 434 (9 partials) -> 377 (G 1: one
+// CTA a run head, no combine), decode rows 392 -> 372; 32 x 16K 5 rows
+// 432 -> 384 (G 2; G 1 408: half a wave); 8 x 8K 5 rows 63.0 at G 9 vs 66.1
+// at G 4 (128 CTAs).
+constexpr int32_t kRunEagerCtas = 256;  // two CTAs an SM on a 132-SM part, one wave
+int32_t run_attention_eager_grid_parts(int32_t n_runs, int32_t n_kv_heads);
+
 // PagedAttentionArgs::run_split for n_runs runs at contexts up to
 // max_context: about kRunSplitCtas CTAs in all when n_runs x n_kv_heads is
 // too few to fill the GPU with fixed partitions (batch-1 decode: 4 kv heads
@@ -81,8 +94,17 @@ bool run_attention_wgmma_supported(const PagedAttentionArgs& args);
 // 64) 64 x 8K decode 125 -> 116, 64 x 1K 19.9 -> 18.2, batch 1 10.8 -> 10.4.
 bool run_attention_uses_wgmma(const PagedAttentionArgs& args);
 
-// Launches the run kernel over args.token_run; partials go to the workspace
-// (n_parts > 1) in paged_attention's format, for its combine step.
+// The CTAs along the partitions of a (run, kv head) for n_parts partitions,
+// and so the split-K entries each of its tokens' heads gets: n_parts with
+// run_split or no run_grid_parts, else min(n_parts, run_grid_parts) (a CTA
+// accumulates partitions z, z + entries, ... into entry z). One entry: the
+// kernel writes the output itself.
+int32_t run_attention_entries(const PagedAttentionArgs& args, int32_t n_parts);
+
+// Launches the run kernel over args.token_run; with more than one entry
+// (run_attention_entries) the partials go to the workspace in
+// paged_attention's format ([tokens, heads, entries, head_dim + 2]) for its
+// combine step.
 void launch_run_attention(const PagedAttentionArgs& args, int32_t n_parts, cudaStream_t stream);
 
 }  // namespace specstack::cuda

@@ -92,10 +92,31 @@ struct WgmmaRun {
     }
   }
 
+  // A CTA's running softmax over the partitions it takes (registers): the
+  // lane's Q fragments and visibility limits of its two query vectors
+  // (16 warp + g, + 8), their O accumulators (accumulator layout), running
+  // max (log2 domain) and this lane's share of the sum.
+  struct State {
+    uint32_t qf[kHeadDim / 16][4];
+    int32_t row_slot[2], row_lim[2];
+    float o[kHeadDim / 2];
+    float row_max[2], row_sum[2];
+  };
+
+  // Before the CTA's first partition: Q and an empty softmax.
+  static __device__ __forceinline__ void begin(const PagedAttentionArgs& a, const Cta& c,
+                                               State& st) {
+    load_query_fragments<kHeadDim>(a, c, (threadIdx.x >> 5) * 16, st.row_slot, st.row_lim, st.qf);
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; ++i) st.o[i] = 0.0f;
+    st.row_max[0] = st.row_max[1] = -INFINITY;
+    st.row_sum[0] = st.row_sum[1] = 0.0f;
+  }
+
   // The partition's tiles (the first kStages - 1 already issued by the
-  // caller), then the CTA's output or split-K partials.
+  // caller) into the state; drains the partition's copies.
   static __device__ __forceinline__ void run(const PagedAttentionArgs& a, const Cta& c,
-                                             unsigned char* smem, int32_t n_parts) {
+                                             unsigned char* smem, State& st) {
     using namespace wg;
     constexpr int kKs = kHeadDim / 16;  // 16-dim k steps of QK
     constexpr int kDt = kHeadDim / 8;   // 8-dim column groups of O
@@ -104,29 +125,20 @@ struct WgmmaRun {
     const auto* s_kpos = reinterpret_cast<const int32_t*>(smem + kKpos);
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
-    const int g = lane >> 2;
     const int tq = lane & 3;
     // Warp-uniform: the warp's 16 accumulator rows hold a query vector.
     const bool active = warp * 16 < c.n_q;
-
-    // The lane's two query vectors 16 warp + g (+ 8) and their Q fragments.
-    int32_t row_slot[2], row_lim[2];
-    uint32_t qf[kKs][4];
-    load_query_fragments<kHeadDim>(a, c, warp * 16, row_slot, row_lim, qf);
     const float q_scale = a.scale * kLog2e;
     // Tiles every vector sees whole: before the first row's own slot, no window.
     const int32_t first_slot = a.token_slot[c.t0];
+    float(&o)[kHeadDim / 2] = st.o;
+    float(&row_max)[2] = st.row_max;
+    float(&row_sum)[2] = st.row_sum;
 
-    float s[32];  // S of a 64-key tile, then P (accumulator layout)
-    float o[kHeadDim / 2];
+    float s[32];     // S of a 64-key tile, then P (accumulator layout)
     uint32_t p[16];  // P as the A fragments of the 4 k-steps of P V
 #pragma unroll
     for (int i = 0; i < 32; ++i) s[i] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.0f;
-    float row_max[2] = {-INFINITY, -INFINITY};
-    float row_sum[2] = {0.0f, 0.0f};  // this lane's share; quad-reduced at the end
-
     for (int32_t tile = 0; tile < c.n_tiles; ++tile) {
       cp_async_wait<kStages - 2>();
       fence_proxy_async();  // this thread's copies, before the wgmmas read them
@@ -143,7 +155,7 @@ struct WgmmaRun {
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kKs; ++kk) {
-        wgmma_rs_kmajor(s, qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3],
+        wgmma_rs_kmajor(s, st.qf[kk][0], st.qf[kk][1], st.qf[kk][2], st.qf[kk][3],
                         k_desc + (((kk >> 2) * kHalf + (kk & 3) * 32) >> 4), kk > 0);
       }
       wgmma_commit();
@@ -163,7 +175,7 @@ struct WgmmaRun {
               const int32_t key = key0 + j * 8 + tq * 2 + (e & 1);
               const int h = e >> 1;
               const bool visible = key < c.n_keys && s_flat[key] >= 0 &&
-                                   c.start + key <= row_slot[h] && s_kpos[key] > row_lim[h];
+                                   c.start + key <= st.row_slot[h] && s_kpos[key] > st.row_lim[h];
               if (!visible) s[4 * j + e] = -INFINITY;
             }
           }
@@ -229,19 +241,33 @@ struct WgmmaRun {
       fence_regs(p);
     }
     cp_async_wait<0>();
+  }
 
-    // Each lane writes its two vectors' columns 8 d + 2 tq, + 1: bf16 out with
-    // one partition, else the unnormalised partial, its max and sum.
+  // After the CTA's last partition: bf16 out when it is the only entry
+  // (n_entries 1: it saw every key), else its unnormalised partial, max and
+  // sum as entry `entry` of n_entries for the combine.
+  static __device__ __forceinline__ void finish(const PagedAttentionArgs& a, const Cta& c,
+                                                unsigned char* /*smem*/, const State& st,
+                                                int32_t entry, int32_t n_entries) {
+    using namespace wg;
+    constexpr int kDt = kHeadDim / 8;
+    constexpr unsigned kFull = 0xffffffffu;
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int g = lane >> 2;
+    const int tq = lane & 3;
+    const float(&o)[kHeadDim / 2] = st.o;
+    // Each lane writes its two vectors' columns 8 d + 2 tq, + 1.
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float l = row_sum[h];
+      float l = st.row_sum[h];
       l += __shfl_xor_sync(kFull, l, 1);
       l += __shfl_xor_sync(kFull, l, 2);
       const int m = warp * 16 + g + h * 8;
       if (m >= c.n_q) continue;
       const int32_t t = c.t0 + m / c.g;
       const int32_t head = c.kvh * c.g + m % c.g;
-      if (n_parts == 1) {
+      if (n_entries == 1) {
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
         bf16* out = a.out + t * a.out_stride + static_cast<int64_t>(head) * kHeadDim + tq * 2;
 #pragma unroll
@@ -250,14 +276,14 @@ struct WgmmaRun {
               pack_bf16(o[4 * d + 2 * h] * inv, o[4 * d + 2 * h + 1] * inv);
         }
       } else {
-        float* w = a.workspace + workspace_entry(t, head, c.part, a.n_heads, n_parts, kHeadDim);
+        float* w = a.workspace + workspace_entry(t, head, entry, a.n_heads, n_entries, kHeadDim);
 #pragma unroll
         for (int d = 0; d < kDt; ++d) {
           *reinterpret_cast<float2*>(w + d * 8 + tq * 2) =
               make_float2(o[4 * d + 2 * h], o[4 * d + 2 * h + 1]);
         }
         if (tq == 0) {
-          w[kHeadDim] = row_max[h];
+          w[kHeadDim] = st.row_max[h];
           w[kHeadDim + 1] = l;
         }
       }
@@ -266,9 +292,13 @@ struct WgmmaRun {
 #else
   static __device__ void load_tile(const PagedAttentionArgs&, const Cta&, unsigned char*, int32_t,
                                    int) {}
-  static __device__ void run(const PagedAttentionArgs&, const Cta&, unsigned char*, int32_t) {
+  struct State {};
+  static __device__ void begin(const PagedAttentionArgs&, const Cta&, State&) {}
+  static __device__ void run(const PagedAttentionArgs&, const Cta&, unsigned char*, State&) {
     __trap();  // never launched: run_attention_wgmma_supported() is false without sm_90a
   }
+  static __device__ void finish(const PagedAttentionArgs&, const Cta&, unsigned char*, const State&,
+                                int32_t, int32_t) {}
 #endif
 };
 

@@ -374,10 +374,10 @@ TEST(CudaAttention, RunsMatchCpu) {
     run_paged_case({64, 4, 2, 16, 100, {2100, 33, 1500}, 300, 128, 9, run_partition}, seed++);
     run_paged_case({128, 1, 2, 5, 0, {1500, 9, 130}, 0, 64, 17, run_partition}, seed++);
   }
-  // A graph's capped grid: each CTA loops over partitions z, z + grid, ...
-  // (1, 2 or 3 CTAs for up to 14 partitions, some of them empty: spare
-  // capacity), decode rows (runs of one) as a decode graph has them, and
-  // verify runs.
+  // A capped grid: each CTA accumulates partitions z, z + grid, ... into
+  // one split-K entry (1, 2 or 3 CTAs for up to 14 partitions, some of them
+  // empty: spare capacity; one CTA writes the output itself), decode rows
+  // (runs of one) as a decode graph has them, and verify runs.
   for (int32_t grid_parts : {1, 2, 3}) {
     run_paged_case({64,
                     7,
@@ -403,6 +403,12 @@ TEST(CudaAttention, RunsMatchCpu) {
         {64, 7, 2, 16, 0, {1088, 1089, 1025, 1100, 8300, 40}, 7000, kPartitionSize, rows, 1024, 8},
         seed++);
   }
+  // An eager step's grid: about one wave of CTAs, at least one a run head.
+  EXPECT_EQ(run_attention_eager_grid_parts(64, 4), 1);
+  EXPECT_EQ(run_attention_eager_grid_parts(32, 4), 2);
+  EXPECT_EQ(run_attention_eager_grid_parts(8, 4), 8);
+  EXPECT_EQ(run_attention_eager_grid_parts(1024, 8), 1);
+  EXPECT_EQ(run_attention_eager_grid_parts(1, 2), 128);
   EXPECT_EQ(run_attention_graph_grid_parts(64, 2), 8);
   EXPECT_EQ(run_attention_graph_grid_parts(1, 4), 256);
 }
