@@ -4,7 +4,8 @@
 // for each of cuBLASLt's top heuristic algorithms (tile, stages, split-K as
 // cuBLASLt reports them): what choosing the algorithm per shape could gain.
 // CUDA events, median of 5 batches of 20 calls after 3 warm-up calls.
-//   build/bench/gemm_algo_bench [--rows 64,320,2048] [--candidates 16]
+// --draft: qwen2.5-0.5b's shapes (the speculative draft, SpecPrefill's scorer).
+//   build/bench/gemm_algo_bench [--rows 64,320,2048] [--candidates 16] [--draft]
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -18,6 +19,7 @@
 #include "bench_timing.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_buffer.h"
+#include "cuda/lt_linear_layout.h"
 
 using namespace specstack::cuda;
 
@@ -46,12 +48,20 @@ int main(int argc, char** argv) {
   CLI::App app{"bf16 GEMM algorithms at the qwen2.5-7b linear shapes"};
   std::vector<int64_t> rows_list = {64, 320, 2048};
   int candidates = 16;
+  bool draft = false;
   app.add_option("--rows", rows_list, "rows (tokens) per GEMM")->delimiter(',');
   app.add_option("--candidates", candidates, "cuBLASLt heuristic algorithms to time");
+  app.add_flag("--draft", draft, "qwen2.5-0.5b's shapes (the speculative draft) instead");
   CLI11_PARSE(app, argc, argv);
 
-  const std::vector<Shape> shapes = {
-      {"qkv", 4608, 3584}, {"o", 3584, 3584}, {"gate_up", 37888, 3584}, {"down", 3584, 18944}};
+  const std::vector<Shape> shapes = draft ? std::vector<Shape>{{"qkv", 1152, 896},
+                                                               {"o", 896, 896},
+                                                               {"gate_up", 9728, 896},
+                                                               {"down", 896, 4864}}
+                                          : std::vector<Shape>{{"qkv", 4608, 3584},
+                                                               {"o", 3584, 3584},
+                                                               {"gate_up", 37888, 3584},
+                                                               {"down", 3584, 18944}};
   cublasHandle_t blas = nullptr;
   cublasLtHandle_t lt = nullptr;
   SS_CUBLAS_CHECK(cublasCreate(&blas));
@@ -85,20 +95,8 @@ int main(int argc, char** argv) {
                    CUDA_R_16BF, int(s.in), x.data(), CUDA_R_16BF, int(s.in), &beta, y.data(),
                    CUDA_R_16BF, int(s.out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
              }));
-      cublasLtMatmulDesc_t desc = nullptr;
-      cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
-      SS_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-      const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
-      SS_CUBLAS_CHECK(
-          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)));
-      SS_CUBLAS_CHECK(
-          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)));
-      SS_CUBLAS_CHECK(
-          cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, uint64_t(s.in), uint64_t(s.out), s.in));
-      SS_CUBLAS_CHECK(
-          cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, uint64_t(s.in), uint64_t(n), s.in));
-      SS_CUBLAS_CHECK(
-          cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, uint64_t(s.out), uint64_t(n), s.out));
+      LtLinearLayout l =
+          make_lt_linear_layout(n, s.out, s.in, s.in, s.out, CUDA_R_16BF, CUDA_R_16BF);
       cublasLtMatmulPreference_t pref = nullptr;
       SS_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
       SS_CUBLAS_CHECK(
@@ -106,8 +104,8 @@ int main(int argc, char** argv) {
                                                &workspace_bytes, sizeof(workspace_bytes)));
       std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(candidates));
       int found = 0;
-      SS_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, candidates,
-                                                     results.data(), &found));
+      SS_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, l.desc, l.a, l.b, l.d, l.d, pref,
+                                                     candidates, results.data(), &found));
       for (int i = 0; i < found; ++i) {
         const cublasLtMatmulAlgo_t& algo = results[size_t(i)].algo;
         if (results[size_t(i)].state != CUBLAS_STATUS_SUCCESS) continue;
@@ -116,16 +114,13 @@ int main(int argc, char** argv) {
         report(name, attr_int(algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
                attr_int(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
                attr_int(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM), time_us([&] {
-                 SS_CUBLAS_CHECK(cublasLtMatmul(lt, desc, &alpha, w.data(), la, x.data(), lb, &beta,
-                                                y.data(), ld, y.data(), ld, &algo, workspace.data(),
-                                                workspace_bytes, nullptr));
+                 SS_CUBLAS_CHECK(cublasLtMatmul(lt, l.desc, &alpha, w.data(), l.a, x.data(), l.b,
+                                                &beta, y.data(), l.d, y.data(), l.d, &algo,
+                                                workspace.data(), workspace_bytes, nullptr));
                }));
       }
       cublasLtMatmulPreferenceDestroy(pref);
-      cublasLtMatrixLayoutDestroy(la);
-      cublasLtMatrixLayoutDestroy(lb);
-      cublasLtMatrixLayoutDestroy(ld);
-      cublasLtMatmulDescDestroy(desc);
+      destroy_lt_linear_layout(l);
     }
   }
   cublasLtDestroy(lt);
