@@ -42,13 +42,13 @@ int Bf16GemmTuner::tuned_to_lt() const {
                                         [](const auto& kv) { return kv.second.use_lt; }));
 }
 
-Bf16GemmTuner::Plan& Bf16GemmTuner::plan(const ShapeKey& key, cudaDataType_t y_type) {
+Bf16GemmTuner::Plan& Bf16GemmTuner::plan(const ShapeKey& key) {
   auto found = plans_.find(key);
   if (found != plans_.end()) return found->second;
-  const auto& [n, out, in, ldx, ldy, type_ignored] = key;  // y_type is the key's type
+  const auto& [n, out, in, ldx, ldy, type] = key;
   Plan p;
   static_cast<LtLinearLayout&>(p) =
-      make_lt_linear_layout(n, out, in, ldx, ldy, CUDA_R_16BF, y_type);
+      make_lt_linear_layout(n, out, in, ldx, ldy, CUDA_R_16BF, static_cast<cudaDataType_t>(type));
   return plans_.emplace(key, p).first->second;
 }
 
@@ -85,12 +85,12 @@ void Bf16GemmTuner::gemm(const void* x, int64_t ldx, const void* w, int64_t n, i
       SS_CUBLAS_CHECK(run_default(x, ldx, w, n, out, in, y, y_type, ldy));
       return;
     }
-    Plan& p = plan(ShapeKey{n, out, in, ldx, ldy, type}, y_type);
+    Plan& p = plan(ShapeKey{n, out, in, ldx, ldy, type});
     known = choice_.emplace(bucket, tune(p, x, ldx, w, n, out, in, y, y_type, ldy)).first;
   }
   const Choice& c = known->second;
   if (c.use_lt) {
-    Plan& p = plan(ShapeKey{n, out, in, ldx, ldy, type}, y_type);
+    Plan& p = plan(ShapeKey{n, out, in, ldx, ldy, type});
     if (p.lt_check == Plan::Check::kUnknown) {
       cublasLtMatmulHeuristicResult_t check{};
       const bool usable = cublasLtMatmulAlgoCheck(lt_, p.desc, p.a, p.b, p.d, p.d, &c.algo,

@@ -72,7 +72,7 @@ class Bf16GemmTuner {
   using ShapeKey =
       std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int>;  // n out in ldx ldy type
 
-  Plan& plan(const ShapeKey& key, cudaDataType_t y_type);
+  Plan& plan(const ShapeKey& key);  // the output type is the key's
   Choice tune(Plan& p, const void* x, int64_t ldx, const void* w, int64_t n, int64_t out,
               int64_t in, void* y, cudaDataType_t y_type, int64_t ldy);
   cublasStatus_t run_default(const void* x, int64_t ldx, const void* w, int64_t n, int64_t out,
