@@ -7,6 +7,11 @@
 // FLOPs per prefill of L tokens (bench/README-device.md, same formula as the
 // HF peer): 2 * body * L + 2 * head + 4 * n_layers * (L^2 / 2) * n_heads * head_dim,
 // body = parameters outside the embedding and LM head (MoE: routed share).
+// mfu counts those model FLOPs (as the HF peer's does); mfu_executed leaves
+// out what the CUDA model skips: the last layer past its K/V projections for
+// every row but the one that wants logits (o, MLP, attention of rows 0..L-2;
+// cuda/cuda_model_internal.h StepMeta::tail_rows_only), unless
+// SPECSTACK_LAST_LAYER_ALL_ROWS=1 or the last layer is MoE.
 // Decode bandwidth fraction: (body + head) * 2 bytes * tok/s / copy bandwidth
 // (--quantization fp8: body * 1 + head * 2 bytes; the LM head stays bf16).
 #include <fmt/format.h>
@@ -14,7 +19,9 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
+#include <string>
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/generator.h"
@@ -51,6 +58,19 @@ double body_params(const ModelConfig& c) {
     }
   }
   return total;
+}
+
+// FLOPs of a prefill of `length` that the last layer skips for rows
+// 0..length-2 when it runs for the logit row alone (0 where it does not).
+double skipped_last_layer_flops(const ModelConfig& c, int32_t length) {
+  const char* all_rows = std::getenv("SPECSTACK_LAST_LAYER_ALL_ROWS");
+  if ((all_rows != nullptr && std::string(all_rows) == "1") || c.layer_is_moe(c.n_layers - 1)) {
+    return 0;
+  }
+  const double h = double(c.hidden_size), q = double(c.n_heads * c.head_dim);
+  const double rows = double(length) - 1;
+  const double linear = h * q + 3 * h * double(c.intermediate_size);  // o, gate, up, down
+  return 2 * linear * rows + 4.0 * (rows * double(length) / 2) * q;
 }
 
 }  // namespace
@@ -138,9 +158,12 @@ int main(int argc, char** argv) {
         4.0 * double(c.n_layers) * (double(length) * length / 2) * double(c.n_heads * c.head_dim);
     const double tflops = flops / t / 1e12;
     const double mfu = peak_tflops > 0 ? tflops / peak_tflops : 0;
-    std::printf("| prefill %d | %d | %.4f | %.0f | %.1f | %.3f |\n", length, length, t, length / t,
-                tflops, mfu);
-    std::printf("ss prefill L=%d seconds=%.5f tflops=%.1f mfu=%.4f\n", length, t, tflops, mfu);
+    const double executed_tflops = (flops - skipped_last_layer_flops(c, length)) / t / 1e12;
+    const double mfu_executed = peak_tflops > 0 ? executed_tflops / peak_tflops : 0;
+    std::printf("| prefill %d | %d | %.4f | %.0f | %.1f | %.3f (executed %.3f) |\n", length, length,
+                t, length / t, tflops, mfu, mfu_executed);
+    std::printf("ss prefill L=%d seconds=%.5f tflops=%.1f mfu=%.4f mfu_executed=%.4f\n", length, t,
+                tflops, mfu, mfu_executed);
   }
   for (int32_t batch : batches) {
     GeneratorOptions go;

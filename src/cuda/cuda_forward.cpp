@@ -130,6 +130,17 @@ MetaOffsets plan_step(const ForwardBatch& batch, int64_t block_size, bool flash_
     paged.clear();
     for (int32_t r = 0; r < graph_batch; ++r) paged.push_back(r);
   }
+  meta.tail_rows_only = !graph && meta.n_logit_rows < n;
+  if (meta.tail_rows_only) {
+    std::vector<char> wants_logits(size_t(n), 0);
+    for (const int32_t r : batch.logit_rows) wants_logits[size_t(r)] = 1;
+    for (FlashJob& job : meta.flash) {
+      const auto first = wants_logits.begin() + job.row0;
+      const auto count = std::count(first, first + job.n_rows, char{1});
+      job.last_row_logits = wants_logits[size_t(job.row0 + job.n_rows - 1)] != 0;
+      if (count > (job.last_row_logits ? 1 : 0)) meta.tail_rows_only = false;
+    }
+  }
   meta.n_paged = static_cast<int32_t>(paged.size());
   const bool contiguous = !paged.empty() && paged.back() - paged.front() + 1 == meta.n_paged;
   meta.paged_begin = contiguous ? paged.front() : -1;
@@ -208,6 +219,10 @@ void CudaModel::forward(const ForwardBatch& batch, KvCache& kv_base, Tensor& log
   const MetaOffsets offsets =
       plan_step(batch, kv->shape().block_size, flash_attention_supported(config_.head_dim),
                 run_group(), 0, 0, 0, meta, staged);
+  // An MoE last layer adds into x_ itself (moe_mlp), so it keeps every row.
+  meta.tail_rows_only =
+      meta.tail_rows_only && tail_rows_only_ && !config_.layer_is_moe(config_.n_layers - 1);
+  tail_steps_ += meta.tail_rows_only;
   grow_pinned(reinterpret_cast<void**>(&meta_host_), &meta_host_capacity_,
               staged.size() * sizeof(int32_t));
   std::memcpy(meta_host_, staged.data(), staged.size() * sizeof(int32_t));
@@ -247,6 +262,10 @@ void CudaModel::forward(const ForwardBatch& batch, KvCache& kv_base, Tensor& log
     logits_.reserve(size_t(meta.n_logit_rows) * vocab);
     head_in_.reserve(size_t(meta.n_logit_rows) * config_.hidden_size);
   }
+  if (meta.tail_rows_only) {
+    tail_x_.reserve(size_t(meta.n_logit_rows) * config_.hidden_size);
+    tail_attn_.reserve(size_t(meta.n_logit_rows) * q_width);
+  }
 
   run_layers(meta, *kv, /*graph_safe=*/false);
   finish_step(batch, meta.n_logit_rows, logits);
@@ -262,6 +281,12 @@ void CudaModel::run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_saf
   const auto hidden = static_cast<int32_t>(c.hidden_size);
   const float eps = static_cast<float>(c.rms_norm_eps);
   embedding(embed_, meta.ids, n, hidden, x_.data(), stream_);
+  // The residual stream [rows, hidden] f32 the blocks read and add into: x_
+  // for the step's rows, then in the last layer of a tail_rows_only step the
+  // logit rows alone, gathered into tail_x_ after attention (rows =
+  // n_logit_rows, in logit order, so the LM head reads h_ as it is).
+  float* resid = x_.data();
+  int32_t rows = n;
   const bf16* pending = nullptr;  // a block output not yet added to the residual
   // --quantization fp8 past the GEMV rows: a norm whose next linear is an
   // FP8 GEMM writes its rows as e4m3 with their per-token scales (h8), not
@@ -272,35 +297,47 @@ void CudaModel::run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_saf
   // 10-15% faster than cuBLASLt's outer-vector scaled ones there).
   Fp8Scales pending_scales;
   auto norm = [&](const float* weight, const LinearWeight* next) {
-    const bool to_fp8 = next != nullptr && n >= kFp8FuseMinRows &&
-                        gemm_->fp8_gemm_path(*next, n, hidden) &&
-                        norm_quantize_fp8_supported(x_.data(), weight, hidden);
-    h8 = to_fp8 ? gemm_->fp8_input(n, hidden) : Fp8Rows{};
+    const bool to_fp8 = next != nullptr && rows >= kFp8FuseMinRows &&
+                        gemm_->fp8_gemm_path(*next, rows, hidden) &&
+                        norm_quantize_fp8_supported(resid, weight, hidden);
+    h8 = to_fp8 ? gemm_->fp8_input(rows, hidden) : Fp8Rows{};
     if (pending != nullptr) {
       if (to_fp8) {
-        add_rmsnorm_quantize_fp8(x_.data(), pending, pending_scales, weight, eps, n, hidden, h8.q,
+        add_rmsnorm_quantize_fp8(resid, pending, pending_scales, weight, eps, rows, hidden, h8.q,
                                  h8.scale, stream_);
       } else {
         if (pending_scales.col != nullptr) {  // pending is delta_, not yet scaled
-          scale_outer_bf16(delta_.data(), hidden, n, hidden, pending_scales.row, pending_scales.col,
-                           nullptr, stream_);
+          scale_outer_bf16(delta_.data(), hidden, rows, hidden, pending_scales.row,
+                           pending_scales.col, nullptr, stream_);
         }
-        add_rmsnorm(x_.data(), pending, weight, eps, n, hidden, h_.data(), stream_);
+        add_rmsnorm(resid, pending, weight, eps, rows, hidden, h_.data(), stream_);
       }
     } else if (to_fp8) {
-      rmsnorm_quantize_fp8(x_.data(), weight, eps, n, hidden, h8.q, h8.scale, stream_);
+      rmsnorm_quantize_fp8(resid, weight, eps, rows, hidden, h8.q, h8.scale, stream_);
     } else {
-      rmsnorm(x_.data(), nullptr, weight, eps, n, hidden, h_.data(), stream_);
+      rmsnorm(resid, nullptr, weight, eps, rows, hidden, h_.data(), stream_);
     }
     pending = nullptr;
     pending_scales = {};
     return to_fp8;
   };
+  // The last layer's outputs count for the logit rows alone (its K/V are
+  // written for every row inside attention): 1 / n_layers of a long prefill.
+  const bool tail = meta.tail_rows_only && !graph_safe;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const DeviceLayer& layer = layers_[size_t(l)];
+    const bool tail_layer = tail && l == c.n_layers - 1;
     const bool attn_fp8 = norm(layer.attn_norm, &layer.qkv);
-    pending_scales = attention(l, meta, kv, graph_safe, attn_fp8 ? &h8 : nullptr);
+    pending_scales = attention(l, meta, kv, graph_safe, attn_fp8 ? &h8 : nullptr, tail_layer);
     pending = delta_.data();
+    if (tail_layer) {
+      if (meta.n_logit_rows == 0) return;  // a prefill chunk before the last: K/V was all
+      // f32 rows copied bit for bit as pairs of bf16 (gather_rows copies bits).
+      gather_rows(reinterpret_cast<const bf16*>(x_.data()), 2 * int64_t{hidden}, meta.logit_rows,
+                  meta.n_logit_rows, 2 * hidden, reinterpret_cast<bf16*>(tail_x_.data()), stream_);
+      resid = tail_x_.data();
+      rows = meta.n_logit_rows;
+    }
     if (c.layer_is_moe(l)) {
       norm(layer.ffn_norm, nullptr);
       SS_CHECK(!graph_safe);
@@ -311,26 +348,30 @@ void CudaModel::run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_saf
       const bool mlp_fp8 =
           norm(layer.ffn_norm, layer.down.w8 != nullptr ? &layer.gate_up : nullptr);
       if (mlp_fp8) {
-        gemm_->mlp(h8, layer.gate_up, layer.down, n, inter, hidden, gate_up_.data(), act_.data(),
+        gemm_->mlp(h8, layer.gate_up, layer.down, rows, inter, hidden, gate_up_.data(), act_.data(),
                    delta_.data(), hidden, &pending_scales);
       } else {
-        gemm_->mlp(h_.data(), hidden, layer.gate_up, layer.down, n, inter, hidden, gate_up_.data(),
-                   act_.data(), delta_.data(), hidden);
+        gemm_->mlp(h_.data(), hidden, layer.gate_up, layer.down, rows, inter, hidden,
+                   gate_up_.data(), act_.data(), delta_.data(), hidden);
       }
       pending = delta_.data();
     }
   }
   norm(final_norm_, nullptr);
   if (meta.n_logit_rows > 0) {
-    gather_rows(h_.data(), hidden, meta.logit_rows, meta.n_logit_rows, hidden, head_in_.data(),
-                stream_);
-    gemm_->linear_f32(head_in_.data(), hidden, lm_head_, meta.n_logit_rows, c.vocab_size, hidden,
+    const bf16* head_in = h_.data();  // the tail's rows are the logit rows already
+    if (!tail) {
+      gather_rows(h_.data(), hidden, meta.logit_rows, meta.n_logit_rows, hidden, head_in_.data(),
+                  stream_);
+      head_in = head_in_.data();
+    }
+    gemm_->linear_f32(head_in, hidden, lm_head_, meta.n_logit_rows, c.vocab_size, hidden,
                       logits_.data(), c.vocab_size);
   }
 }
 
 Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool graph_safe,
-                               const Fp8Rows* x8) {
+                               const Fp8Rows* x8, bool tail) {
   const ModelConfig& c = config_;
   const DeviceLayer& layer = layers_[size_t(l)];
   const auto n = meta.n_tokens;
@@ -420,12 +461,15 @@ Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv,
   const int32_t block_size = static_cast<int32_t>(kv.shape().block_size);
   bf16* attn = attn_.data();  // [n, q_width]
   for (const FlashJob& job : meta.flash) {
+    // The tail: a job's last row alone, if it wants logits (tail_rows_only).
+    if (tail && !job.last_row_logits) continue;
+    const int32_t row0 = tail ? job.row0 + job.n_rows - 1 : job.row0;
     FlashAttentionArgs a;
-    a.q = qkv + int64_t(job.row0) * qkv_width;
+    a.q = qkv + int64_t(row0) * qkv_width;
     a.q_stride = qkv_width;
-    a.q_slot = meta.token_slot + job.row0;
-    a.q_pos = meta.pos + job.row0;
-    a.n_rows = job.n_rows;
+    a.q_slot = meta.token_slot + row0;
+    a.q_pos = meta.pos + row0;
+    a.n_rows = tail ? 1 : job.n_rows;
     a.k_cache = kv.k(l);
     a.v_cache = kv.v(l);
     a.slot_positions = kv.slot_positions();
@@ -437,7 +481,7 @@ Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv,
     a.head_dim = head_dim;
     a.scale = scale;
     a.sliding_window = window;
-    a.out = attn + int64_t(job.row0) * q_width;
+    a.out = attn + int64_t(row0) * q_width;
     a.out_stride = q_width;
     flash_attention(a, stream_);
   }
@@ -491,6 +535,14 @@ Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv,
       scatter_rows(compact_out_.data(), meta.paged_rows, meta.n_paged,
                    static_cast<int32_t>(q_width), attn, q_width, stream_);
     }
+  }
+  if (tail) {  // o for the logit rows alone, into delta_'s first rows (run_layers)
+    if (meta.n_logit_rows == 0) return {};
+    gather_rows(attn, q_width, meta.logit_rows, meta.n_logit_rows, static_cast<int32_t>(q_width),
+                tail_attn_.data(), stream_);
+    gemm_->linear(tail_attn_.data(), q_width, layer.o, meta.n_logit_rows, hidden, q_width,
+                  delta_.data(), hidden, layer.o_bias);
+    return {};
   }
   if (x8 != nullptr && layer.o_bias == nullptr && gemm_->fp8_gemm_path(layer.o, n, q_width)) {
     // Prefill rows (x8 set): o's scales left to the next norm (run_layers).

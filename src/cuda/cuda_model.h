@@ -101,6 +101,8 @@ class CudaModel final : public ForwardModel {
   // graphs serve (longer ones run eagerly).
   void capture_decode_graphs(CudaKvCache& kv, int32_t max_context);
   int64_t graph_replays() const { return graph_replays_; }
+  // Eager steps whose last layer ran for the logit rows alone (tests).
+  int64_t tail_steps() const { return tail_steps_; }
 
   // SpecPrefill importance of slots [slot_begin, slot_end) of a draft
   // sequence, computed on the device from the captured queries and the paged
@@ -127,9 +129,11 @@ class CudaModel final : public ForwardModel {
   // The forward body on device data already staged by prepare_meta.
   void run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_safe);
   // x8: the attention norm's output as e4m3 rows (FP8 prefill), else h_ holds it in bf16.
+  // tail: K/V for every row, attention and o for the logit rows alone (o's
+  // output in delta_'s first n_logit_rows rows; StepMeta::tail_rows_only).
   // Returns the o projection's scales when it left them to the next norm, else {}.
   Fp8Scales attention(int64_t layer, const StepMeta& meta, CudaKvCache& kv, bool graph_safe,
-                      const Fp8Rows* x8);
+                      const Fp8Rows* x8, bool tail);
   void moe_mlp(const DeviceLayer& layer, int64_t n_tokens);
   bool try_graph_forward(const ForwardBatch& batch, CudaKvCache& kv, Tensor& logits);
   std::unique_ptr<Graph> capture_graph(CudaKvCache& kv, int32_t batch_size, bool with_capture);
@@ -180,15 +184,16 @@ class CudaModel final : public ForwardModel {
 
   // Activations (device), sized for scratch_tokens_ rows.
   int64_t scratch_tokens_ = 0;
-  DeviceBuffer<float> x_;             // [T, hidden] residual stream
-  DeviceBuffer<bf16> h_;              // [T, hidden] normed input of a block
-  DeviceBuffer<bf16> qkv_;            // [T, (H + 2 Hkv) * D]
-  DeviceBuffer<bf16> attn_;           // [T, H * D]
-  DeviceBuffer<bf16> delta_;          // [T, hidden] o_proj / down_proj output
-  DeviceBuffer<bf16> gate_up_;        // [T, 2 * inter]
-  DeviceBuffer<bf16> act_;            // [T, inter]
-  DeviceBuffer<bf16> head_in_;        // [rows, hidden] final-normed rows that want logits
-  DeviceBuffer<float> logits_;        // [rows, vocab]
+  bool tail_rows_only_ = true;  // StepMeta::tail_rows_only allowed (SPECSTACK_LAST_LAYER_ALL_ROWS)
+  DeviceBuffer<float> x_;       // [T, hidden] residual stream
+  DeviceBuffer<bf16> h_;        // [T, hidden] normed input of a block
+  DeviceBuffer<bf16> qkv_;      // [T, (H + 2 Hkv) * D]
+  DeviceBuffer<bf16> attn_;     // [T, H * D]
+  DeviceBuffer<bf16> delta_;    // [T, hidden] o_proj / down_proj output
+  DeviceBuffer<bf16> gate_up_;  // [T, 2 * inter]
+  DeviceBuffer<bf16> act_;      // [T, inter]
+  DeviceBuffer<bf16> head_in_;  // [rows, hidden] final-normed rows that want logits
+  DeviceBuffer<float> logits_;  // [rows, vocab]
   DeviceBuffer<int32_t> picked_ids_;  // [rows] chosen tokens
   // [5 * rows] sampling parameters, then [rows] row_mask and [n_masks, ceil(vocab / 32)]
   // bits (upload_pick_inputs)
@@ -204,6 +209,8 @@ class CudaModel final : public ForwardModel {
   DeviceBuffer<float> attn_workspace_;    // paged attention split-K partials
   DeviceBuffer<bf16> compact_q_;    // [n, H * D] paged-path queries when not a contiguous range
   DeviceBuffer<bf16> compact_out_;  // [n, H * D]
+  DeviceBuffer<float> tail_x_;      // [logit rows, hidden] the last layer's residual rows
+  DeviceBuffer<bf16> tail_attn_;    // [logit rows, H * D] their attention outputs
   // score_prompt's scratch (grown, kept between prompts).
   DeviceBuffer<float> score_queries_;    // [n_steps, n_layers, H * D]
   DeviceBuffer<int32_t> score_table_;    // the scored sequence's block table
@@ -243,6 +250,7 @@ class CudaModel final : public ForwardModel {
   int32_t graph_max_context_ = 0;
   CudaKvCache* graph_kv_ = nullptr;
   int64_t graph_replays_ = 0;
+  int64_t tail_steps_ = 0;
 };
 
 }  // namespace specstack::cuda

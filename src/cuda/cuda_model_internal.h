@@ -17,6 +17,9 @@ struct FlashJob {
   int32_t n_rows = 0;  // contiguous rows, ascending slots
   int32_t seq = 0;     // row of the block tables
   int32_t n_keys = 0;  // last slot + 1
+  // With StepMeta::tail_rows_only: whether the last row wants logits (the
+  // last layer then attends for that row alone, else for none of the job's).
+  bool last_row_logits = false;
 };
 
 // Everything a forward needs about one step. Host fields drive launches;
@@ -26,6 +29,12 @@ struct CudaModel::StepMeta {
   int32_t n_seqs = 0;
   int32_t max_blocks = 0;  // block-table row width
   int32_t n_logit_rows = 0;
+  // The last layer past its K/V write runs for the logit rows alone: an eager
+  // step where fewer rows want logits than run, and every flash job's logit
+  // row (if any) is its last (prefill chunks; not prompt logprobs). Nothing
+  // reads the other rows' last-layer outputs, so the step's K/V and logits
+  // are those of the whole layer (run_layers).
+  bool tail_rows_only = false;
   // Device arrays.
   int32_t* ids = nullptr;           // [n_tokens]
   int32_t* pos = nullptr;           // [n_tokens]
