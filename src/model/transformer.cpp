@@ -26,6 +26,8 @@ enum ScratchSlot : size_t {
   kScratchLogitLocal,
   kScratchGatherSend,
   kScratchGatherRecv,
+  kScratchTailQ,
+  kScratchTailX,
   kScratchCount,
 };
 
@@ -64,10 +66,20 @@ void Transformer::forward(const ForwardBatch& batch, KvCache& kv, Tensor& logits
   h_ = scratch(kScratchH, n_tokens, hidden);
   embed(batch.token_ids);
 
+  // The last layer past its K/V write runs for the logit rows alone when
+  // fewer rows want logits than run (a prefill chunk): nothing reads the
+  // other rows' outputs (the CUDA model does the same: StepMeta::
+  // tail_rows_only). moe_mlp routes every row of h_, so an MoE last layer
+  // keeps them all.
+  const int64_t n_out = static_cast<int64_t>(batch.logit_rows.size());
+  const int64_t last = config_.n_layers - 1;
+  const bool tail = n_out < n_tokens && !config_.layer_is_moe(last);
+  tail_steps_ += tail;
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     const LayerWeights& layer = weights_.layers[static_cast<size_t>(l)];
     backend_.rmsnorm(x_, layer.attn_norm, static_cast<float>(config_.rms_norm_eps), h_);
-    attention_block(l, batch, kv);
+    attention_block(l, batch, kv, tail && l == last);
+    if (tail && l == last && n_out == 0) break;  // a chunk before the last: its K/V was all
     backend_.rmsnorm(x_, layer.ffn_norm, static_cast<float>(config_.rms_norm_eps), h_);
     if (config_.layer_is_moe(l)) {
       moe_mlp(layer);
@@ -76,14 +88,14 @@ void Transformer::forward(const ForwardBatch& batch, KvCache& kv, Tensor& logits
     }
   }
 
-  // Only the requested rows go through the final norm and the vocab matmul.
-  const int64_t n_out = static_cast<int64_t>(batch.logit_rows.size());
+  // Only the requested rows go through the final norm and the vocab matmul
+  // (after a tail, x_ holds exactly those rows, in order).
   logits = Tensor::zeros(DType::kF32, {n_out, shard_.full_vocab});
   if (n_out == 0) return;
   Tensor& rows = scratch(kScratchLogitIn, n_out, hidden);
   for (int64_t i = 0; i < n_out; ++i) {
-    const int32_t src = batch.logit_rows[static_cast<size_t>(i)];
-    SS_CHECK_LT(src, n_tokens);
+    const int32_t src = tail ? static_cast<int32_t>(i) : batch.logit_rows[static_cast<size_t>(i)];
+    SS_CHECK_LT(src, x_.size(0));
     std::copy_n(x_.f32() + src * hidden, hidden, rows.f32() + i * hidden);
   }
   backend_.rmsnorm(rows, weights_.final_norm, static_cast<float>(config_.rms_norm_eps), rows);
@@ -149,7 +161,7 @@ void Transformer::all_reduce(Tensor& partial) {
   if (shard_.comm != nullptr) shard_.comm->all_reduce_sum(partial.f32(), partial.numel());
 }
 
-void Transformer::attention_block(int64_t l, const ForwardBatch& batch, KvCache& kv) {
+void Transformer::attention_block(int64_t l, const ForwardBatch& batch, KvCache& kv, bool tail) {
   const LayerWeights& layer = weights_.layers[static_cast<size_t>(l)];
   const int64_t n_tokens = h_.size(0);
   const int64_t head_dim = config_.head_dim;
@@ -186,10 +198,37 @@ void Transformer::attention_block(int64_t l, const ForwardBatch& batch, KvCache&
   params.head_dim = head_dim;
   params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   params.sliding_window = config_.layer_is_sliding(l) ? config_.sliding_window : 0;
-  Tensor& attn = scratch(kScratchAttn, n_tokens, q_width);
-  backend_.attention(q, batch.attention, kv.layer(l), params, attn);
+  int64_t rows = n_tokens;
+  const Tensor* queries = &q;
+  AttentionBatch rows_batch = batch.attention;
+  std::vector<int32_t> row_seq, row_slot, row_pos;  // the tail's rows (rows_batch's spans)
+  if (tail) {
+    // The logit rows alone from here on: their queries, their residual rows
+    // (x_ becomes [n_out, hidden], in logit order) and h_ as wide.
+    const int64_t hidden = config_.hidden_size;
+    rows = static_cast<int64_t>(batch.logit_rows.size());
+    if (rows == 0) return;
+    Tensor& q_rows = scratch(kScratchTailQ, rows, q_width);  // [rows, n_heads * head_dim]
+    Tensor& x_rows = scratch(kScratchTailX, rows, hidden);   // [rows, hidden]
+    for (int64_t i = 0; i < rows; ++i) {
+      const int32_t r = batch.logit_rows[static_cast<size_t>(i)];
+      std::copy_n(q.f32() + r * q_width, q_width, q_rows.f32() + i * q_width);
+      std::copy_n(x_.f32() + r * hidden, hidden, x_rows.f32() + i * hidden);
+      row_seq.push_back(batch.attention.token_seq[static_cast<size_t>(r)]);
+      row_slot.push_back(batch.attention.token_slot[static_cast<size_t>(r)]);
+      row_pos.push_back(batch.attention.token_pos[static_cast<size_t>(r)]);
+    }
+    rows_batch.token_seq = row_seq;
+    rows_batch.token_slot = row_slot;
+    rows_batch.token_pos = row_pos;
+    queries = &q_rows;
+    x_ = x_rows;
+    h_ = scratch(kScratchH, rows, hidden);
+  }
+  Tensor& attn = scratch(kScratchAttn, rows, q_width);
+  backend_.attention(*queries, rows_batch, kv.layer(l), params, attn);
 
-  Tensor& out = scratch(kScratchOut, n_tokens, config_.hidden_size);
+  Tensor& out = scratch(kScratchOut, rows, config_.hidden_size);
   backend_.matmul(attn, layer.wo, layer.bo.defined() ? &layer.bo : nullptr, out);
   all_reduce(out);  // o_proj's input rows are split: each rank holds a partial sum
   backend_.add_inplace(x_, out);

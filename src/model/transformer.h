@@ -44,9 +44,13 @@ class Transformer final : public ForwardModel {
   // Runs every token of the batch through the model, writing K/V into `kv`,
   // and fills logits [logit_rows.size(), vocab] (f32, resized by the call).
   void forward(const ForwardBatch& batch, KvCache& kv, Tensor& logits) override;
+  // Forwards whose last layer ran for the logit rows alone (tests).
+  int64_t tail_steps() const { return tail_steps_; }
 
  private:
-  void attention_block(int64_t layer, const ForwardBatch& batch, KvCache& kv);
+  // tail: K/V for every row, then attention and o for batch.logit_rows alone,
+  // after which x_ and h_ hold those rows only (forward's last layer).
+  void attention_block(int64_t layer, const ForwardBatch& batch, KvCache& kv, bool tail);
   // x_ = embedding rows of the batch (vocab-parallel under a communicator).
   void embed(std::span<const int32_t> token_ids);
   // logits = lm_head · rows (each rank its vocab slice, then all-gathered).
@@ -66,6 +70,7 @@ class Transformer final : public ForwardModel {
   std::vector<Tensor> scratch_views_;    // shaped views into them
 
   // Per-call state: the residual stream and the normed input of a block.
+  int64_t tail_steps_ = 0;
   Tensor x_;  // [n_tokens, hidden]
   Tensor h_;  // [n_tokens, hidden]
 };

@@ -10,6 +10,8 @@
 #include "engine/model_instance.h"
 #include "golden_reference.h"
 #include "golden_run.h"
+#include "model/transformer.h"
+#include "tail_rows_scenario.h"
 #include "test_util.h"
 
 namespace specstack {
@@ -168,6 +170,53 @@ TEST(GoldenTinyStories, RealModelLogitsAndGreedyMatchReference) {
       EXPECT_EQ(argmax(run.prefill_logits.data() + i * vocab, vocab), ref_argmax[i]);
     }
     EXPECT_EQ(run.greedy, ref.ids(p + ".greedy"));
+  }
+}
+
+// The last layer past its K/V write runs for the logit rows alone
+// (Transformer::forward's tail): the last prompt row's logits (and those of
+// a decode row of another sequence in the same step) equal a prefill that
+// wants every row's to f32 rounding (the last layer's matmuls run on fewer
+// rows), and the decode steps after it give the same logits bit for bit:
+// every layer's K/V is written for every row either way. Chunks of 128 and
+// 100 (a final chunk of 44 and of 90 rows); qwen3-moe's last layer is MoE,
+// which keeps every row.
+TEST(GoldenTail, LastLayerForLogitRowsAloneEqualsEveryRow) {
+  CpuBackend backend(CpuBackendOptions{2});
+  for (const std::string& name : testing::golden_architectures()) {
+    ModelInstanceOptions options;
+    options.kv_tokens = 4096;
+    auto model = testing::load_golden_model(name, backend, options);
+    auto* transformer = dynamic_cast<Transformer*>(&model->model());
+    ASSERT_NE(transformer, nullptr);
+    const int64_t vocab = model->config().vocab_size;
+    const bool moe_last = model->config().layer_is_moe(model->config().n_layers - 1);
+    struct Shape {
+      int32_t n_a, chunk;
+      bool with_b;
+    };
+    for (const Shape& s : {Shape{300, 128, false}, Shape{300, 128, true}, Shape{90, 100, true}}) {
+      SCOPED_TRACE(::testing::Message() << name << " prompt " << s.n_a << " chunk " << s.chunk
+                                        << (s.with_b ? " with a decode row" : ""));
+      const int64_t before = transformer->tail_steps();
+      const testing::TailRun tail = testing::run_tail_scenario(*model, s.n_a, s.chunk, s.with_b,
+                                                               /*every_row=*/false);
+      EXPECT_EQ(transformer->tail_steps() > before, !moe_last);
+      const int64_t before_every = transformer->tail_steps();
+      const testing::TailRun every = testing::run_tail_scenario(*model, s.n_a, s.chunk, s.with_b,
+                                                                /*every_row=*/true);
+      EXPECT_EQ(transformer->tail_steps(), before_every);  // every row wants logits
+      ASSERT_EQ(tail.a_last.size(), size_t(vocab));
+      ASSERT_EQ(tail.b_rows.size(), every.b_rows.size());
+      EXPECT_LE(relative_error(tail.a_last.data(), every.a_last.data(), vocab), 1e-5);
+      for (size_t r = 0; r * vocab < tail.b_rows.size(); ++r) {
+        EXPECT_LE(
+            relative_error(tail.b_rows.data() + r * vocab, every.b_rows.data() + r * vocab, vocab),
+            1e-5)
+            << "decode row " << r;
+      }
+      EXPECT_EQ(tail.a_decode, every.a_decode) << "the K/V after the prefill differ";
+    }
   }
 }
 
