@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
+#include <string>
 
 namespace specstack {
 namespace {
@@ -42,6 +44,10 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights, Backend& back
   }
   scratch_storage_.resize(kScratchCount);
   scratch_views_.resize(kScratchCount);
+  // SPECSTACK_LAST_LAYER_ALL_ROWS=1: the last layer for every row (A/B runs;
+  // the same switch as the CUDA model's).
+  const char* all_rows = std::getenv("SPECSTACK_LAST_LAYER_ALL_ROWS");
+  tail_rows_only_ = all_rows == nullptr || std::string(all_rows) != "1";
 }
 
 Tensor& Transformer::scratch(size_t index, int64_t rows, int64_t cols) {
@@ -73,7 +79,7 @@ void Transformer::forward(const ForwardBatch& batch, KvCache& kv, Tensor& logits
   // keeps them all.
   const int64_t n_out = static_cast<int64_t>(batch.logit_rows.size());
   const int64_t last = config_.n_layers - 1;
-  const bool tail = n_out < n_tokens && !config_.layer_is_moe(last);
+  const bool tail = tail_rows_only_ && n_out < n_tokens && !config_.layer_is_moe(last);
   tail_steps_ += tail;
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     const LayerWeights& layer = weights_.layers[static_cast<size_t>(l)];

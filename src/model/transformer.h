@@ -70,6 +70,7 @@ class Transformer final : public ForwardModel {
   std::vector<Tensor> scratch_views_;    // shaped views into them
 
   // Per-call state: the residual stream and the normed input of a block.
+  bool tail_rows_only_ = true;  // SPECSTACK_LAST_LAYER_ALL_ROWS unset
   int64_t tail_steps_ = 0;
   Tensor x_;  // [n_tokens, hidden]
   Tensor h_;  // [n_tokens, hidden]
