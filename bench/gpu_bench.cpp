@@ -19,9 +19,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <random>
-#include <string>
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/generator.h"
@@ -63,10 +61,7 @@ double body_params(const ModelConfig& c) {
 // FLOPs of a prefill of `length` that the last layer skips for rows
 // 0..length-2 when it runs for the logit row alone (0 where it does not).
 double skipped_last_layer_flops(const ModelConfig& c, int32_t length) {
-  const char* all_rows = std::getenv("SPECSTACK_LAST_LAYER_ALL_ROWS");
-  if ((all_rows != nullptr && std::string(all_rows) == "1") || c.layer_is_moe(c.n_layers - 1)) {
-    return 0;
-  }
+  if (!last_layer_for_logit_rows_only() || c.layer_is_moe(c.n_layers - 1)) return 0;
   const double h = double(c.hidden_size), q = double(c.n_heads * c.head_dim);
   const double rows = double(length) - 1;
   const double linear = h * q + 3 * h * double(c.intermediate_size);  // o, gate, up, down

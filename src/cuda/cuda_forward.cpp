@@ -323,7 +323,8 @@ void CudaModel::run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_saf
   };
   // The last layer's outputs count for the logit rows alone (its K/V are
   // written for every row inside attention): 1 / n_layers of a long prefill.
-  const bool tail = meta.tail_rows_only && !graph_safe;
+  // plan_step never marks a graph step so.
+  const bool tail = meta.tail_rows_only;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const DeviceLayer& layer = layers_[size_t(l)];
     const bool tail_layer = tail && l == c.n_layers - 1;
@@ -456,6 +457,10 @@ Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv,
                                   q_width * sizeof(bf16), cudaMemcpyDeviceToHost, stream_));
   }
 
+  // A tail with no logit rows (a prefill chunk before the last): the K/V
+  // above is all the last layer owes.
+  if (tail && meta.n_logit_rows == 0) return {};
+
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const int32_t window = c.layer_is_sliding(l) ? static_cast<int32_t>(c.sliding_window) : 0;
   const int32_t block_size = static_cast<int32_t>(kv.shape().block_size);
@@ -537,7 +542,6 @@ Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv,
     }
   }
   if (tail) {  // o for the logit rows alone, into delta_'s first rows (run_layers)
-    if (meta.n_logit_rows == 0) return {};
     gather_rows(attn, q_width, meta.logit_rows, meta.n_logit_rows, static_cast<int32_t>(q_width),
                 tail_attn_.data(), stream_);
     gemm_->linear(tail_attn_.data(), q_width, layer.o, meta.n_logit_rows, hidden, q_width,

@@ -34,10 +34,7 @@ int dtype_code(DType dtype) {
 
 CudaModel::CudaModel(ModelConfig config, const CudaModelOptions& options)
     : config_(std::move(config)), options_(options), meta_(std::make_unique<StepMeta>()) {
-  // SPECSTACK_LAST_LAYER_ALL_ROWS=1: the last layer for every row, as before
-  // StepMeta::tail_rows_only (A/B runs; the logits and K/V are the same).
-  const char* all_rows = std::getenv("SPECSTACK_LAST_LAYER_ALL_ROWS");
-  tail_rows_only_ = all_rows == nullptr || std::string(all_rows) != "1";
+  tail_rows_only_ = last_layer_for_logit_rows_only();  // StepMeta::tail_rows_only allowed
 }
 
 CudaModel::~CudaModel() {

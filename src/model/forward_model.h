@@ -5,8 +5,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <span>
+#include <string_view>
 
 #include "backend/attention_batch.h"
 #include "kv/kv_cache.h"
@@ -97,5 +99,14 @@ class ForwardModel {
     return shape;
   }
 };
+
+// Whether a forward may run its last layer past the K/V write for the logit
+// rows alone (Transformer and cuda::CudaModel do, where fewer rows want
+// logits than run): yes unless the process starts with
+// SPECSTACK_LAST_LAYER_ALL_ROWS=1 (A/B runs; the logits agree to rounding).
+inline bool last_layer_for_logit_rows_only() {
+  const char* all_rows = std::getenv("SPECSTACK_LAST_LAYER_ALL_ROWS");
+  return all_rows == nullptr || std::string_view(all_rows) != "1";
+}
 
 }  // namespace specstack

@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <numeric>
-#include <string>
 
 namespace specstack {
 namespace {
@@ -44,10 +42,7 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights, Backend& back
   }
   scratch_storage_.resize(kScratchCount);
   scratch_views_.resize(kScratchCount);
-  // SPECSTACK_LAST_LAYER_ALL_ROWS=1: the last layer for every row (A/B runs;
-  // the same switch as the CUDA model's).
-  const char* all_rows = std::getenv("SPECSTACK_LAST_LAYER_ALL_ROWS");
-  tail_rows_only_ = all_rows == nullptr || std::string(all_rows) != "1";
+  tail_rows_only_ = last_layer_for_logit_rows_only();
 }
 
 Tensor& Transformer::scratch(size_t index, int64_t rows, int64_t cols) {
