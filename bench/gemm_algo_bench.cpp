@@ -5,7 +5,10 @@
 // cuBLASLt reports them): what choosing the algorithm per shape could gain.
 // CUDA events, median of 5 batches of 20 calls after 3 warm-up calls.
 // --draft: qwen2.5-0.5b's shapes (the speculative draft, SpecPrefill's scorer).
-//   build/bench/gemm_algo_bench [--rows 64,320,2048] [--candidates 16] [--draft]
+// --random: operands drawn N(0, 0.02) (weights) / N(0, 1) (activations) instead of one
+//   repeated small value: tensor cores draw more power on changing bits, and a GEMM
+//   on real data may run at lower clocks than one on a constant.
+//   build/bench/gemm_algo_bench [--rows 64,320,2048] [--candidates 16] [--draft] [--random]
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -14,6 +17,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <random>
 #include <vector>
 
 #include "bench_timing.h"
@@ -49,10 +53,20 @@ int main(int argc, char** argv) {
   std::vector<int64_t> rows_list = {64, 320, 2048};
   int candidates = 16;
   bool draft = false;
+  bool random = false;
   app.add_option("--rows", rows_list, "rows (tokens) per GEMM")->delimiter(',');
   app.add_option("--candidates", candidates, "cuBLASLt heuristic algorithms to time");
   app.add_flag("--draft", draft, "qwen2.5-0.5b's shapes (the speculative draft) instead");
+  app.add_flag("--random", random, "normal random operands instead of a constant");
   CLI11_PARSE(app, argc, argv);
+  std::mt19937 rng(7);
+  auto fill = [&](DeviceBuffer<__nv_bfloat16>& buffer, size_t count, float sd) {
+    if (!random) return buffer.fill_bytes(0x3c);  // small finite bf16 values
+    std::normal_distribution<float> normal(0.0f, sd);
+    std::vector<__nv_bfloat16> host(count);
+    for (auto& v : host) v = __float2bfloat16(normal(rng));
+    buffer.upload(host);
+  };
 
   const std::vector<Shape> shapes = draft ? std::vector<Shape>{{"qkv", 1152, 896},
                                                                {"o", 896, 896},
@@ -78,8 +92,8 @@ int main(int argc, char** argv) {
     for (int64_t n : rows_list) {
       DeviceBuffer<__nv_bfloat16> w(size_t(s.out * s.in)), x(size_t(n * s.in)),
           y(size_t(n * s.out));
-      w.fill_bytes(0x3c);  // small finite bf16 values
-      x.fill_bytes(0x3c);
+      fill(w, size_t(s.out * s.in), 0.02f);
+      fill(x, size_t(n * s.in), 1.0f);
       const double flop = 2.0 * double(n) * double(s.out) * double(s.in);
       const double bytes = 2.0 * double(s.out) * double(s.in);
       auto report = [&](const char* what, int tile, int stages, int split, double us) {
