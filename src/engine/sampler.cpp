@@ -54,6 +54,10 @@ uint64_t initial_seed(const std::optional<uint64_t>& seed) {
 
 Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt_ids)
     : params_(params), rng_(initial_seed(params.seed)) {
+  // Only the repetition penalty reads the prompt's tokens. Without one the
+  // sort below is skipped: it cost ~0.5 ms of every 8K-token request's time to
+  // first token on the H100 host (and grows with the prompt).
+  if (params.repetition_penalty == 1.0f) return;
   // The vocab size is unknown until the first logits arrive, so deduplicate by
   // sorting instead of through seen_mask_ (a bogus huge id must not allocate).
   for (int32_t id : prompt_ids) {

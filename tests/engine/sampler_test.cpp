@@ -392,6 +392,33 @@ TEST(Sampler, RepetitionPenaltyExactValues) {
   EXPECT_EQ(logits, (std::vector<float>{1.0f, 2.0f, -6.0f, 5.0f, 0.0f, 0.0f, 0.0f, 0.0f}));
 }
 
+// The prompt only feeds the repetition penalty (the sampler skips collecting
+// it without one): with frequency / presence penalties alone, a sampler over a
+// long prompt penalises and samples exactly as one with no prompt.
+TEST(Sampler, PromptMattersOnlyToTheRepetitionPenalty) {
+  SamplingParams params;
+  params.temperature = 0.8f;
+  params.seed = 11;
+  params.frequency_penalty = 0.5f;
+  params.presence_penalty = 0.25f;
+  std::vector<int32_t> prompt(8192);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i % 6);
+  Sampler with_prompt(params, prompt);
+  Sampler without(params, {});
+  const std::vector<float> base = {1.0f, 0.5f, 0.25f, 2.0f, -1.0f, 0.0f};
+  for (int step = 0; step < 50; ++step) {
+    std::vector<float> a = base, b = base;
+    ASSERT_EQ(with_prompt.sample(a), without.sample(b)) << "step " << step;
+    ASSERT_EQ(a, b) << "step " << step;
+  }
+  // With a repetition penalty the prompt's tokens are penalised before any output.
+  params.repetition_penalty = 2.0f;
+  Sampler repeated(params, prompt);
+  std::vector<float> logits = base;
+  repeated.apply_penalties(logits);
+  EXPECT_EQ(logits, (std::vector<float>{0.5f, 0.25f, 0.125f, 1.0f, -2.0f, 0.0f}));
+}
+
 TEST(Sampler, RepetitionPenaltyFlipsGreedy) {
   SamplingParams params = greedy();
   params.repetition_penalty = 2.0f;
