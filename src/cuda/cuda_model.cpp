@@ -276,4 +276,8 @@ void CudaModel::ensure_scratch(int64_t n_tokens) {
   scratch_tokens_ = n_tokens;
 }
 
+int64_t CudaModel::swiglu_gemm_calls() const {
+  return gemm_->swiglu_gemm_calls();
+}
+
 }  // namespace specstack::cuda

@@ -103,6 +103,8 @@ class CudaModel final : public ForwardModel {
   int64_t graph_replays() const { return graph_replays_; }
   // Eager steps whose last layer ran for the logit rows alone (tests).
   int64_t tail_steps() const { return tail_steps_; }
+  // Gate/up projections that ran the fused SwiGLU kernel (tests prove the path ran).
+  int64_t swiglu_gemm_calls() const;
 
   // SpecPrefill importance of slots [slot_begin, slot_end) of a draft
   // sequence, computed on the device from the captured queries and the paged

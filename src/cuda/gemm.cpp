@@ -7,6 +7,7 @@
 #include "cuda/elementwise.h"
 #include "cuda/fp8_gemv.h"
 #include "cuda/gemv.h"
+#include "cuda/swiglu_gemm.h"
 
 namespace specstack::cuda {
 
@@ -23,6 +24,12 @@ constexpr int64_t kFp8DefaultGemvMaxRows = 2;
 // faster per qwen2.5-7b matrix than the unscaled GEMM + scale_outer_bf16, at
 // 16 rows up to 1.55x slower (fp8_bench).
 constexpr int64_t kFp8ScalesInGemmMinRows = 256;
+// bf16 gate/up projections of at least this many rows (prefill chunks) run
+// the fused SwiGLU kernel (swiglu_gemm.h) instead of cuBLAS + silu_mul. H100,
+// bench/mlp_bench (docs/benchmarks.md, session 35): 0.93-0.94x the time at
+// 1696-8192 rows of the 7B, 0.80x at 8192 rows of the 0.5B; decode graphs
+// (<= 256 rows) and verify steps stay on the tuned cuBLAS algorithms.
+constexpr int64_t kSwigluGemmDefaultMinRows = 1024;
 }  // namespace
 
 Gemm::Gemm(cudaStream_t stream) : stream_(stream), fp8_gemv_max_rows_(kFp8DefaultGemvMaxRows) {
@@ -37,6 +44,14 @@ Gemm::Gemm(cudaStream_t stream) : stream_(stream), fp8_gemv_max_rows_(kFp8Defaul
   const int candidates = tuning != nullptr && std::string(tuning) == "0" ? 0 : 16;
   bf16_ = std::make_unique<Bf16GemmTuner>(stream_, handle_, workspace_.data(), workspace_.nbytes(),
                                           /*max_rows=*/1024, candidates);
+  // SPECSTACK_SWIGLU_GEMM=0: the gate/up projection on cuBLAS + silu_mul at
+  // every row count (A/B runs); a number: the fused kernel from that many rows.
+  const char* swiglu = std::getenv("SPECSTACK_SWIGLU_GEMM");
+  swiglu_min_rows_ = kSwigluGemmDefaultMinRows;
+  if (swiglu != nullptr && *swiglu != '\0') {
+    const long long rows = std::atoll(swiglu);
+    swiglu_min_rows_ = rows > 0 ? rows : -1;
+  }
 }
 
 Gemm::~Gemm() {
@@ -185,6 +200,11 @@ void Gemm::gate_up_silu(const __nv_bfloat16* x, int64_t ldx, const LinearWeight&
   const __nv_bfloat16* w_gate_up = weight.w16;
   if (gemv_supported(x, ldx, w_gate_up, n, in)) {
     return gemv_silu_mul(x, ldx, w_gate_up, n, width, in, act, stream_);
+  }
+  if (swiglu_min_rows_ > 0 && n >= swiglu_min_rows_ &&
+      swiglu_gemm_supported(x, ldx, w_gate_up, n, width, in, act)) {
+    ++swiglu_gemm_calls_;
+    return swiglu_gemm(x, ldx, w_gate_up, n, width, in, act, stream_);
   }
   gemm(x, ldx, w_gate_up, n, 2 * width, in, gate_up, CUDA_R_16BF, 2 * width);
   silu_mul(gate_up, static_cast<int32_t>(n), static_cast<int32_t>(width), act, stream_);

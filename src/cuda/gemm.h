@@ -47,7 +47,8 @@ class Gemm {
   void linear(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w, int64_t n, int64_t out,
               int64_t in, __nv_bfloat16* y, int64_t ldy, const float* bias = nullptr);
   // act[n, width] = bf16(silu(x · w_gate_upᵀ[:, :width]) * (x · w_gate_upᵀ[:, width:])):
-  // gemv_silu_mul for decode rows, else a GEMM into gate_up [n, 2 * width] + silu_mul.
+  // gemv_silu_mul for decode rows; bf16 prefill rows (from swiglu_min_rows_) the
+  // fused swiglu_gemm on Hopper; else a GEMM into gate_up [n, 2 * width] + silu_mul.
   void gate_up_silu(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w_gate_up, int64_t n,
                     int64_t width, int64_t in, __nv_bfloat16* gate_up, __nv_bfloat16* act);
   // A whole MLP: y[n, hidden] = (silu(x · gate_upᵀ[:width]) * (x · gate_upᵀ[width:])) · downᵀ,
@@ -113,6 +114,10 @@ class Gemm {
   // Rows up to which an FP8 linear runs the GEMV (bf16 activations) rather
   // than quantize + FP8 GEMM; at most kFp8GemvMaxRows.
   void set_fp8_gemv_max_rows(int64_t rows);
+  // Rows from which a bf16 gate/up projection runs the fused SwiGLU kernel
+  // (swiglu_gemm.h) where it supports the operands; <= 0: never.
+  void set_swiglu_min_rows(int64_t rows) { swiglu_min_rows_ = rows > 0 ? rows : -1; }
+  int64_t swiglu_gemm_calls() const { return swiglu_gemm_calls_; }
 
  private:
   void gemm(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n, int64_t out,
@@ -122,6 +127,8 @@ class Gemm {
 
   cudaStream_t stream_ = nullptr;
   cublasHandle_t handle_ = nullptr;
+  int64_t swiglu_min_rows_ = 0;  // -1: never the fused SwiGLU kernel (SPECSTACK_SWIGLU_GEMM=0)
+  int64_t swiglu_gemm_calls_ = 0;
   // A fixed workspace so cuBLAS never allocates (required inside graph capture).
   DeviceBuffer<uint8_t> workspace_;
   std::unique_ptr<Bf16GemmTuner> bf16_;  // every bf16 GEMM (gemm()) goes through it

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 #include <thread>
 
@@ -19,6 +20,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_model.h"
+#include "cuda/sm90a.h"
 #include "cuda_test_util.h"
 #include "engine/engine.h"
 #include "engine/generator.h"
@@ -226,6 +228,55 @@ TEST(GoldenCuda, GraphReplayAndDeviceGreedyEqualEager) {
       EXPECT_EQ(cuda_model->graph_replays(), 0);
   }
   EXPECT_EQ(outputs[0], outputs[1]);
+}
+
+// Prefill chunks of 1050 rows take the fused SwiGLU kernel (cuda/swiglu_gemm.h)
+// on an sm_90a device where the golden shapes allow it (hidden a multiple of
+// 64, intermediate of 128): the logits equal those of a model whose gate/up
+// projections run cuBLAS + silu_mul (SPECSTACK_SWIGLU_GEMM=0) within bf16
+// rounding, for the prompt's last row and the four decode steps after it.
+TEST(GoldenCuda, FusedSwigluPrefillMatchesCublasAndSiluMul) {
+  SS_REQUIRE_GPU();
+  CpuBackend backend(CpuBackendOptions{1});
+  int checked = 0;
+  for (const std::string& name : testing::golden_architectures()) {
+    ModelInstanceOptions options;
+    options.kv_tokens = 4096;
+    options.device = Device::kCuda;
+    options.cuda_graphs = false;
+    ::setenv("SPECSTACK_SWIGLU_GEMM", "0", 1);
+    auto plain = testing::load_golden_model(name, backend, options);
+    ::unsetenv("SPECSTACK_SWIGLU_GEMM");
+    auto fused = testing::load_golden_model(name, backend, options);
+    auto* fused_cuda = dynamic_cast<cuda::CudaModel*>(&fused->model());
+    auto* plain_cuda = dynamic_cast<cuda::CudaModel*>(&plain->model());
+    ASSERT_NE(fused_cuda, nullptr);
+    SCOPED_TRACE(name);
+    const testing::TailRun want = testing::run_tail_scenario(*plain, 2100, 1050, true, false);
+    const int64_t before = fused_cuda->swiglu_gemm_calls();
+    const testing::TailRun got = testing::run_tail_scenario(*fused, 2100, 1050, true, false);
+    EXPECT_EQ(plain_cuda->swiglu_gemm_calls(), 0);
+    const ModelConfig& c = fused->config();
+    const bool tiles = c.hidden_size % 64 == 0 && c.intermediate_size % 128 == 0 &&
+                       !c.layer_is_moe(0) && cuda::device_runs_sm90a();
+    if (!tiles) {
+      EXPECT_EQ(fused_cuda->swiglu_gemm_calls(), before);
+      continue;
+    }
+    EXPECT_GT(fused_cuda->swiglu_gemm_calls(), before) << "no gate/up projection ran fused";
+    ++checked;
+    const int64_t vocab = c.vocab_size;
+    ASSERT_EQ(got.a_last.size(), want.a_last.size());
+    EXPECT_LE(relative_error(got.a_last.data(), want.a_last.data(), vocab), 1e-2);
+    ASSERT_EQ(got.a_decode.size(), want.a_decode.size());
+    for (size_t r = 0; r * vocab < got.a_decode.size(); ++r) {
+      EXPECT_LE(
+          relative_error(got.a_decode.data() + r * vocab, want.a_decode.data() + r * vocab, vocab),
+          1e-2)
+          << "decode step " << r;
+    }
+  }
+  if (cuda::device_runs_sm90a()) EXPECT_GE(checked, 3) << "too few golden shapes took the kernel";
 }
 
 }  // namespace

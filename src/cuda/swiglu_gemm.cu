@@ -1,0 +1,284 @@
+// SwiGLU gate/up GEMM for Hopper (swiglu_gemm.h). Shapes and roles:
+//   CTA: 384 threads = warpgroup 0 (one thread issues the TMA loads) and
+//   consumer warpgroups 1, 2 (rows 0-63 / 64-127 of the 128-row tile).
+//   Stage s: A tile [128 rows][64 k] bf16 (16 KB) then B tile [256 rows][64 k]
+//   (32 KB: 128 gate rows, then the 128 up rows of the same columns), each row
+//   128 bytes in the TMA / wgmma 128-byte swizzle (cuda/wgmma.cuh).
+//   Accumulators: a consumer thread's d[128] is its part of a 64 x 256 f32 tile
+//   (wgmma layout: d[4 j + e] at row 16 w + g, column 8 j + 2 t + e; d[4 j + 2 + e]
+//   at row + 8), so gate column c (j < 16) and its up column (j + 16) are in the
+//   same thread: the SwiGLU needs no exchange.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <mutex>
+
+#include "base/check.h"
+#include "cuda/cuda_check.h"
+#include "cuda/sm90a.h"
+#include "cuda/swiglu_gemm.h"
+#include "cuda/wgmma.cuh"
+
+namespace specstack::cuda {
+namespace {
+
+constexpr int kBlockM = 128;  // rows of x (and act) per tile
+constexpr int kBlockN = 128;  // act columns per tile (256 weight rows)
+constexpr int kBlockK = 64;   // k per stage: one 128-byte swizzle row
+constexpr int kStages = 4;
+constexpr int kThreads = 384;                     // producer warpgroup + 2 consumer warpgroups
+constexpr int kGroupM = 16;                       // row tiles walked together (L2 reuse)
+constexpr uint32_t kATile = kBlockM * 128;        // bytes
+constexpr uint32_t kBHalf = kBlockN * 128;        // bytes of the gate (or up) rows
+constexpr uint32_t kStage = kATile + 2 * kBHalf;  // 48 KB
+constexpr uint32_t kSmemBytes = kStages * kStage + 1024;  // + the 1024-byte alignment
+
+struct Params {
+  __nv_bfloat16* act;  // [m, width]
+  int32_t m, width, k;
+  int32_t m_tiles, n_tiles;
+};
+
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+using namespace wg;
+
+// d (64x256 f32) = or += A (64x16, smem, K-major) * B (16x256, smem, K-major).
+__device__ __forceinline__ void wgmma_m64n256(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
+                                              int accumulate) {
+#define SS_D8(i)                                                                              \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+#define SS_D32(i) SS_D8(i), SS_D8(i + 8), SS_D8(i + 16), SS_D8(i + 24)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, "
+      "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, "
+      "%92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "
+      "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, "
+      "%123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+      : SS_D32(0), SS_D32(32), SS_D32(64), SS_D32(96)
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+#undef SS_D32
+#undef SS_D8
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+// A [box rows][64] bf16 box of the 2-D tensor map at (k0, row0) into smem,
+// arriving on bar with its bytes (rows past the tensor's end are zeros).
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int32_t k0,
+                                         int32_t row0, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+      "%3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(k0), "r"(row0), "r"(bar)
+      : "memory");
+}
+
+// silu(g) u in f32 with the fast exp and divide (ex2.approx / rcp.approx, a
+// few f32 ulps; the bf16 output rounds at 2^-9). tanh.approx would be one MUFU
+// op instead of two, but its ~2^-11 absolute error near tanh = -1 wipes out
+// silu(g) for g < -6 (h + h tanh(h) cancels): not used.
+__device__ __forceinline__ float swiglu(float g, float u) {
+  return __fdividef(g, 1.0f + __expf(-g)) * u;
+}
+
+__device__ __forceinline__ float bf16_round(float v) {
+  return __bfloat162float(__float2bfloat16(v));
+}
+
+// Tile t's (row tile, column tile): groups of kGroupM row tiles, row tiles
+// fastest inside a group, so the CTAs running together share weight tiles.
+__device__ __forceinline__ void tile_coords(int32_t t, const Params& p, int32_t& mt, int32_t& nt) {
+  const int32_t group_tiles = kGroupM * p.n_tiles;
+  const int32_t g = t / group_tiles;
+  const int32_t first = g * kGroupM;
+  const int32_t rows = min(kGroupM, p.m_tiles - first);
+  const int32_t r = t - g * group_tiles;
+  mt = first + r % rows;
+  nt = r / rows;
+}
+#endif
+
+__global__ void __launch_bounds__(kThreads, 1)
+    swiglu_gemm_kernel(const __grid_constant__ CUtensorMap map_x,
+                       const __grid_constant__ CUtensorMap map_w, const Params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t bars[2 * kStages];  // full[s], then empty[s]
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  auto a_tile = [&](int s) { return base + s * kStage; };
+  auto b_tile = [&](int s) { return base + s * kStage + kATile; };
+  auto full = [&](int s) { return smem_u32(&bars[s]); };
+  auto empty = [&](int s) { return smem_u32(&bars[kStages + s]); };
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full(s), 1);   // the producer's expect_tx arrival (+ the TMA bytes)
+      mbar_init(empty(s), 8);  // lane 0 of each consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const int32_t k_blocks = p.k / kBlockK;
+  const int32_t total = p.m_tiles * p.n_tiles;
+
+  if (tid < 128) {  // producer warpgroup: one thread issues every load
+    if (tid == 0) {
+      int s = 0;
+      uint32_t phase = 0;
+      for (int32_t t = blockIdx.x; t < total; t += gridDim.x) {
+        int32_t mt, nt;
+        tile_coords(t, p, mt, nt);
+        for (int32_t kb = 0; kb < k_blocks; ++kb) {
+          mbar_wait(empty(s), phase ^ 1);
+          mbar_expect_tx(full(s), kStage);
+          tma_load(a_tile(s), &map_x, kb * kBlockK, mt * kBlockM, full(s));
+          tma_load(b_tile(s), &map_w, kb * kBlockK, nt * kBlockN, full(s));
+          tma_load(b_tile(s) + kBHalf, &map_w, kb * kBlockK, p.width + nt * kBlockN, full(s));
+          if (++s == kStages) s = 0, phase ^= 1;
+        }
+      }
+    }
+    return;
+  }
+
+  const int consumer = tid / 128 - 1;  // rows 64 consumer ..
+  const int warp = (tid / 32) % 4, lane = tid % 32;
+  const int g = lane / 4, t4 = lane % 4;
+  float d[128];
+  int s = 0;
+  uint32_t phase = 0;
+  for (int32_t t = blockIdx.x; t < total; t += gridDim.x) {
+    int32_t mt, nt;
+    tile_coords(t, p, mt, nt);
+    int prev = 0;
+    for (int32_t kb = 0; kb < k_blocks; ++kb) {
+      mbar_wait(full(s), phase);
+      const uint32_t a = a_tile(s) + consumer * 64 * 128;
+      const uint32_t b = b_tile(s);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        wgmma_m64n256(d, make_desc(a + kk * 32, 16, 1024), make_desc(b + kk * 32, 16, 1024),
+                      (kb | kk) != 0);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous stage's MMAs are done: its smem may be refilled
+      if (kb > 0 && lane == 0) mbar_arrive(empty(prev));
+      prev = s;
+      if (++s == kStages) s = 0, phase ^= 1;
+    }
+    wgmma_wait<0>();
+    fence_regs(d);
+    if (lane == 0) mbar_arrive(empty(prev));
+    // Epilogue: g and u rounded to bf16, as the gate_up GEMM's bf16 output
+    // holds them, then silu(g) * u in f32 (silu_mul's arithmetic, fast exp /
+    // divide): the result differs from the cuBLAS + silu_mul path only where
+    // the two summation orders round g or u differently, so a request's
+    // tokens do not depend on whether its step crossed the row threshold.
+    // One bf16 pair a store. The tensor cores idle while this runs.
+    const int32_t row = mt * kBlockM + consumer * 64 + warp * 16 + g;
+    const int32_t col0 = nt * kBlockN + 2 * t4;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int32_t r = row + 8 * half;
+      if (r >= p.m) continue;
+      __nv_bfloat16* out = p.act + int64_t{r} * p.width + col0;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const int i = 4 * j + 2 * half;  // gate columns 8 j + 2 t4 + {0, 1}; up: 16 blocks on
+        const float o0 = swiglu(bf16_round(d[i]), bf16_round(d[i + 64]));
+        const float o1 = swiglu(bf16_round(d[i + 1]), bf16_round(d[i + 65]));
+        *reinterpret_cast<__nv_bfloat162*>(out + 8 * j) = __floats2bfloat162_rn(o0, o1);
+      }
+    }
+  }
+#endif
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    SS_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                                   cudaEnableDefault, &found));
+    SS_CHECK_MSG(found == cudaDriverEntryPointSuccess && f != nullptr,
+                 "the CUDA driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A [rows, cols] bf16 matrix (rows ld elements apart) read in [128][64] boxes.
+CUtensorMap tensor_map(const __nv_bfloat16* data, int64_t rows, int64_t cols, int64_t ld) {
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * sizeof(__nv_bfloat16)};
+  const cuuint32_t box[2] = {kBlockK, 128};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = encode_fn()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(data), dims, strides,
+      box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  SS_CHECK_MSG(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed");
+  return map;
+}
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, count = 0;
+    SS_CUDA_CHECK(cudaGetDevice(&dev));
+    SS_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev));
+    return count;
+  }();
+  return n;
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+}  // namespace
+
+bool swiglu_gemm_supported(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n,
+                           int64_t width, int64_t in, const __nv_bfloat16* act) {
+  return n > 0 && in > 0 && in % kBlockK == 0 && width > 0 && width % kBlockN == 0 && ldx >= in &&
+         ldx % 8 == 0 && n <= INT32_MAX && 2 * width <= INT32_MAX && aligned16(x) && aligned16(w) &&
+         aligned16(act) && device_runs_sm90a();
+}
+
+void swiglu_gemm(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n,
+                 int64_t width, int64_t in, __nv_bfloat16* act, cudaStream_t stream) {
+  SS_CHECK(swiglu_gemm_supported(x, ldx, w, n, width, in, act));
+  static std::once_flag attribute;
+  std::call_once(attribute, [] {
+    SS_CUDA_CHECK(cudaFuncSetAttribute(swiglu_gemm_kernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  });
+  const CUtensorMap map_x = tensor_map(x, n, in, ldx);
+  const CUtensorMap map_w = tensor_map(w, 2 * width, in, in);
+  Params p;
+  p.act = act;
+  p.m = static_cast<int32_t>(n);
+  p.width = static_cast<int32_t>(width);
+  p.k = static_cast<int32_t>(in);
+  p.m_tiles = static_cast<int32_t>((n + kBlockM - 1) / kBlockM);
+  p.n_tiles = static_cast<int32_t>(width / kBlockN);
+  const int64_t tiles = int64_t{p.m_tiles} * p.n_tiles;
+  const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, sm_count()));
+  swiglu_gemm_kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_x, map_w, p);
+  SS_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace specstack::cuda
