@@ -26,8 +26,6 @@ using namespace specstack::cuda;
 
 namespace {
 
-int64_t kHidden = 3584, kInter = 18944;  // qwen2.5-7b (--draft: qwen2.5-0.5b)
-
 // y[n, out] = x[n, in] W^T, bf16 in and out, f32 accumulate (as cuda/gemm.cpp).
 void linear(cublasHandle_t blas, const bf16* x, const bf16* w, bf16* y, int64_t n, int64_t out,
             int64_t in) {
@@ -70,7 +68,8 @@ int main(int argc, char** argv) {
   bool draft = false;
   app.add_flag("--draft", draft, "qwen2.5-0.5b's MLP (hidden 896, intermediate 4864)");
   CLI11_PARSE(app, argc, argv);
-  if (draft) kHidden = 896, kInter = 4864;
+  // qwen2.5-7b's MLP, or qwen2.5-0.5b's with --draft.
+  const int64_t kHidden = draft ? 896 : 3584, kInter = draft ? 4864 : 18944;
   const int64_t max_rows = *std::max_element(rows_list.begin(), rows_list.end());
 
   cudaStream_t s0, s1;
@@ -131,6 +130,7 @@ int main(int argc, char** argv) {
           t_gf / t_gc);
     }
     for (int chunks : chunk_list) {
+      if (chunks < 2) continue;  // one chunk is the serial schedule
       const int64_t step = (n + chunks - 1) / chunks;
       auto overlapped = [&] {
         // s0: gate_up of every chunk; s1: silu_mul + down of chunk c once its
