@@ -22,6 +22,7 @@
 #include <random>
 
 #include "backend/cpu/cpu_backend.h"
+#include "cuda/cuda_model.h"
 #include "engine/generator.h"
 #include "engine/model_instance.h"
 
@@ -193,6 +194,14 @@ int main(int argc, char** argv) {
                 batch == 1 ? bw : 0.0);
     std::printf("ss decode batch=%d tok_s=%.1f bw_frac=%.4f\n", batch, tok_s,
                 batch == 1 ? bw : 0.0);
+    // SPECSTACK_ONE_LAUNCH_DECODE=all-timeline: where a one-launch step's time goes.
+    const auto* cuda_model = dynamic_cast<const cuda::CudaModel*>(&model.model());
+    const std::vector<double> phases =
+        cuda_model != nullptr ? cuda_model->one_launch_phase_us() : std::vector<double>{};
+    if (batch == 1 && !phases.empty()) {
+      std::printf("ss one_launch us a layer: A %.2f B %.2f C %.2f E %.2f F %.2f\n", phases[0],
+                  phases[1], phases[2], phases[3], phases[4]);
+    }
   }
   return 0;
 }

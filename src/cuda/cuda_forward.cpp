@@ -211,6 +211,7 @@ void CudaModel::forward(const ForwardBatch& batch, KvCache& kv_base, Tensor& log
     *batch.captured_queries = Tensor::zeros(
         DType::kF32, {static_cast<int64_t>(batch.capture_rows.size()), config_.n_layers, q_width});
   }
+  prepare_one_launch(*kv);  // before any replay: its layer table names this cache's layers
   if (try_graph_forward(batch, *kv, logits)) return;
 
   ensure_scratch(n);
@@ -276,6 +277,11 @@ void CudaModel::forward(const ForwardBatch& batch, KvCache& kv_base, Tensor& log
 }
 
 void CudaModel::run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_safe) {
+  if (one_launch_applies(meta)) {  // a batch-1 decode step's layers in one launch
+    run_one_launch(meta, kv);
+    lm_head(meta, /*rows_gathered=*/false);
+    return;
+  }
   const ModelConfig& c = config_;
   const auto n = meta.n_tokens;
   const auto hidden = static_cast<int32_t>(c.hidden_size);
@@ -359,16 +365,21 @@ void CudaModel::run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_saf
     }
   }
   norm(final_norm_, nullptr);
-  if (meta.n_logit_rows > 0) {
-    const bf16* head_in = h_.data();  // the tail's rows are the logit rows already
-    if (!tail) {
-      gather_rows(h_.data(), hidden, meta.logit_rows, meta.n_logit_rows, hidden, head_in_.data(),
-                  stream_);
-      head_in = head_in_.data();
-    }
-    gemm_->linear_f32(head_in, hidden, lm_head_, meta.n_logit_rows, c.vocab_size, hidden,
-                      logits_.data(), c.vocab_size);
+  lm_head(meta, /*rows_gathered=*/tail);  // the tail's rows are the logit rows already
+}
+
+void CudaModel::lm_head(const StepMeta& meta, bool rows_gathered) {
+  if (meta.n_logit_rows == 0) return;
+  const ModelConfig& c = config_;
+  const auto hidden = static_cast<int32_t>(c.hidden_size);
+  const bf16* head_in = h_.data();
+  if (!rows_gathered) {
+    gather_rows(h_.data(), hidden, meta.logit_rows, meta.n_logit_rows, hidden, head_in_.data(),
+                stream_);
+    head_in = head_in_.data();
   }
+  gemm_->linear_f32(head_in, hidden, lm_head_, meta.n_logit_rows, c.vocab_size, hidden,
+                    logits_.data(), c.vocab_size);
 }
 
 Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv, bool graph_safe,

@@ -29,6 +29,7 @@ void CudaModel::capture_decode_graphs(CudaKvCache& kv, int32_t max_context) {
   if (config_.moe.n_experts > 0 || options_.graph_batch_sizes.empty() || max_context <= 0) return;
   graph_kv_ = &kv;
   graph_max_context_ = max_context;
+  prepare_one_launch(kv);  // outside capture: it uploads the layer table
   const int32_t largest =
       *std::max_element(options_.graph_batch_sizes.begin(), options_.graph_batch_sizes.end());
   ensure_scratch(largest);

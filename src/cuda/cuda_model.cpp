@@ -78,6 +78,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::create(ModelConfig config, ModelWe
   SS_CUDA_CHECK(cudaStreamCreateWithFlags(&model->stream_, cudaStreamNonBlocking));
   model->gemm_ = std::make_unique<Gemm>(model->stream_);
   SS_TRY(model->load(std::move(weights)));
+  model->setup_one_launch();
   model->ensure_scratch(options.max_tokens_per_step);
   SS_CUDA_CHECK(cudaStreamSynchronize(model->stream_));
   return model;

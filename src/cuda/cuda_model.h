@@ -19,6 +19,7 @@
 #include "cuda/cuda_kv_cache.h"
 #include "cuda/device_buffer.h"
 #include "cuda/gemm.h"
+#include "cuda/one_launch_decode.h"
 #include "cuda/sampling.h"
 #include "model/forward_model.h"
 #include "specprefill/attention_capture.h"
@@ -105,6 +106,19 @@ class CudaModel final : public ForwardModel {
   int64_t tail_steps() const { return tail_steps_; }
   // Gate/up projections that ran the fused SwiGLU kernel (tests prove the path ran).
   int64_t swiglu_gemm_calls() const;
+  // Batch-1 decode steps launched (or captured into a graph) as one kernel
+  // (cuda/one_launch_decode.h; tests prove the path ran).
+  int64_t one_launch_steps() const { return one_launch_steps_; }
+  // Whether this model's shapes and weights take the one-launch step at all.
+  bool one_launch_available() const { return one_launch_grid_ > 0; }
+  // Tests: at most this many key splits a kv head in the one-launch step's
+  // attention (OneLaunchDecodeArgs::max_splits; 0: the kernel's choice).
+  void set_one_launch_max_splits(int32_t splits) { one_launch_max_splits_ = splits; }
+  // Benchmarks (SPECSTACK_ONE_LAUNCH_DECODE containing "timeline"): the last
+  // one-launch step's phases A, B, C, E, F in microseconds, averaged over
+  // the layers (each phase up to and including its grid barrier); empty
+  // otherwise. Waits for the stream.
+  std::vector<double> one_launch_phase_us() const;
 
   // SpecPrefill importance of slots [slot_begin, slot_end) of a draft
   // sequence, computed on the device from the captured queries and the paged
@@ -130,6 +144,17 @@ class CudaModel final : public ForwardModel {
 
   // The forward body on device data already staged by prepare_meta.
   void run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_safe);
+  // Logits of the step's logit rows from the final-normed rows in h_
+  // (rows_gathered: h_ holds exactly those rows, in logit order).
+  void lm_head(const StepMeta& meta, bool rows_gathered);
+  // The one-launch decode step (cuda_one_launch.cpp): set up after load
+  // (mode from SPECSTACK_ONE_LAUNCH_DECODE, shapes, state), its layer table
+  // for `kv` (uploaded when the cache changes; never during a capture),
+  // whether a step takes it, and the launch (h_'s row 0 gets the final norm).
+  void setup_one_launch();
+  void prepare_one_launch(CudaKvCache& kv);
+  bool one_launch_applies(const StepMeta& meta) const;
+  void run_one_launch(const StepMeta& meta, CudaKvCache& kv);
   // x8: the attention norm's output as e4m3 rows (FP8 prefill), else h_ holds it in bf16.
   // tail: K/V for every row, attention and o for the logit rows alone (o's
   // output in delta_'s first n_logit_rows rows; StepMeta::tail_rows_only).
@@ -253,6 +278,23 @@ class CudaModel final : public ForwardModel {
   CudaKvCache* graph_kv_ = nullptr;
   int64_t graph_replays_ = 0;
   int64_t tail_steps_ = 0;
+  // The one-launch decode step: which batch-1 decode steps take it.
+  enum class OneLaunch { kOff, kLookahead, kEveryStep };
+  // Without SPECSTACK_ONE_LAUNCH_DECODE (cuda_one_launch.cpp says why).
+  static constexpr OneLaunch kOneLaunchDefault = OneLaunch::kOff;
+  OneLaunch one_launch_mode_ = kOneLaunchDefault;
+  bool one_launch_prefetch_ = true;
+  int32_t one_launch_grid_ = 0;  // CTAs; 0: this model does not take it
+  int32_t one_launch_down_parts_ = 1;
+  int32_t one_launch_max_splits_ = 0;
+  const CudaKvCache* one_launch_kv_ = nullptr;            // the cache the table names
+  DeviceBuffer<OneLaunchLayer> one_launch_layers_;        // [n_layers]
+  DeviceBuffer<float> one_launch_partials_;               // attention split partials
+  DeviceBuffer<float> one_launch_o_partials_;             // [n_heads, hidden]
+  DeviceBuffer<unsigned long long> one_launch_timeline_;  // benchmarks: phase ends of the last step
+  DeviceBuffer<unsigned long long> one_launch_barrier_;   // [1] grid barrier counter
+  DeviceBuffer<bf16> one_launch_capture_;                 // eager capture steps: [n_layers, H * D]
+  int64_t one_launch_steps_ = 0;
 };
 
 }  // namespace specstack::cuda

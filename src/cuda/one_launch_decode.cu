@@ -1,0 +1,789 @@
+#include <algorithm>
+#include <cmath>
+
+#include "cuda/cuda_check.h"
+#include "cuda/gemv_rows.cuh"
+#include "cuda/one_launch_decode.h"
+#include "cuda/pdl.h"
+#include "cuda/ptx_primitives.cuh"
+
+namespace specstack::cuda {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kWarps = 16;
+constexpr int kThreads = kWarps * 32;
+constexpr int kUnitRows = kWarps;  // rows of a projection unit at one warp a row
+constexpr int kKeyChunk = 128;     // keys of a split scored and summed per pass
+constexpr int kMaxGroup = 16;      // query heads per kv head
+constexpr int kMaxHeadDim = 128;
+constexpr int kMinKeysPerSplit = 64;   // fewer keys a split than this only adds partials
+constexpr int64_t kMaxVector = 32768;  // the longest input vector (bf16) in shared memory
+constexpr int kMaxHidden = 4096;       // the residual row in registers: kRowValues a thread
+constexpr int kRowValues = kMaxHidden / kThreads;
+constexpr int kMaxMergeSplits = kKeyChunk;  // phase C keeps a split's weight a lane group
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Shared memory: the phase's input vector, or (phase B) the attention tiles,
+// then a small area of reductions and per-head statistics.
+struct Layout {
+  size_t vector_bytes;  // bf16 [max(hidden, H * D, inter)]
+  size_t tiles_bytes;   // f32 q [G, D], f32 scores [G, kKeyChunk], bf16 V [kKeyChunk, D], i32 slots
+  size_t small_floats;  // reductions [kWarps], values [kUnitRows], m / l / corr [kMaxGroup], merge
+  __host__ __device__ size_t union_bytes() const {
+    const size_t big = vector_bytes > tiles_bytes ? vector_bytes : tiles_bytes;
+    return (big + 15) / 16 * 16;
+  }
+  __host__ __device__ size_t total_bytes() const { return union_bytes() + small_floats * 4; }
+};
+
+__host__ __device__ inline Layout layout_for(int64_t hidden, int64_t inter, int64_t n_heads,
+                                             int64_t n_kv_heads, int64_t head_dim) {
+  const int64_t group = n_heads / n_kv_heads;
+  int64_t longest = hidden > inter ? hidden : inter;
+  if (n_heads * head_dim > longest) longest = n_heads * head_dim;
+  Layout l;
+  l.vector_bytes = size_t(longest) * 2;
+  l.tiles_bytes = size_t(group * head_dim) * 4 + size_t(group * kKeyChunk) * 4 +
+                  size_t(kKeyChunk * head_dim) * 2 + size_t(kKeyChunk) * 4;
+  // merge: split weights [kMaxMergeSplits], the head's output [kMaxHeadDim]
+  // and its split groups' sums [kThreads / (D / 2), D] = 2 * kThreads.
+  l.small_floats =
+      kWarps + kUnitRows + 4 * kMaxGroup + 4 + kMaxMergeSplits + kMaxHeadDim + 2 * kThreads;
+  return l;
+}
+
+__device__ __forceinline__ float bf(bf16 v) {
+  return __bfloat162float(v);
+}
+// A projection's output as its bf16 value (the unfused kernels store bf16).
+__device__ __forceinline__ float round_bf16(float v) {
+  return __bfloat162float(__float2bfloat16(v));
+}
+
+__device__ __forceinline__ unsigned long long global_timer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Every CTA of the launch arrives, then leaves once all have: the counter
+// only grows (each launch adds gridDim.x per barrier), so no reset between
+// barriers or launches. The fences make each CTA's writes before the
+// barrier visible to every CTA after it.
+__device__ __forceinline__ void grid_barrier(unsigned long long* counter,
+                                             unsigned long long* timeline, int& mark) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();  // cumulative: the CTA's writes, ordered before it by the bar.sync
+    const unsigned long long old = atomicAdd(counter, 1ull);
+    const unsigned long long target = (old / gridDim.x + 1) * gridDim.x;
+    unsigned long long now = 0;
+    do {
+      asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(now) : "l"(counter) : "memory");
+    } while (now < target);
+    __threadfence();
+    if (timeline != nullptr && blockIdx.x == 0) timeline[mark] = global_timer();
+  }
+  ++mark;
+  __syncthreads();
+}
+
+// The CTA's sum of one value per thread, in a fixed order; every thread
+// gets it. `red` holds kWarps floats.
+__device__ __forceinline__ float block_sum(float v, float* red) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total += red[w];
+  __syncthreads();
+  return total;
+}
+
+// L2 prefetch of `bytes` from p, the CTA's threads one 128-byte line each.
+__device__ __forceinline__ void prefetch_bytes(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (size_t off = size_t(threadIdx.x) * 128; off < bytes; off += size_t(kThreads) * 128) {
+    prefetch_l2(c + off);
+  }
+}
+
+// One warp's share (part of parts) of row w_row against the shared vector.
+__device__ __forceinline__ float dot_shared(const bf16* vec, const bf16* w_row, int64_t vectors,
+                                            int part, int parts, int lane) {
+  const auto* w = reinterpret_cast<const uint4*>(w_row);
+  const auto* x = reinterpret_cast<const uint4*>(vec);
+  const int64_t stride = int64_t(32) * parts;
+  float sum = 0.0f;
+  int64_t v = int64_t(part) * 32 + lane;
+  for (; v + stride * 3 < vectors; v += stride * 4) {
+    uint4 wv[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) wv[u] = __ldcs(w + v + stride * u);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) gemv_rows::accumulate(wv[u], x[v + stride * u], sum);
+  }
+  for (; v < vectors; v += stride) gemv_rows::accumulate(__ldcs(w + v), x[v], sum);
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  return sum;
+}
+
+// Two rows at once (gate and up), their loads interleaved.
+__device__ __forceinline__ float2 dot2_shared(const bf16* vec, const bf16* row_a, const bf16* row_b,
+                                              int64_t vectors, int lane) {
+  const auto* a = reinterpret_cast<const uint4*>(row_a);
+  const auto* b = reinterpret_cast<const uint4*>(row_b);
+  const auto* x = reinterpret_cast<const uint4*>(vec);
+  float sa = 0.0f, sb = 0.0f;
+  int64_t v = lane;
+  for (; v + 32 < vectors; v += 64) {
+    const uint4 a0 = __ldcs(a + v), a1 = __ldcs(a + v + 32);
+    const uint4 b0 = __ldcs(b + v), b1 = __ldcs(b + v + 32);
+    const uint4 x0 = x[v], x1 = x[v + 32];
+    gemv_rows::accumulate(a0, x0, sa);
+    gemv_rows::accumulate(b0, x0, sb);
+    gemv_rows::accumulate(a1, x1, sa);
+    gemv_rows::accumulate(b1, x1, sb);
+  }
+  for (; v < vectors; v += 32) {
+    const uint4 xv = x[v];
+    gemv_rows::accumulate(__ldcs(a + v), xv, sa);
+    gemv_rows::accumulate(__ldcs(b + v), xv, sb);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) {
+    sa += __shfl_xor_sync(0xffffffffu, sa, off);
+    sb += __shfl_xor_sync(0xffffffffu, sb, off);
+  }
+  return make_float2(sa, sb);
+}
+
+struct Kernel {
+  const OneLaunchDecodeArgs& a;
+  char* smem;
+  float* red;            // [kWarps]
+  float* values;         // [kUnitRows]
+  float* stats;          // [4 * kMaxGroup + 4]
+  float* merge_weights;  // [kMaxMergeSplits]
+  float* head_out;       // [kMaxHeadDim]
+  float* group_sums;     // [kThreads / (D / 2), D]
+  int tid, lane, warp;
+  int group, q_width, kv_width;
+  int token, position, write_slot, n_ctx, splits;
+  float row[kRowValues];  // this thread's residual values (phase A / E), i = tid + k * kThreads
+
+  __device__ bf16* vec() const { return reinterpret_cast<bf16*>(smem); }
+  __device__ float* x_attn() const { return a.x + a.hidden; }  // the residual after attention
+
+  // bf16(w * (v * inv_rms)) of the residual held in `row` into the shared vector.
+  __device__ void norm_row(const float* w) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kRowValues; ++k) {
+      if (tid + k * kThreads < a.hidden) ss += row[k] * row[k];
+    }
+    const float total = block_sum(ss, red);
+    // 1 / sqrtf (IEEE), as the rmsnorm kernels and the CPU compute it.
+    const float inv_rms = 1.0f / sqrtf(total / static_cast<float>(a.hidden) + a.eps);
+    bf16* out = vec();
+#pragma unroll
+    for (int k = 0; k < kRowValues; ++k) {
+      const int i = tid + k * kThreads;
+      if (i < a.hidden) out[i] = __float2bfloat16(w[i] * (row[k] * inv_rms));
+    }
+    __syncthreads();
+  }
+
+  // The residual (or, in layer 0, the token's embedding row) into `row`.
+  __device__ void load_row(bool from_embedding) {
+    const bf16* emb = a.embed + int64_t(token) * a.hidden;
+#pragma unroll
+    for (int k = 0; k < kRowValues; ++k) {
+      const int i = tid + k * kThreads;
+      if (i < a.hidden) row[k] = from_embedding ? bf(emb[i]) : __ldcg(a.x + i);
+    }
+  }
+
+  // n bf16 of another phase's output into the shared vector (through L2).
+  __device__ void load_vector(const bf16* src, int n) {
+    const auto* s = reinterpret_cast<const uint4*>(src);
+    auto* d = reinterpret_cast<uint4*>(vec());
+    for (int i = tid; i < n / 8; i += kThreads) d[i] = __ldcg(s + i);
+    __syncthreads();
+  }
+
+  // Rows [r0, r0 + n) of a [rows, in] matrix toward L2.
+  __device__ void prefetch_rows(const bf16* w, int64_t r0, int64_t n, int64_t in) const {
+    prefetch_bytes(w + r0 * in, size_t(n * in) * 2);
+  }
+
+  // ---- phase A: q / k / v, RoPE, the cache write ----------------------------
+  __device__ int rotary_units() const {
+    return (a.n_heads + a.n_kv_heads) * (a.head_dim / 16);
+  }
+  __device__ int qkv_units() const {
+    return rotary_units() + a.n_kv_heads * a.head_dim / kUnitRows;
+  }
+  // A rotary unit: pairs [8 b, 8 b + 8) of head h (rows j and j + D / 2);
+  // a v unit: 16 consecutive v rows.
+  __device__ void prefetch_qkv(const OneLaunchLayer& l) const {
+    const int half = a.head_dim / 2;
+    for (int u = blockIdx.x; u < qkv_units(); u += gridDim.x) {
+      if (u < rotary_units()) {
+        const int h = u / (half / 8), b = u % (half / 8);
+        const int64_t r = int64_t(h) * a.head_dim + 8 * b;
+        prefetch_rows(l.qkv, r, 8, a.hidden);
+        prefetch_rows(l.qkv, r + half, 8, a.hidden);
+      } else {
+        const int64_t r = int64_t(a.n_heads + a.n_kv_heads) * a.head_dim +
+                          int64_t(u - rotary_units()) * kUnitRows;
+        prefetch_rows(l.qkv, r, kUnitRows, a.hidden);
+      }
+    }
+  }
+
+  __device__ void qkv_phase(const OneLaunchLayer& l, int layer) {
+    const int half = a.head_dim / 2;
+    const int64_t v0 = int64_t(a.n_heads + a.n_kv_heads) * a.head_dim;
+    for (int u = blockIdx.x; u < qkv_units(); u += gridDim.x) {
+      const bool rotary = u < rotary_units();
+      const int h = rotary ? u / (half / 8) : 0;
+      const int b = rotary ? u % (half / 8) : 0;
+      const int64_t v_first = int64_t(u - rotary_units()) * kUnitRows;  // v units: of the v rows
+      const int64_t r = rotary
+                            ? int64_t(h) * a.head_dim + 8 * b + (warp & 7) + (warp >= 8 ? half : 0)
+                            : v0 + v_first + warp;
+      const float bias = l.qkv_bias != nullptr ? l.qkv_bias[r] : 0.0f;
+      const float sum = dot_shared(vec(), l.qkv + r * a.hidden, a.hidden / 8, 0, 1, lane);
+      if (lane == 0) values[warp] = round_bf16(sum + bias);
+      __syncthreads();
+      if (rotary && tid < 8) {
+        const int j = 8 * b + tid;
+        float s, c;
+        sincosf(static_cast<float>(position) * a.inv_freq[j], &s,
+                &c);  // f32 angle, as rope_write_kv
+        const float lo = values[tid], hi = values[8 + tid];
+        const bf16 out_lo = __float2bfloat16(lo * c - hi * s);
+        const bf16 out_hi = __float2bfloat16(hi * c + lo * s);
+        if (h < a.n_heads) {
+          const int64_t at = int64_t(h) * a.head_dim + j;
+          a.q[at] = out_lo;
+          a.q[at + half] = out_hi;
+          if (a.capture != nullptr) {
+            bf16* cap = a.capture + int64_t(layer) * q_width + at;
+            cap[0] = out_lo;
+            cap[half] = out_hi;
+          }
+        } else if (write_slot >= 0) {
+          bf16* dst = l.k_cache + int64_t(write_slot) * kv_width + (h - a.n_heads) * a.head_dim + j;
+          dst[0] = out_lo;
+          dst[half] = out_hi;
+        }
+      } else if (!rotary && tid < kUnitRows && write_slot >= 0) {
+        l.v_cache[int64_t(write_slot) * kv_width + v_first + tid] = __float2bfloat16(values[tid]);
+      }
+      __syncthreads();
+    }
+    if (blockIdx.x == 0 && tid == 0 && write_slot >= 0) a.slot_positions[write_slot] = position;
+  }
+
+  // ---- phase B: attention partials -------------------------------------------
+  __device__ int64_t key_begin(int s) const {
+    return int64_t(s) * n_ctx / splits;
+  }
+  __device__ int physical_slot(int64_t k) const {
+    return __ldg(a.block_table + k / a.block_size) * a.block_size + int(k % a.block_size);
+  }
+
+  __device__ void prefetch_keys(const OneLaunchLayer& l) const {
+    const int units = a.n_kv_heads * splits;
+    for (int u = blockIdx.x; u < units; u += gridDim.x) {
+      const int kvh = u / splits, s = u % splits;
+      for (int64_t k = key_begin(s) + tid; k < key_begin(s + 1); k += kThreads) {
+        const int64_t at = int64_t(physical_slot(k)) * kv_width + int64_t(kvh) * a.head_dim;
+        for (int off = 0; off < a.head_dim * 2; off += 128) {
+          prefetch_l2(reinterpret_cast<const char*>(l.k_cache + at) + off);
+          prefetch_l2(reinterpret_cast<const char*>(l.v_cache + at) + off);
+        }
+      }
+    }
+  }
+
+  __device__ void attention_phase(const OneLaunchLayer& l) {
+    const int D = a.head_dim, G = group;
+    float* qf = reinterpret_cast<float*>(smem);  // [G, D]
+    float* scores = qf + G * D;                  // [G, kKeyChunk] log2-scaled, then p
+    bf16* vt = reinterpret_cast<bf16*>(scores + G * kKeyChunk);  // [kKeyChunk, D]
+    int* slots = reinterpret_cast<int*>(vt + kKeyChunk * D);     // [kKeyChunk]
+    float* m_run = stats;                                        // [G] running max (log2 units)
+    float* l_run = stats + kMaxGroup;                            // [G] running sum
+    float* corr = stats + 2 * kMaxGroup;                         // [G] this chunk's rescale
+    const float scale = a.scale * kLog2e;
+    const int pairs = G * D / 2;  // (head, dim pair) items, at most 2 a thread
+    const int units = a.n_kv_heads * splits;
+    for (int u = blockIdx.x; u < units; u += gridDim.x) {
+      const int kvh = u / splits, s = u % splits;
+      const int64_t k0 = key_begin(s), k1 = key_begin(s + 1);
+      for (int i = tid; i < G * D; i += kThreads)
+        qf[i] = bf(__ldcg(a.q + int64_t(kvh) * G * D + i));
+      if (tid < G) {
+        m_run[tid] = -INFINITY;
+        l_run[tid] = 0.0f;
+      }
+      float2 acc[2] = {make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)};
+      for (int64_t c0 = k0; c0 < k1; c0 += kKeyChunk) {
+        const int nk = static_cast<int>(k1 - c0 < kKeyChunk ? k1 - c0 : kKeyChunk);
+        if (tid < nk) slots[tid] = physical_slot(c0 + tid);
+        __syncthreads();
+        // V tile to shared memory while the scores are computed.
+        const int chunks = D / 8;
+        for (int i = tid; i < nk * chunks; i += kThreads) {
+          const int kk = i / chunks, c = i % chunks;
+          ptx::cp_async_16(vt + kk * D + c * 8,
+                           l.v_cache + int64_t(slots[kk]) * kv_width + kvh * D + c * 8, 16);
+        }
+        ptx::cp_async_commit();
+        // Scores: 4 threads a key, a quarter of the dims each.
+        {
+          const int kk = tid / 4, quarter = tid % 4, dims = D / 4;
+          float dot[kMaxGroup];
+#pragma unroll
+          for (int h = 0; h < kMaxGroup; ++h) dot[h] = 0.0f;
+          bool visible = false;
+          if (kk < nk) {
+            const bf16* kp = l.k_cache + int64_t(slots[kk]) * kv_width + kvh * D + quarter * dims;
+            for (int c = 0; c < dims; c += 4) {
+              const uint2 raw = __ldcg(reinterpret_cast<const uint2*>(kp + c));
+              const float2 k01 =
+                  __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+              const float2 k23 =
+                  __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+#pragma unroll
+              for (int h = 0; h < kMaxGroup; ++h) {
+                if (h < G) {
+                  const float4 qv =
+                      *reinterpret_cast<const float4*>(qf + h * D + quarter * dims + c);
+                  dot[h] += qv.x * k01.x + qv.y * k01.y + qv.z * k23.x + qv.w * k23.y;
+                }
+              }
+            }
+            visible = l.window == 0 || __ldcg(a.slot_positions + slots[kk]) > position - l.window;
+          }
+#pragma unroll
+          for (int h = 0; h < kMaxGroup; ++h) {
+            if (h < G) {
+              dot[h] += __shfl_xor_sync(0xffffffffu, dot[h], 1);
+              dot[h] += __shfl_xor_sync(0xffffffffu, dot[h], 2);
+            }
+          }
+          if (kk < nk && quarter == 0) {
+#pragma unroll
+            for (int h = 0; h < kMaxGroup; ++h) {
+              if (h < G) scores[h * kKeyChunk + kk] = visible ? dot[h] * scale : -INFINITY;
+            }
+          }
+        }
+        __syncthreads();
+        // Online softmax, one warp a head.
+        if (warp < G) {
+          float* p_row = scores + warp * kKeyChunk;
+          float mx = -INFINITY;
+          for (int k = lane; k < nk; k += 32) mx = fmaxf(mx, p_row[k]);
+#pragma unroll
+          for (int off = 16; off > 0; off /= 2)
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+          const float m_old = m_run[warp];
+          const float m_new = fmaxf(m_old, mx);
+          const bool none = m_new == -INFINITY;  // every key so far masked
+          float sum = 0.0f;
+          for (int k = lane; k < nk; k += 32) {
+            const float p = none ? 0.0f : exp2f(p_row[k] - m_new);
+            p_row[k] = p;
+            sum += p;
+          }
+#pragma unroll
+          for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+          if (lane == 0) {
+            const float c = none ? 1.0f : exp2f(m_old - m_new);
+            l_run[warp] = l_run[warp] * c + sum;
+            m_run[warp] = m_new;
+            corr[warp] = c;
+          }
+        }
+        ptx::cp_async_wait_all();
+        __syncthreads();
+        // P V for (head, dim pair) items.
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int it = tid + j * kThreads;
+          if (it >= pairs) continue;
+          const int h = it / (D / 2), dp = it % (D / 2);
+          const float c = corr[h];
+          acc[j].x *= c;
+          acc[j].y *= c;
+          const float* p = scores + h * kKeyChunk;
+          const auto* v2 = reinterpret_cast<const __nv_bfloat162*>(vt) + dp;
+#pragma unroll 4
+          for (int k = 0; k < nk; ++k) {
+            const float2 v = __bfloat1622float2(v2[k * (D / 2)]);
+            acc[j].x = fmaf(p[k], v.x, acc[j].x);
+            acc[j].y = fmaf(p[k], v.y, acc[j].y);
+          }
+        }
+        __syncthreads();
+      }
+      // Partials [kv head, split, head] of (m, l, acc[D]).
+      float* part = a.partials + (int64_t(kvh) * splits + s) * G * (D + 2);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int it = tid + j * kThreads;
+        if (it >= pairs) continue;
+        const int h = it / (D / 2), dp = it % (D / 2);
+        reinterpret_cast<float2*>(part + h * (D + 2) + 2)[dp] = acc[j];
+      }
+      if (tid < G) {
+        part[tid * (D + 2)] = m_run[tid];
+        part[tid * (D + 2) + 1] = l_run[tid];
+      }
+      __syncthreads();  // stats and tiles are the next unit's
+    }
+  }
+
+  // ---- phase C: merge a head's splits, its share of o ------------------------
+  // Units (head h, row block): blocks of o rows per head so that every CTA
+  // has a unit; a unit merges its head (the same few KB from L2 as the
+  // head's other blocks) and writes f32 sums of its rows over the head's
+  // columns into o_partials[h].
+  __device__ int row_blocks() const {
+    const int b = int(gridDim.x) / a.n_heads;
+    return b < 1 ? 1 : b;
+  }
+  __device__ int64_t block_row(int b) const {
+    return int64_t(b) * a.hidden / row_blocks();
+  }
+
+  __device__ void prefetch_o(const OneLaunchLayer& l) const {
+    const int units = a.n_heads * row_blocks();
+    for (int u = blockIdx.x; u < units; u += gridDim.x) {
+      const int h = u / row_blocks(), b = u % row_blocks();
+      for (int64_t r = block_row(b) + tid; r < block_row(b + 1); r += kThreads) {
+        const char* p = reinterpret_cast<const char*>(l.o + r * q_width + int64_t(h) * a.head_dim);
+        for (int off = 0; off < a.head_dim * 2; off += 128) prefetch_l2(p + off);
+      }
+    }
+  }
+
+  __device__ void o_phase(const OneLaunchLayer& l) {
+    const int D = a.head_dim, G = group;
+    const int groups = kThreads / (D / 2);  // split groups: threads of one dim pair
+    const int dp = tid % (D / 2), sg = tid / (D / 2);
+    const int units = a.n_heads * row_blocks();
+    for (int u = blockIdx.x; u < units; u += gridDim.x) {
+      const int h = u / row_blocks(), b = u % row_blocks();
+      const int kvh = h / G, g = h % G;
+      const float* first = a.partials + (int64_t(kvh) * splits * G + g) * (D + 2);
+      const int64_t stride = int64_t(G) * (D + 2);  // from one split's entry to the next
+      // Every thread's share of the accumulators, loaded before the weights
+      // are known (splits <= kMaxMergeSplits over >= 8 groups: <= 16 a thread).
+      constexpr int kMaxLoads = kMaxMergeSplits / (kThreads / (kMaxHeadDim / 2));
+      float2 v[kMaxLoads];
+#pragma unroll
+      for (int k = 0; k < kMaxLoads; ++k) {
+        const int s = sg + k * groups;
+        v[k] = s < splits ? __ldcg(reinterpret_cast<const float2*>(first + s * stride + 2) + dp)
+                          : make_float2(0.0f, 0.0f);
+      }
+      if (warp == 0) {
+        float m[kMaxMergeSplits / 32], mx = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < kMaxMergeSplits / 32; ++k) {
+          const int s = lane + 32 * k;
+          m[k] = s < splits ? __ldcg(first + s * stride) : -INFINITY;
+          mx = fmaxf(mx, m[k]);
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        float total = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kMaxMergeSplits / 32; ++k) {
+          const int s = lane + 32 * k;
+          if (s >= splits) continue;
+          const float w = mx == -INFINITY ? 0.0f : exp2f(m[k] - mx);
+          merge_weights[s] = w;
+          total += w * __ldcg(first + s * stride + 1);
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off /= 2) total += __shfl_xor_sync(0xffffffffu, total, off);
+        if (lane == 0) stats[3 * kMaxGroup] = total;
+      }
+      __syncthreads();
+      float x = 0.0f, y = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kMaxLoads; ++k) {
+        const int s = sg + k * groups;
+        if (s < splits) {
+          x = fmaf(merge_weights[s], v[k].x, x);
+          y = fmaf(merge_weights[s], v[k].y, y);
+        }
+      }
+      group_sums[sg * D + 2 * dp] = x;  // [groups, D]: kThreads * 2 floats
+      group_sums[sg * D + 2 * dp + 1] = y;
+      __syncthreads();
+      if (tid < D) {
+        float sum = 0.0f;
+        for (int q = 0; q < groups; ++q) sum += group_sums[q * D + tid];
+        head_out[tid] = round_bf16(sum / stats[3 * kMaxGroup]);  // the attention output is bf16
+      }
+      __syncthreads();
+      // Rows of o over the head's D columns: D / 8 lanes a row, 16-byte loads.
+      const int lanes = D / 8, rows_per_warp = 32 / lanes;
+      const int sub = lane / lanes, piece = lane % lanes;
+      float hv[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) hv[e] = head_out[piece * 8 + e];
+      const int64_t end = block_row(b + 1);
+      // The loop variable is the warp's (uniform), so every lane shuffles.
+      for (int64_t r0 = block_row(b) + int64_t(warp) * rows_per_warp; r0 < end;
+           r0 += int64_t(kWarps) * rows_per_warp) {
+        const int64_t r = r0 + sub;
+        float dot = 0.0f;
+        if (r < end) {
+          const uint4 w = __ldcs(reinterpret_cast<const uint4*>(l.o + r * q_width + h * D) + piece);
+          const auto* w2 = reinterpret_cast<const __nv_bfloat162*>(&w);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float2 wf = __bfloat1622float2(w2[e]);
+            dot = fmaf(wf.x, hv[2 * e], dot);
+            dot = fmaf(wf.y, hv[2 * e + 1], dot);
+          }
+        }
+        for (int off = lanes / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+        if (r < end && piece == 0) a.o_partials[int64_t(h) * a.hidden + r] = dot;
+      }
+      __syncthreads();
+    }
+  }
+
+  // ---- phase E: the residual after attention, rmsnorm, gate / up, SwiGLU -----
+  // `row` still holds the layer's input residual (phase A's).
+  __device__ void attention_residual(const OneLaunchLayer& l) {
+#pragma unroll
+    for (int k = 0; k < kRowValues; ++k) {
+      const int i = tid + k * kThreads;
+      if (i >= a.hidden) continue;
+      float sum = l.o_bias != nullptr ? l.o_bias[i] : 0.0f;
+      for (int h = 0; h < a.n_heads; ++h) sum += __ldcg(a.o_partials + int64_t(h) * a.hidden + i);
+      row[k] += round_bf16(sum);  // the o projection's bf16 output, added in f32
+      if (blockIdx.x == 0) x_attn()[i] = row[k];
+    }
+  }
+
+  __device__ void prefetch_gate_up(const OneLaunchLayer& l) const {
+    const int units = (a.inter + kUnitRows - 1) / kUnitRows;
+    for (int u = blockIdx.x; u < units; u += gridDim.x) {
+      const int64_t r0 = int64_t(u) * kUnitRows;
+      const int64_t n = a.inter - r0 < kUnitRows ? a.inter - r0 : kUnitRows;
+      prefetch_rows(l.gate_up, r0, n, a.hidden);
+      prefetch_rows(l.gate_up, a.inter + r0, n, a.hidden);
+    }
+  }
+
+  __device__ void gate_up_phase(const OneLaunchLayer& l) {
+    const int units = (a.inter + kUnitRows - 1) / kUnitRows;
+    for (int u = blockIdx.x; u < units; u += gridDim.x) {
+      const int64_t r = int64_t(u) * kUnitRows + warp;
+      if (r >= a.inter) continue;
+      const float2 gu = dot2_shared(vec(), l.gate_up + r * a.hidden,
+                                    l.gate_up + (a.inter + r) * a.hidden, a.hidden / 8, lane);
+      if (lane == 0)
+        a.act[r] = __float2bfloat16(gu.x / (1.0f + expf(-gu.x)) * gu.y);  // gemv_silu's
+    }
+  }
+
+  // ---- phase F: down, added into the residual --------------------------------
+  __device__ int down_units() const {
+    const int per_unit = kWarps / a.down_parts;
+    return (a.hidden + per_unit - 1) / per_unit;
+  }
+  __device__ void prefetch_down(const OneLaunchLayer& l) const {
+    const int per_unit = kWarps / a.down_parts;
+    for (int u = blockIdx.x; u < down_units(); u += gridDim.x) {
+      const int64_t r0 = int64_t(u) * per_unit;
+      prefetch_rows(l.down, r0, a.hidden - r0 < per_unit ? a.hidden - r0 : per_unit, a.inter);
+    }
+  }
+
+  __device__ void down_phase(const OneLaunchLayer& l) {
+    const int parts = a.down_parts, per_unit = kWarps / parts;
+    for (int u = blockIdx.x; u < down_units(); u += gridDim.x) {
+      const int64_t r = int64_t(u) * per_unit + warp / parts;
+      const int part = warp % parts;
+      const bool mine = r < a.hidden && part == 0 && lane == 0;
+      const float base = mine ? __ldcg(x_attn() + r) : 0.0f;  // in flight beside the dot
+      float sum = r < a.hidden
+                      ? dot_shared(vec(), l.down + r * a.inter, a.inter / 8, part, parts, lane)
+                      : 0.0f;
+      if (parts > 1) {
+        if (lane == 0) red[warp] = sum;
+        __syncthreads();
+        if (part == 0) {
+          sum = 0.0f;
+          for (int p = 0; p < parts; ++p) sum += red[warp + p];
+        }
+        __syncthreads();
+      }
+      if (mine) a.x[r] = base + round_bf16(sum);
+    }
+  }
+};
+
+__global__ void __launch_bounds__(kThreads, 1)
+    one_launch_decode_kernel(const __grid_constant__ OneLaunchDecodeArgs a) {
+  extern __shared__ __align__(16) char smem[];
+  const Layout layout = layout_for(a.hidden, a.inter, a.n_heads, a.n_kv_heads, a.head_dim);
+  float* small = reinterpret_cast<float*>(smem + layout.union_bytes());
+  Kernel k{a, smem};
+  k.red = small;
+  k.values = k.red + kWarps;
+  k.stats = k.values + kUnitRows;
+  k.merge_weights = k.stats + 4 * kMaxGroup + 4;
+  k.head_out = k.merge_weights + kMaxMergeSplits;
+  k.group_sums = k.head_out + kMaxHeadDim;
+  k.tid = threadIdx.x;
+  k.lane = threadIdx.x % 32;
+  k.warp = threadIdx.x / 32;
+  k.group = a.n_heads / a.n_kv_heads;
+  k.q_width = a.n_heads * a.head_dim;
+  k.kv_width = a.n_kv_heads * a.head_dim;
+  k.token = __ldg(a.token);
+  k.position = __ldg(a.position);
+  k.write_slot = __ldg(a.write_slot);
+  k.n_ctx = __ldg(a.context_slot) + 1;
+  {
+    // Splits per kv head: enough CTAs for the keys, never fewer than
+    // kMinKeysPerSplit keys a split, at most a CTA each (and
+    // kMaxMergeSplits, what phase C merges).
+    int most = a.max_splits > 0 ? a.max_splits : int(gridDim.x) / a.n_kv_heads;
+    const int wanted = (k.n_ctx + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
+    if (wanted < most) most = wanted;
+    if (most > kMaxMergeSplits) most = kMaxMergeSplits;
+    k.splits = most < 1 ? 1 : most;
+  }
+  int mark = 0;
+  if (a.timeline != nullptr && blockIdx.x == 0 && k.tid == 0) a.timeline[mark] = global_timer();
+  ++mark;
+
+  if (a.prefetch) k.prefetch_qkv(a.layers[0]);
+  k.load_row(true);
+  for (int layer = 0; layer < a.n_layers; ++layer) {
+    const OneLaunchLayer& l = a.layers[layer];
+    // A (the residual is in `row`: the embedding, or loaded after F)
+    if (a.prefetch) {
+      k.prefetch_keys(l);
+      k.prefetch_o(l);
+      k.prefetch_gate_up(l);
+    }
+    k.norm_row(l.attn_norm);
+    k.qkv_phase(l, layer);
+    grid_barrier(a.barrier, a.timeline, mark);
+    // B
+    k.attention_phase(l);
+    grid_barrier(a.barrier, a.timeline, mark);
+    // C
+    if (a.prefetch) k.prefetch_down(l);
+    k.o_phase(l);
+    grid_barrier(a.barrier, a.timeline, mark);
+    // E
+    if (a.prefetch && layer + 1 < a.n_layers) k.prefetch_qkv(a.layers[layer + 1]);
+    k.attention_residual(l);
+    k.norm_row(l.ffn_norm);
+    k.gate_up_phase(l);
+    grid_barrier(a.barrier, a.timeline, mark);
+    // F
+    k.load_vector(a.act, a.inter);
+    k.down_phase(l);
+    grid_barrier(a.barrier, a.timeline, mark);
+    k.load_row(false);
+  }
+  if (blockIdx.x == 0) {
+    k.norm_row(a.final_norm);
+    const auto* v = reinterpret_cast<const uint4*>(k.vec());
+    for (int i = k.tid; i < a.hidden / 8; i += kThreads) reinterpret_cast<uint4*>(a.out)[i] = v[i];
+  }
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+}  // namespace
+
+bool one_launch_decode_supported(int64_t hidden, int64_t inter, int64_t n_heads, int64_t n_kv_heads,
+                                 int64_t head_dim) {
+  if (hidden <= 0 || inter <= 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0) return false;
+  if (n_heads % n_kv_heads != 0 || n_heads / n_kv_heads > kMaxGroup) return false;
+  // 16 to 128, a power of two: phase C's lane groups of D / 8.
+  if (head_dim != 16 && head_dim != 32 && head_dim != 64 && head_dim != 128) return false;
+  if (hidden % 8 != 0 || inter % 8 != 0) return false;
+  return hidden <= kMaxHidden && inter <= kMaxVector && n_heads * head_dim <= kMaxVector;
+}
+
+int32_t one_launch_grid(int64_t hidden, int64_t inter, int64_t n_heads, int64_t n_kv_heads,
+                        int64_t head_dim) {
+  if (!one_launch_decode_supported(hidden, inter, n_heads, n_kv_heads, head_dim)) return 0;
+  const size_t smem = layout_for(hidden, inter, n_heads, n_kv_heads, head_dim).total_bytes();
+  SS_CUDA_CHECK(cudaFuncSetAttribute(one_launch_decode_kernel,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  int blocks = 0;
+  SS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, one_launch_decode_kernel,
+                                                              kThreads, smem));
+  if (blocks < 1) return 0;
+  int device = 0, sms = 0;
+  SS_CUDA_CHECK(cudaGetDevice(&device));
+  SS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+size_t one_launch_partial_floats(int32_t grid, int64_t n_heads, int64_t n_kv_heads,
+                                 int64_t head_dim) {
+  const int64_t group = n_heads / n_kv_heads;
+  const int64_t splits = std::min<int64_t>(kKeyChunk, std::max<int64_t>(1, grid / n_kv_heads));
+  return size_t(n_kv_heads * splits * group * (head_dim + 2));
+}
+
+int32_t one_launch_parts(int64_t rows, int32_t grid) {
+  int parts = 1;
+  while (parts < kWarps && (rows * parts * 2 + kWarps - 1) / kWarps <= grid) parts *= 2;
+  return parts;
+}
+
+void one_launch_decode(const OneLaunchDecodeArgs& a, int32_t grid, cudaStream_t stream) {
+  const bool ok =
+      one_launch_decode_supported(a.hidden, a.inter, a.n_heads, a.n_kv_heads, a.head_dim) &&
+      grid > 0 && a.layers != nullptr && a.n_layers > 0 && a.block_size > 0 && aligned16(a.act) &&
+      aligned16(a.out) && aligned16(a.q) && aligned16(a.embed) && aligned16(a.o_partials) &&
+      a.o_partials != nullptr && (a.down_parts & (a.down_parts - 1)) == 0 && a.down_parts >= 1 &&
+      a.down_parts <= kWarps && a.max_splits >= 0 &&
+      a.max_splits <= std::max<int32_t>(1, grid / a.n_kv_heads) && a.partials != nullptr &&
+      a.barrier != nullptr;
+  if (!ok) {
+    fail_cuda("one_launch_decode", "unsupported operands (one_launch_decode_supported)", __FILE__,
+              __LINE__);
+  }
+  const size_t smem =
+      layout_for(a.hidden, a.inter, a.n_heads, a.n_kv_heads, a.head_dim).total_bytes();
+  SS_CUDA_CHECK(cudaFuncSetAttribute(one_launch_decode_kernel,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  one_launch_decode_kernel<<<grid, kThreads, smem, stream>>>(a);
+  SS_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace specstack::cuda
