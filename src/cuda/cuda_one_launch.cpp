@@ -145,10 +145,6 @@ void CudaModel::run_one_launch(const StepMeta& meta, CudaKvCache& kv) {
   }
 }
 
-}  // namespace specstack::cuda
-
-namespace specstack::cuda {
-
 std::vector<double> CudaModel::one_launch_phase_us() const {
   std::vector<double> out;
   if (one_launch_timeline_.size() == 0) return out;
