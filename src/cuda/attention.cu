@@ -26,6 +26,7 @@
 #include <cstdint>
 
 #include "base/check.h"
+#include "cuda/alignment.h"
 #include "cuda/attention.h"
 #include "cuda/cuda_check.h"
 #include "cuda/pdl.h"
@@ -500,10 +501,6 @@ void launch_paged_attention(const PagedAttentionArgs& a, int32_t n_parts, cudaSt
   const dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_kv_heads),
                   static_cast<unsigned>(n_parts));
   launch_pdl(paged_attention_kernel<kHeadDim>, grid, kThreads, 0, stream, a.pdl, a, n_parts);
-}
-
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 void launch_per_token(const PagedAttentionArgs& a, int32_t n_parts, cudaStream_t stream) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "base/check.h"
+#include "cuda/alignment.h"
 #include "cuda/cuda_check.h"
 #include "cuda/elementwise.h"
 #include "cuda/pdl.h"
@@ -30,10 +31,6 @@ constexpr int kWarp = 32;
 int flat_blocks(int64_t work) {
   return static_cast<int>(
       std::clamp<int64_t>((work + kFlatThreads - 1) / kFlatThreads, 1, kMaxFlatBlocks));
-}
-
-bool aligned(const void* p, uintptr_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
 __device__ __forceinline__ int64_t flat_index() {

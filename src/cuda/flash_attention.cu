@@ -57,6 +57,7 @@
 #include <cstdint>
 
 #include "base/check.h"
+#include "cuda/alignment.h"
 #include "cuda/cuda_check.h"
 #include "cuda/flash_attention.h"
 #include "cuda/flash_attention_hopper.h"
@@ -543,10 +544,6 @@ void launch(const FlashAttentionArgs& args, cudaStream_t stream) {
 using Shape128 = Shape<128, 4, 2, 64>;
 using Shape64 = Shape<64, 4, 2, 64>;
 static_assert(Shape128::kBlockM == Shape64::kBlockM, "one grid.y bound for both");
-
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
 
 }  // namespace
 

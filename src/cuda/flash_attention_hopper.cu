@@ -69,6 +69,7 @@
 #include <cstdint>
 
 #include "base/check.h"
+#include "cuda/alignment.h"
 #include "cuda/cuda_check.h"
 #include "cuda/flash_attention_hopper.h"
 #include "cuda/sm90a.h"
@@ -574,10 +575,6 @@ void launch(const FlashAttentionArgs& args, cudaStream_t stream) {
                   static_cast<unsigned>((args.n_rows + kBlockM - 1) / kBlockM));
   kernel<<<grid, Tiling<kHeadDim>::kThreads, kSmemBytes, stream>>>(args);
   SS_CUDA_CHECK_LAUNCH();
-}
-
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 std::atomic<bool>& enabled_flag() {

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cuda/alignment.h"
 #include "cuda/cuda_check.h"
 #include "cuda/one_launch_common.cuh"
 #include "cuda/one_launch_decode.h"
@@ -564,10 +565,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     const auto* v = reinterpret_cast<const uint4*>(k.vec());
     for (int i = k.tid; i < a.hidden / 8; i += kThreads) reinterpret_cast<uint4*>(a.out)[i] = v[i];
   }
-}
-
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 }  // namespace

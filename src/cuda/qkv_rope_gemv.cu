@@ -1,3 +1,4 @@
+#include "cuda/alignment.h"
 #include "cuda/cuda_check.h"
 #include "cuda/gemv_reduce.cuh"
 #include "cuda/gemv_rows.cuh"
@@ -95,10 +96,6 @@ __global__ void __launch_bounds__(kThreads) qkv_rope_gemv_kernel(const QkvRopeAr
     }
   }
   if (p == 0 && slot >= 0) a.slot_positions[slot] = position;
-}
-
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 }  // namespace

@@ -14,9 +14,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <mutex>
 
 #include "base/check.h"
+#include "cuda/alignment.h"
 #include "cuda/cuda_check.h"
 #include "cuda/sm90a.h"
 #include "cuda/swiglu_gemm.h"
@@ -245,10 +245,6 @@ int sm_count() {
   return n;
 }
 
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
 }  // namespace
 
 bool swiglu_gemm_supported(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n,
@@ -261,11 +257,10 @@ bool swiglu_gemm_supported(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloa
 void swiglu_gemm(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n,
                  int64_t width, int64_t in, __nv_bfloat16* act, cudaStream_t stream) {
   SS_CHECK(swiglu_gemm_supported(x, ldx, w, n, width, in, act));
-  static std::once_flag attribute;
-  std::call_once(attribute, [] {
-    SS_CUDA_CHECK(cudaFuncSetAttribute(swiglu_gemm_kernel,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  });
+  // Every launch (a host call of ~1 us beside a kernel of >= 1024 rows): the
+  // attribute is per device, and a process may drive several.
+  SS_CUDA_CHECK(cudaFuncSetAttribute(swiglu_gemm_kernel,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   const CUtensorMap map_x = tensor_map(x, n, in, ldx);
   const CUtensorMap map_w = tensor_map(w, 2 * width, in, in);
   Params p;
