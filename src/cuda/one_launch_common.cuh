@@ -1,6 +1,6 @@
 // Device building blocks of the one-launch decode kernel
 // (one_launch_decode.cu): its constants and shared-memory layout, the grid
-// barrier, the CTA reduction, L2 prefetches and the GEMV dots against a
+// barrier, L2 prefetches and the GEMV dots against a
 // vector in shared memory.
 #pragma once
 
@@ -11,6 +11,7 @@
 
 #include "cuda/gemv_rows.cuh"
 #include "cuda/pdl.h"
+#include "cuda/row_reduce.cuh"
 
 namespace specstack::cuda::one_launch {
 
@@ -34,7 +35,8 @@ constexpr float kLog2e = 1.4426950408889634f;
 struct Layout {
   size_t vector_bytes;  // bf16 [max(hidden, H * D, inter)]
   size_t tiles_bytes;   // f32 q [G, D], f32 scores [G, kKeyChunk], bf16 V [kKeyChunk, D], i32 slots
-  size_t small_floats;  // reductions [kWarps], values [kUnitRows], m / l / corr [kMaxGroup], merge
+  size_t
+      small_floats;  // reductions [kRowWarp], values [kUnitRows], m / l / corr [kMaxGroup], merge
   __host__ __device__ size_t union_bytes() const {
     const size_t big = vector_bytes > tiles_bytes ? vector_bytes : tiles_bytes;
     return (big + 15) / 16 * 16;
@@ -54,7 +56,7 @@ __host__ __device__ inline Layout layout_for(int64_t hidden, int64_t inter, int6
   // merge: split weights [kMaxMergeSplits], the head's output [kMaxHeadDim]
   // and its split groups' sums [kThreads / (D / 2), D] = 2 * kThreads.
   l.small_floats =
-      kWarps + kUnitRows + 4 * kMaxGroup + 4 + kMaxMergeSplits + kMaxHeadDim + 2 * kThreads;
+      kRowWarp + kUnitRows + 4 * kMaxGroup + 4 + kMaxMergeSplits + kMaxHeadDim + 2 * kThreads;
   return l;
 }
 
@@ -94,20 +96,6 @@ __device__ __forceinline__ void grid_barrier(unsigned long long* counter,
   __syncthreads();
 }
 
-// The CTA's sum of one value per thread, in a fixed order; every thread
-// gets it. `red` holds kWarps floats.
-__device__ __forceinline__ float block_sum(float v, float* red) {
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
-  __syncthreads();
-  float total = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) total += red[w];
-  __syncthreads();
-  return total;
-}
-
 // L2 prefetch of `bytes` from p, the CTA's threads one 128-byte line each.
 __device__ __forceinline__ void prefetch_bytes(const void* p, size_t bytes) {
   const char* c = static_cast<const char*>(p);
@@ -132,9 +120,7 @@ __device__ __forceinline__ float dot_shared(const bf16* vec, const bf16* w_row, 
     for (int u = 0; u < 4; ++u) gemv_rows::accumulate(wv[u], x[v + stride * u], sum);
   }
   for (; v < vectors; v += stride) gemv_rows::accumulate(__ldcs(w + v), x[v], sum);
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  return sum;
+  return warp_sum(sum);
 }
 
 // Two rows at once (gate and up), their loads interleaved.
@@ -159,12 +145,7 @@ __device__ __forceinline__ float2 dot2_shared(const bf16* vec, const bf16* row_a
     gemv_rows::accumulate(__ldcs(a + v), xv, sa);
     gemv_rows::accumulate(__ldcs(b + v), xv, sb);
   }
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) {
-    sa += __shfl_xor_sync(0xffffffffu, sa, off);
-    sb += __shfl_xor_sync(0xffffffffu, sb, off);
-  }
-  return make_float2(sa, sb);
+  return make_float2(warp_sum(sa), warp_sum(sb));
 }
 
 }  // namespace specstack::cuda::one_launch

@@ -16,7 +16,7 @@ using namespace one_launch;  // NOLINT: the kernel's own building blocks
 struct Kernel {
   const OneLaunchDecodeArgs& a;
   char* smem;
-  float* red;            // [kWarps]
+  float* red;            // [kRowWarp] (row_reduce.cuh block_sum partials)
   float* values;         // [kUnitRows]
   float* stats;          // [4 * kMaxGroup + 4]
   float* merge_weights;  // [kMaxMergeSplits]
@@ -244,9 +244,7 @@ struct Kernel {
           float* p_row = scores + warp * kKeyChunk;
           float mx = -INFINITY;
           for (int k = lane; k < nk; k += 32) mx = fmaxf(mx, p_row[k]);
-#pragma unroll
-          for (int off = 16; off > 0; off /= 2)
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+          mx = warp_max(mx);
           const float m_old = m_run[warp];
           const float m_new = fmaxf(m_old, mx);
           const bool none = m_new == -INFINITY;  // every key so far masked
@@ -256,8 +254,7 @@ struct Kernel {
             p_row[k] = p;
             sum += p;
           }
-#pragma unroll
-          for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+          sum = warp_sum(sum);
           if (lane == 0) {
             const float c = none ? 1.0f : exp2f(m_old - m_new);
             l_run[warp] = l_run[warp] * c + sum;
@@ -356,8 +353,7 @@ struct Kernel {
           m[k] = s < splits ? __ldcg(first + s * stride) : -INFINITY;
           mx = fmaxf(mx, m[k]);
         }
-#pragma unroll
-        for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        mx = warp_max(mx);
         float total = 0.0f;
 #pragma unroll
         for (int k = 0; k < kMaxMergeSplits / 32; ++k) {
@@ -367,8 +363,7 @@ struct Kernel {
           merge_weights[s] = w;
           total += w * __ldcg(first + s * stride + 1);
         }
-#pragma unroll
-        for (int off = 16; off > 0; off /= 2) total += __shfl_xor_sync(0xffffffffu, total, off);
+        total = warp_sum(total);
         if (lane == 0) stats[3 * kMaxGroup] = total;
       }
       __syncthreads();
@@ -499,7 +494,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* small = reinterpret_cast<float*>(smem + layout.union_bytes());
   Kernel k{a, smem};
   k.red = small;
-  k.values = k.red + kWarps;
+  k.values = k.red + kRowWarp;
   k.stats = k.values + kUnitRows;
   k.merge_weights = k.stats + 4 * kMaxGroup + 4;
   k.head_out = k.merge_weights + kMaxMergeSplits;
