@@ -199,8 +199,14 @@ int main(int argc, char** argv) {
     const std::vector<double> phases =
         cuda_model != nullptr ? cuda_model->one_launch_phase_us() : std::vector<double>{};
     if (batch == 1 && !phases.empty()) {
-      std::printf("ss one_launch us a layer: A %.2f B %.2f C %.2f E %.2f F %.2f\n", phases[0],
-                  phases[1], phases[2], phases[3], phases[4]);
+      // span (slowest CTA's work / median work / barrier release after the last arrival)
+      std::printf("ss one_launch us a layer:");
+      const char* names = "ABCEF";
+      for (int p = 0; p < 5; ++p) {
+        std::printf(" %c %.2f (%.2f/%.2f/%.2f)", names[p], phases[4 * p], phases[4 * p + 1],
+                    phases[4 * p + 2], phases[4 * p + 3]);
+      }
+      std::printf("\n");
     }
   }
   return 0;

@@ -116,8 +116,10 @@ class CudaModel final : public ForwardModel {
   void set_one_launch_max_splits(int32_t splits) { one_launch_max_splits_ = splits; }
   // Benchmarks (SPECSTACK_ONE_LAUNCH_DECODE containing "timeline"): the last
   // one-launch step's phases A, B, C, E, F in microseconds, averaged over
-  // the layers (each phase up to and including its grid barrier); empty
-  // otherwise. Waits for the stream.
+  // the layers, four numbers each: its span (mean departures from barrier
+  // to barrier), the slowest CTA's work (departure to next arrival), the
+  // median CTA's work, and the barrier's release after the last arrival;
+  // empty otherwise. Waits for the stream.
   std::vector<double> one_launch_phase_us() const;
 
   // SpecPrefill importance of slots [slot_begin, slot_end) of a draft
@@ -284,6 +286,7 @@ class CudaModel final : public ForwardModel {
   static constexpr OneLaunch kOneLaunchDefault = OneLaunch::kOff;
   OneLaunch one_launch_mode_ = kOneLaunchDefault;
   bool one_launch_prefetch_ = true;
+  bool one_launch_stage_late_ = false;
   int32_t one_launch_grid_ = 0;  // CTAs; 0: this model does not take it
   int32_t one_launch_down_parts_ = 1;
   int32_t one_launch_max_splits_ = 0;

@@ -11,6 +11,7 @@
 // its first version measured slower than the kernel chain on an H100
 // (docs/benchmarks.md "session 36"); the restructured one has not run on a
 // GPU yet.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -29,10 +30,11 @@ void CudaModel::setup_one_launch() {
                      : has("1") || has("lookahead") ? OneLaunch::kLookahead
                                                     : kOneLaunchDefault;
   one_launch_prefetch_ = !has("noprefetch");
+  one_launch_stage_late_ = has("late");
   // Benchmarks: a value containing "timeline" records the phases' ends
   // (one_launch_timeline()).
   if (has("timeline")) {
-    one_launch_timeline_.resize(size_t(1 + 5 * config_.n_layers));
+    one_launch_timeline_.resize(1);  // sized with the grid below
   }
   one_launch_grid_ = 0;
   if (one_launch_mode_ == OneLaunch::kOff) return;
@@ -52,6 +54,9 @@ void CudaModel::setup_one_launch() {
       one_launch_grid(c.hidden_size, c.intermediate_size, c.n_heads, c.n_kv_heads, c.head_dim);
   if (one_launch_grid_ == 0) return;
   one_launch_down_parts_ = one_launch_parts(c.hidden_size, one_launch_grid_);
+  if (one_launch_timeline_.size() > 0) {
+    one_launch_timeline_.resize(size_t(1 + 5 * c.n_layers) * size_t(one_launch_grid_) * 2);
+  }
   one_launch_partials_.resize(
       one_launch_partial_floats(one_launch_grid_, c.n_heads, c.n_kv_heads, c.head_dim));
   one_launch_o_partials_.resize(static_cast<size_t>(c.n_heads * c.hidden_size));
@@ -134,6 +139,7 @@ void CudaModel::run_one_launch(const StepMeta& meta, CudaKvCache& kv) {
   a.barrier = one_launch_barrier_.data();
   a.down_parts = one_launch_down_parts_;
   a.prefetch = one_launch_prefetch_;
+  a.stage_late = one_launch_stage_late_;
   a.max_splits = one_launch_max_splits_;
   a.timeline = one_launch_timeline_.size() > 0 ? one_launch_timeline_.data() : nullptr;
   one_launch_decode(a, one_launch_grid_, stream_);
@@ -147,13 +153,33 @@ void CudaModel::run_one_launch(const StepMeta& meta, CudaKvCache& kv) {
 
 std::vector<double> CudaModel::one_launch_phase_us() const {
   std::vector<double> out;
-  if (one_launch_timeline_.size() == 0) return out;
+  if (one_launch_timeline_.size() == 0 || one_launch_grid_ == 0) return out;
   SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
   const std::vector<unsigned long long> t = one_launch_timeline_.download();
-  out.assign(5, 0.0);
-  const size_t layers = (t.size() - 1) / 5;
+  const size_t grid = size_t(one_launch_grid_);
+  const size_t layers = (t.size() / (2 * grid) - 1) / 5;
+  auto at = [&](size_t barrier, size_t cta, int which) {
+    return double(t[(barrier * grid + cta) * 2 + size_t(which)]) / 1e3;
+  };
+  // Per phase: [span, slowest CTA's work, median work, barrier after the last arrival].
+  out.assign(20, 0.0);
+  std::vector<double> work(grid);
   for (size_t l = 0; l < layers; ++l) {
-    for (size_t p = 0; p < 5; ++p) out[p] += double(t[1 + 5 * l + p] - t[5 * l + p]) / 1e3;
+    for (size_t p = 0; p < 5; ++p) {
+      const size_t k = 1 + 5 * l + p;
+      double last_arrival = 0.0, left = 0.0, started = 0.0;
+      for (size_t c = 0; c < grid; ++c) {
+        work[c] = at(k, c, 0) - at(k - 1, c, 1);
+        last_arrival = std::max(last_arrival, at(k, c, 0));
+        left += at(k, c, 1) / double(grid);
+        started += at(k - 1, c, 1) / double(grid);
+      }
+      std::sort(work.begin(), work.end());
+      out[4 * p] += left - started;
+      out[4 * p + 1] += work.back();
+      out[4 * p + 2] += work[grid / 2];
+      out[4 * p + 3] += left - last_arrival;
+    }
   }
   for (double& v : out) v /= double(layers);
   return out;

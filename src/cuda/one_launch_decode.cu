@@ -22,12 +22,20 @@ struct Kernel {
   float* merge_weights;  // [kMaxMergeSplits]
   float* head_out;       // [kMaxHeadDim]
   float* group_sums;     // [kThreads / (D / 2), D]
+  char* stage_mid;       // [a.stage_mid] C's o columns, F's down rows
+  char* stage_wide;      // [a.stage_wide] B's keys and values | A's qkv rows; E's gate/up rows
   int tid, lane, warp;
   int group, q_width, kv_width;
   int token, position, write_slot, n_ctx, splits;
   float row[kRowValues];  // this thread's residual values (phase A / E), i = tid + k * kThreads
 
   __device__ bf16* vec() const { return reinterpret_cast<bf16*>(smem); }
+  // The stages' capacities (bytes); 0 without staging.
+  __device__ int cap_mid() const { return a.prefetch ? a.stage_mid : 0; }
+  __device__ int cap_wide() const { return a.prefetch ? a.stage_wide : 0; }
+  __device__ int cap_qkv() const { return a.prefetch ? a.stage_qkv : 0; }
+  __device__ int cap_keys() const { return cap_wide() - cap_qkv(); }
+  __device__ char* stage_qkv() const { return stage_wide + (a.stage_wide - a.stage_qkv); }
   __device__ float* x_attn() const { return a.x + a.hidden; }  // the residual after attention
 
   // bf16(w * (v * inv_rms)) of the residual held in `row` into the shared vector.
@@ -79,37 +87,57 @@ struct Kernel {
   __device__ int qkv_units() const {
     return rotary_units() + a.n_kv_heads * a.head_dim / kUnitRows;
   }
-  // A rotary unit: pairs [8 b, 8 b + 8) of head h (rows j and j + D / 2);
-  // a v unit: 16 consecutive v rows.
-  __device__ void prefetch_qkv(const OneLaunchLayer& l) const {
+  // A unit's 16 rows as two runs of 8: a rotary unit is pairs [8 b, 8 b + 8)
+  // of head h (rows j and j + D / 2), a v unit 16 consecutive v rows. Warp w
+  // takes row w of the two runs (its row in the stage too).
+  __device__ void qkv_runs(int u, int64_t* run0, int64_t* run1) const {
     const int half = a.head_dim / 2;
+    if (u < rotary_units()) {
+      const int h = u / (half / 8), b = u % (half / 8);
+      *run0 = int64_t(h) * a.head_dim + 8 * b;
+      *run1 = *run0 + half;
+    } else {
+      *run0 =
+          int64_t(a.n_heads + a.n_kv_heads) * a.head_dim + int64_t(u - rotary_units()) * kUnitRows;
+      *run1 = *run0 + 8;
+    }
+  }
+  __device__ void stage_qkv_rows(const OneLaunchLayer& l) const {
+    StageCursor cursor(cap_qkv());
+    const int64_t run_bytes = int64_t(8) * a.hidden * 2;
     for (int u = blockIdx.x; u < qkv_units(); u += gridDim.x) {
-      if (u < rotary_units()) {
-        const int h = u / (half / 8), b = u % (half / 8);
-        const int64_t r = int64_t(h) * a.head_dim + 8 * b;
-        prefetch_rows(l.qkv, r, 8, a.hidden);
-        prefetch_rows(l.qkv, r + half, 8, a.hidden);
-      } else {
-        const int64_t r = int64_t(a.n_heads + a.n_kv_heads) * a.head_dim +
-                          int64_t(u - rotary_units()) * kUnitRows;
-        prefetch_rows(l.qkv, r, kUnitRows, a.hidden);
+      int64_t run0, run1;
+      qkv_runs(u, &run0, &run1);
+      const int at = cursor.take(int(2 * run_bytes));
+      if (at >= 0) {
+        stage_copy(stage_qkv() + at, l.qkv + run0 * a.hidden, run_bytes);
+        stage_copy(stage_qkv() + at + run_bytes, l.qkv + run1 * a.hidden, run_bytes);
+      } else if (a.prefetch) {
+        prefetch_rows(l.qkv, run0, 8, a.hidden);
+        prefetch_rows(l.qkv, run1, 8, a.hidden);
       }
     }
   }
 
   __device__ void qkv_phase(const OneLaunchLayer& l, int layer) {
     const int half = a.head_dim / 2;
-    const int64_t v0 = int64_t(a.n_heads + a.n_kv_heads) * a.head_dim;
+    StageCursor cursor(cap_qkv());
     for (int u = blockIdx.x; u < qkv_units(); u += gridDim.x) {
       const bool rotary = u < rotary_units();
       const int h = rotary ? u / (half / 8) : 0;
       const int b = rotary ? u % (half / 8) : 0;
       const int64_t v_first = int64_t(u - rotary_units()) * kUnitRows;  // v units: of the v rows
-      const int64_t r = rotary
-                            ? int64_t(h) * a.head_dim + 8 * b + (warp & 7) + (warp >= 8 ? half : 0)
-                            : v0 + v_first + warp;
+      int64_t run0, run1;
+      qkv_runs(u, &run0, &run1);
+      const int64_t r = (warp < 8 ? run0 : run1) + (warp & 7);
+      const int at = cursor.take(kUnitRows * a.hidden * 2);
       const float bias = l.qkv_bias != nullptr ? l.qkv_bias[r] : 0.0f;
-      const float sum = dot_shared(vec(), l.qkv + r * a.hidden, a.hidden / 8, 0, 1, lane);
+      const float sum =
+          at >= 0 ? dot_shared<true>(
+                        vec(),
+                        reinterpret_cast<const bf16*>(stage_qkv() + at) + int64_t(warp) * a.hidden,
+                        a.hidden / 8, 0, 1, lane)
+                  : dot_shared<false>(vec(), l.qkv + r * a.hidden, a.hidden / 8, 0, 1, lane);
       if (lane == 0) values[warp] = round_bf16(sum + bias);
       __syncthreads();
       if (rotary && tid < 8) {
@@ -150,15 +178,39 @@ struct Kernel {
     return __ldg(a.block_table + k / a.block_size) * a.block_size + int(k % a.block_size);
   }
 
-  __device__ void prefetch_keys(const OneLaunchLayer& l) const {
+  // Keys a unit stages: those of its split that exist before this step (the
+  // step's own key, n_ctx - 1, is written in phase A), as many as fit.
+  __device__ int64_t stageable_end(int s) const {
+    const int64_t end = key_begin(s + 1);
+    return end < n_ctx - 1 ? end : n_ctx - 1;
+  }
+
+  // Phase B's keys and values: for each unit, K rows [n, D] then V rows
+  // [n, D] of its first n keys (the rest: L2 prefetches).
+  __device__ void stage_keys(const OneLaunchLayer& l) const {
+    StageCursor cursor(cap_keys());
     const int units = a.n_kv_heads * splits;
+    const int pieces = a.head_dim / 8;  // 16 bytes each of a key's row
     for (int u = blockIdx.x; u < units; u += gridDim.x) {
       const int kvh = u / splits, s = u % splits;
-      for (int64_t k = key_begin(s) + tid; k < key_begin(s + 1); k += kThreads) {
-        const int64_t at = int64_t(physical_slot(k)) * kv_width + int64_t(kvh) * a.head_dim;
-        for (int off = 0; off < a.head_dim * 2; off += 128) {
-          prefetch_l2(reinterpret_cast<const char*>(l.k_cache + at) + off);
-          prefetch_l2(reinterpret_cast<const char*>(l.v_cache + at) + off);
+      const int64_t k0 = key_begin(s), end = stageable_end(s);
+      int at = 0;
+      const int n = cursor.take_items(int(end > k0 ? end - k0 : 0), 4 * a.head_dim, &at);
+      for (int i = tid; i < 2 * n * pieces; i += kThreads) {
+        const int which = i / (n * pieces), rest = i % (n * pieces);
+        const int kk = rest / pieces, c = rest % pieces;
+        const bf16* cache = which == 0 ? l.k_cache : l.v_cache;
+        ptx::cp_async_16(
+            stage_wide + at + (int64_t(which) * n + kk) * a.head_dim * 2 + c * 16,
+            cache + int64_t(physical_slot(k0 + kk)) * kv_width + int64_t(kvh) * a.head_dim + c * 8,
+            16);
+      }
+      if (!a.prefetch) continue;
+      for (int64_t k = k0 + n + tid; k < key_begin(s + 1); k += kThreads) {
+        const int64_t off = int64_t(physical_slot(k)) * kv_width + int64_t(kvh) * a.head_dim;
+        for (int b = 0; b < a.head_dim * 2; b += 128) {
+          prefetch_l2(reinterpret_cast<const char*>(l.k_cache + off) + b);
+          prefetch_l2(reinterpret_cast<const char*>(l.v_cache + off) + b);
         }
       }
     }
@@ -176,9 +228,16 @@ struct Kernel {
     const float scale = a.scale * kLog2e;
     const int pairs = G * D / 2;  // (head, dim pair) items, at most 2 a thread
     const int units = a.n_kv_heads * splits;
+    StageCursor cursor(cap_keys());
     for (int u = blockIdx.x; u < units; u += gridDim.x) {
       const int kvh = u / splits, s = u % splits;
-      const int64_t k0 = key_begin(s), k1 = key_begin(s + 1);
+      const int64_t k0 = key_begin(s), k1 = key_begin(s + 1), end = stageable_end(s);
+      // Keys [k0, staged_end) are in the stage: K [n, D] at k_stage, V after.
+      int at = 0;
+      const int n = cursor.take_items(int(end > k0 ? end - k0 : 0), 4 * D, &at);
+      const int64_t staged_end = k0 + n;
+      const bf16* k_stage = reinterpret_cast<const bf16*>(stage_wide + at);
+      const bf16* v_stage = k_stage + int64_t(n) * D;
       for (int i = tid; i < G * D; i += kThreads)
         qf[i] = bf(__ldcg(a.q + int64_t(kvh) * G * D + i));
       if (tid < G) {
@@ -188,16 +247,27 @@ struct Kernel {
       float2 acc[2] = {make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)};
       for (int64_t c0 = k0; c0 < k1; c0 += kKeyChunk) {
         const int nk = static_cast<int>(k1 - c0 < kKeyChunk ? k1 - c0 : kKeyChunk);
-        if (tid < nk) slots[tid] = physical_slot(c0 + tid);
+        // A chunk wholly in the stage reads K and V there; any other builds
+        // its V tile (staged keys copied, the rest loaded) while the scores
+        // are computed. The same chunks either way: staging changes no bit.
+        const bool staged = c0 + nk <= staged_end;
+        if ((!staged || l.window != 0) && tid < nk) slots[tid] = physical_slot(c0 + tid);
         __syncthreads();
-        // V tile to shared memory while the scores are computed.
-        const int chunks = D / 8;
-        for (int i = tid; i < nk * chunks; i += kThreads) {
-          const int kk = i / chunks, c = i % chunks;
-          ptx::cp_async_16(vt + kk * D + c * 8,
-                           l.v_cache + int64_t(slots[kk]) * kv_width + kvh * D + c * 8, 16);
+        const bf16* v_tile = staged ? v_stage + (c0 - k0) * D : vt;
+        if (!staged) {
+          const int chunks = D / 8;
+          for (int i = tid; i < nk * chunks; i += kThreads) {
+            const int kk = i / chunks, c = i % chunks;
+            if (c0 + kk < staged_end) {
+              *reinterpret_cast<uint4*>(vt + kk * D + c * 8) =
+                  *reinterpret_cast<const uint4*>(v_stage + (c0 + kk - k0) * D + c * 8);
+            } else {
+              ptx::cp_async_16(vt + kk * D + c * 8,
+                               l.v_cache + int64_t(slots[kk]) * kv_width + kvh * D + c * 8, 16);
+            }
+          }
+          ptx::cp_async_commit();
         }
-        ptx::cp_async_commit();
         // Scores: 4 threads a key, a quarter of the dims each.
         {
           const int kk = tid / 4, quarter = tid % 4, dims = D / 4;
@@ -206,9 +276,13 @@ struct Kernel {
           for (int h = 0; h < kMaxGroup; ++h) dot[h] = 0.0f;
           bool visible = false;
           if (kk < nk) {
-            const bf16* kp = l.k_cache + int64_t(slots[kk]) * kv_width + kvh * D + quarter * dims;
+            const bool key_staged = c0 + kk < staged_end;
+            const bf16* kp =
+                key_staged ? k_stage + (c0 + kk - k0) * D + quarter * dims
+                           : l.k_cache + int64_t(slots[kk]) * kv_width + kvh * D + quarter * dims;
             for (int c = 0; c < dims; c += 4) {
-              const uint2 raw = __ldcg(reinterpret_cast<const uint2*>(kp + c));
+              const uint2 raw = key_staged ? *reinterpret_cast<const uint2*>(kp + c)
+                                           : __ldcg(reinterpret_cast<const uint2*>(kp + c));
               const float2 k01 =
                   __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
               const float2 k23 =
@@ -262,7 +336,7 @@ struct Kernel {
             corr[warp] = c;
           }
         }
-        ptx::cp_async_wait_all();
+        if (!staged) ptx::cp_async_wait_all();  // (also any stage in flight: rare)
         __syncthreads();
         // P V for (head, dim pair) items.
 #pragma unroll
@@ -274,7 +348,7 @@ struct Kernel {
           acc[j].x *= c;
           acc[j].y *= c;
           const float* p = scores + h * kKeyChunk;
-          const auto* v2 = reinterpret_cast<const __nv_bfloat162*>(vt) + dp;
+          const auto* v2 = reinterpret_cast<const __nv_bfloat162*>(v_tile) + dp;
 #pragma unroll 4
           for (int k = 0; k < nk; ++k) {
             const float2 v = __bfloat1622float2(v2[k * (D / 2)]);
@@ -314,13 +388,27 @@ struct Kernel {
     return int64_t(b) * a.hidden / row_blocks();
   }
 
-  __device__ void prefetch_o(const OneLaunchLayer& l) const {
+  // Phase C's o columns: a unit's rows x the head's D columns, [rows, D].
+  __device__ void stage_o(const OneLaunchLayer& l) const {
+    StageCursor cursor(cap_mid());
     const int units = a.n_heads * row_blocks();
+    const int pieces = a.head_dim / 8;
     for (int u = blockIdx.x; u < units; u += gridDim.x) {
       const int h = u / row_blocks(), b = u % row_blocks();
-      for (int64_t r = block_row(b) + tid; r < block_row(b + 1); r += kThreads) {
-        const char* p = reinterpret_cast<const char*>(l.o + r * q_width + int64_t(h) * a.head_dim);
-        for (int off = 0; off < a.head_dim * 2; off += 128) prefetch_l2(p + off);
+      const int64_t r0 = block_row(b), rows = block_row(b + 1) - r0;
+      const int at = cursor.take(int(rows * a.head_dim * 2));
+      const bf16* first = l.o + r0 * q_width + int64_t(h) * a.head_dim;
+      if (at >= 0) {
+        for (int i = tid; i < rows * pieces; i += kThreads) {
+          const int r = i / pieces, c = i % pieces;
+          ptx::cp_async_16(stage_mid + at + (int64_t(r) * a.head_dim + c * 8) * 2,
+                           first + int64_t(r) * q_width + c * 8, 16);
+        }
+      } else if (a.prefetch) {
+        for (int64_t r = tid; r < rows; r += kThreads) {
+          const char* p = reinterpret_cast<const char*>(first + r * q_width);
+          for (int off = 0; off < a.head_dim * 2; off += 128) prefetch_l2(p + off);
+        }
       }
     }
   }
@@ -330,8 +418,11 @@ struct Kernel {
     const int groups = kThreads / (D / 2);  // split groups: threads of one dim pair
     const int dp = tid % (D / 2), sg = tid / (D / 2);
     const int units = a.n_heads * row_blocks();
+    StageCursor cursor(cap_mid());
     for (int u = blockIdx.x; u < units; u += gridDim.x) {
       const int h = u / row_blocks(), b = u % row_blocks();
+      const int at = cursor.take(int((block_row(b + 1) - block_row(b)) * D * 2));
+      const bf16* staged = reinterpret_cast<const bf16*>(stage_mid + (at >= 0 ? at : 0));
       const int kvh = h / G, g = h % G;
       const float* first = a.partials + (int64_t(kvh) * splits * G + g) * (D + 2);
       const int64_t stride = int64_t(G) * (D + 2);  // from one split's entry to the next
@@ -398,7 +489,9 @@ struct Kernel {
         const int64_t r = r0 + sub;
         float dot = 0.0f;
         if (r < end) {
-          const uint4 w = __ldcs(reinterpret_cast<const uint4*>(l.o + r * q_width + h * D) + piece);
+          const uint4 w =
+              at >= 0 ? reinterpret_cast<const uint4*>(staged + (r - block_row(b)) * D)[piece]
+                      : __ldcs(reinterpret_cast<const uint4*>(l.o + r * q_width + h * D) + piece);
           const auto* w2 = reinterpret_cast<const __nv_bfloat162*>(&w);
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
@@ -428,23 +521,43 @@ struct Kernel {
     }
   }
 
-  __device__ void prefetch_gate_up(const OneLaunchLayer& l) const {
+  // Phase E's rows: a unit's n gate rows, then its n up rows, [2 n, hidden].
+  __device__ void stage_gate_up(const OneLaunchLayer& l) const {
+    StageCursor cursor(cap_wide());
     const int units = (a.inter + kUnitRows - 1) / kUnitRows;
     for (int u = blockIdx.x; u < units; u += gridDim.x) {
       const int64_t r0 = int64_t(u) * kUnitRows;
       const int64_t n = a.inter - r0 < kUnitRows ? a.inter - r0 : kUnitRows;
-      prefetch_rows(l.gate_up, r0, n, a.hidden);
-      prefetch_rows(l.gate_up, a.inter + r0, n, a.hidden);
+      const int64_t run = n * a.hidden * 2;
+      const int at = cursor.take(int(2 * run));
+      if (at >= 0) {
+        stage_copy(stage_wide + at, l.gate_up + r0 * a.hidden, run);
+        stage_copy(stage_wide + at + run, l.gate_up + (a.inter + r0) * a.hidden, run);
+      } else if (a.prefetch) {
+        prefetch_rows(l.gate_up, r0, n, a.hidden);
+        prefetch_rows(l.gate_up, a.inter + r0, n, a.hidden);
+      }
     }
   }
 
   __device__ void gate_up_phase(const OneLaunchLayer& l) {
     const int units = (a.inter + kUnitRows - 1) / kUnitRows;
+    StageCursor cursor(cap_wide());
     for (int u = blockIdx.x; u < units; u += gridDim.x) {
-      const int64_t r = int64_t(u) * kUnitRows + warp;
+      const int64_t r0 = int64_t(u) * kUnitRows;
+      const int64_t n = a.inter - r0 < kUnitRows ? a.inter - r0 : kUnitRows;
+      const int at = cursor.take(int(2 * n * a.hidden * 2));
+      const int64_t r = r0 + warp;
       if (r >= a.inter) continue;
-      const float2 gu = dot2_shared(vec(), l.gate_up + r * a.hidden,
-                                    l.gate_up + (a.inter + r) * a.hidden, a.hidden / 8, lane);
+      float2 gu;
+      if (at >= 0) {
+        const bf16* rows = reinterpret_cast<const bf16*>(stage_wide + at);
+        gu = dot2_shared<true>(vec(), rows + int64_t(warp) * a.hidden, rows + (n + warp) * a.hidden,
+                               a.hidden / 8, lane);
+      } else {
+        gu = dot2_shared<false>(vec(), l.gate_up + r * a.hidden,
+                                l.gate_up + (a.inter + r) * a.hidden, a.hidden / 8, lane);
+      }
       if (lane == 0)
         a.act[r] = __float2bfloat16(gu.x / (1.0f + expf(-gu.x)) * gu.y);  // gemv_silu's
     }
@@ -455,24 +568,41 @@ struct Kernel {
     const int per_unit = kWarps / a.down_parts;
     return (a.hidden + per_unit - 1) / per_unit;
   }
-  __device__ void prefetch_down(const OneLaunchLayer& l) const {
+  // Phase F's rows: a unit's n down rows, [n, inter].
+  __device__ void stage_down(const OneLaunchLayer& l) const {
+    StageCursor cursor(cap_mid());
     const int per_unit = kWarps / a.down_parts;
     for (int u = blockIdx.x; u < down_units(); u += gridDim.x) {
       const int64_t r0 = int64_t(u) * per_unit;
-      prefetch_rows(l.down, r0, a.hidden - r0 < per_unit ? a.hidden - r0 : per_unit, a.inter);
+      const int64_t n = a.hidden - r0 < per_unit ? a.hidden - r0 : per_unit;
+      const int at = cursor.take(int(n * a.inter * 2));
+      if (at >= 0) {
+        stage_copy(stage_mid + at, l.down + r0 * a.inter, n * a.inter * 2);
+      } else if (a.prefetch) {
+        prefetch_rows(l.down, r0, n, a.inter);
+      }
     }
   }
 
   __device__ void down_phase(const OneLaunchLayer& l) {
     const int parts = a.down_parts, per_unit = kWarps / parts;
+    StageCursor cursor(cap_mid());
     for (int u = blockIdx.x; u < down_units(); u += gridDim.x) {
-      const int64_t r = int64_t(u) * per_unit + warp / parts;
+      const int64_t r0 = int64_t(u) * per_unit;
+      const int64_t n = a.hidden - r0 < per_unit ? a.hidden - r0 : per_unit;
+      const int at = cursor.take(int(n * a.inter * 2));
+      const int64_t r = r0 + warp / parts;
       const int part = warp % parts;
       const bool mine = r < a.hidden && part == 0 && lane == 0;
       const float base = mine ? __ldcg(x_attn() + r) : 0.0f;  // in flight beside the dot
-      float sum = r < a.hidden
-                      ? dot_shared(vec(), l.down + r * a.inter, a.inter / 8, part, parts, lane)
-                      : 0.0f;
+      float sum = 0.0f;
+      if (r < a.hidden) {
+        sum = at >= 0
+                  ? dot_shared<true>(
+                        vec(), reinterpret_cast<const bf16*>(stage_mid + at) + (r - r0) * a.inter,
+                        a.inter / 8, part, parts, lane)
+                  : dot_shared<false>(vec(), l.down + r * a.inter, a.inter / 8, part, parts, lane);
+      }
       if (parts > 1) {
         if (lane == 0) red[warp] = sum;
         __syncthreads();
@@ -499,6 +629,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   k.merge_weights = k.stats + 4 * kMaxGroup + 4;
   k.head_out = k.merge_weights + kMaxMergeSplits;
   k.group_sums = k.head_out + kMaxHeadDim;
+  k.stage_mid = smem + layout.total_bytes();
+  k.stage_wide = k.stage_mid + a.stage_mid;
   k.tid = threadIdx.x;
   k.lane = threadIdx.x % 32;
   k.warp = threadIdx.x / 32;
@@ -520,39 +652,87 @@ __global__ void __launch_bounds__(kThreads, 1)
     k.splits = most < 1 ? 1 : most;
   }
   int mark = 0;
-  if (a.timeline != nullptr && blockIdx.x == 0 && k.tid == 0) a.timeline[mark] = global_timer();
+  unsigned long long target = 0;  // thread 0's next barrier count
+  if (a.timeline != nullptr && k.tid == 0) {
+    a.timeline[2 * blockIdx.x] = a.timeline[2 * blockIdx.x + 1] = global_timer();
+  }
   ++mark;
 
-  if (a.prefetch) k.prefetch_qkv(a.layers[0]);
+  // Each phase's weight slices (and B's keys) are copied into shared memory
+  // as soon as the stage they go to is free, one or two phases ahead (cp.async
+  // groups, one committed at each arrow):
+  //   F(l-1) -> B(l) keys and A(l) qkv rows (the wide stage);
+  //   A -> C's o columns (mid);  C -> E's gate/up rows (wide);
+  //   E -> F's down rows (mid).
+  // at the start of the phase named first, or (a.stage_late) at the end of
+  // the phase before it, ahead of its barrier. A phase then waits for all
+  // but the newest group. Units that do not fit are L2-prefetched and read
+  // from global memory.
+  enum Phase { kA, kC, kE, kF };
+  auto stage = [&](Phase p, int layer) {
+    if (a.prefetch) {
+      if (p == kA) k.stage_o(a.layers[layer]);
+      if (p == kC) k.stage_gate_up(a.layers[layer]);
+      if (p == kE) k.stage_down(a.layers[layer]);
+      if (p == kF && layer + 1 < a.n_layers) {
+        k.stage_keys(a.layers[layer + 1]);
+        k.stage_qkv_rows(a.layers[layer + 1]);
+      }
+    }
+    ptx::cp_async_commit();
+  };
+  auto stage_early = [&](Phase p, int layer) {
+    if (!a.stage_late) stage(p, layer);
+  };
+  auto stage_late = [&](Phase p, int layer) {  // before the barrier ending the phase before p
+    if (!a.stage_late) return;
+    __syncthreads();  // the stage's last reader in this CTA is done
+    stage(p, layer);
+  };
+  auto await_stage = [&]() {
+    ptx::cp_async_wait<1>();
+    __syncthreads();
+  };
+  if (a.prefetch) {
+    k.stage_keys(a.layers[0]);
+    k.stage_qkv_rows(a.layers[0]);
+  }
+  ptx::cp_async_commit();
+  stage_late(kA, 0);
   k.load_row(true);
   for (int layer = 0; layer < a.n_layers; ++layer) {
     const OneLaunchLayer& l = a.layers[layer];
     // A (the residual is in `row`: the embedding, or loaded after F)
-    if (a.prefetch) {
-      k.prefetch_keys(l);
-      k.prefetch_o(l);
-      k.prefetch_gate_up(l);
-    }
+    stage_early(kA, layer);
     k.norm_row(l.attn_norm);
+    await_stage();
     k.qkv_phase(l, layer);
-    grid_barrier(a.barrier, a.timeline, mark);
-    // B
+    grid_barrier(a.barrier, a.timeline, mark, target);
+    // B (its keys landed with A's rows)
     k.attention_phase(l);
-    grid_barrier(a.barrier, a.timeline, mark);
+    stage_late(kC, layer);
+    grid_barrier(a.barrier, a.timeline, mark, target);
     // C
-    if (a.prefetch) k.prefetch_down(l);
+    stage_early(kC, layer);
+    await_stage();
     k.o_phase(l);
-    grid_barrier(a.barrier, a.timeline, mark);
+    stage_late(kE, layer);
+    grid_barrier(a.barrier, a.timeline, mark, target);
     // E
-    if (a.prefetch && layer + 1 < a.n_layers) k.prefetch_qkv(a.layers[layer + 1]);
+    stage_early(kE, layer);
     k.attention_residual(l);
     k.norm_row(l.ffn_norm);
+    await_stage();
     k.gate_up_phase(l);
-    grid_barrier(a.barrier, a.timeline, mark);
+    stage_late(kF, layer);
+    grid_barrier(a.barrier, a.timeline, mark, target);
     // F
+    stage_early(kF, layer);
     k.load_vector(a.act, a.inter);
+    await_stage();
     k.down_phase(l);
-    grid_barrier(a.barrier, a.timeline, mark);
+    if (layer + 1 < a.n_layers) stage_late(kA, layer + 1);
+    grid_barrier(a.barrier, a.timeline, mark, target);
     k.load_row(false);
   }
   if (blockIdx.x == 0) {
@@ -574,16 +754,55 @@ bool one_launch_decode_supported(int64_t hidden, int64_t inter, int64_t n_heads,
   return hidden <= kMaxHidden && inter <= kMaxVector && n_heads * head_dim <= kMaxVector;
 }
 
+namespace {
+
+// Shared memory a CTA may have on this device (opt-in maximum).
+int shared_memory_limit() {
+  int device = 0, limit = 0;
+  SS_CUDA_CHECK(cudaGetDevice(&device));
+  SS_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return limit;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// The stages of a launch: each phase's slices for the CTA with the most
+// units, within what the device leaves beside the kernel's other shared
+// memory (mid: the larger of C's and F's; wide: the rest, where A's rows
+// take at most half).
+void plan_stages(OneLaunchDecodeArgs& a, int32_t grid, size_t base) {
+  const int64_t H = a.n_heads, Hkv = a.n_kv_heads, D = a.head_dim;
+  const int64_t hidden = a.hidden, inter = a.inter;
+  const int64_t qkv_units = (H + Hkv) * (D / 16) + Hkv * D / kUnitRows;
+  const int64_t qkv = ceil_div(qkv_units, grid) * kUnitRows * hidden * 2;
+  const int64_t row_blocks = std::max<int64_t>(1, grid / H);
+  const int64_t o = ceil_div(H * row_blocks, grid) * ceil_div(hidden, row_blocks) * D * 2;
+  const int64_t per_unit = kWarps / a.down_parts;
+  const int64_t down = ceil_div(ceil_div(hidden, per_unit), grid) * per_unit * inter * 2;
+  const int64_t budget = (int64_t(shared_memory_limit()) - int64_t(base)) / 16 * 16;
+  const int64_t mid = std::min(std::max(o, down), budget / 2) / 16 * 16;
+  const int64_t wide = budget - mid;
+  a.stage_mid = static_cast<int32_t>(mid);
+  a.stage_wide = static_cast<int32_t>(wide);
+  a.stage_qkv = static_cast<int32_t>(std::min(qkv, wide / 2) / 16 * 16);
+}
+
+}  // namespace
+
 int32_t one_launch_grid(int64_t hidden, int64_t inter, int64_t n_heads, int64_t n_kv_heads,
                         int64_t head_dim) {
   if (!one_launch_decode_supported(hidden, inter, n_heads, n_kv_heads, head_dim)) return 0;
   const size_t smem = layout_for(hidden, inter, n_heads, n_kv_heads, head_dim).total_bytes();
+  const int limit = shared_memory_limit();
+  if (smem > size_t(limit)) return 0;
+  // With the stages a CTA takes every byte the device allows it.
   SS_CUDA_CHECK(cudaFuncSetAttribute(one_launch_decode_kernel,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
   int blocks = 0;
   SS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, one_launch_decode_kernel,
-                                                              kThreads, smem));
+                                                              kThreads, limit));
   if (blocks < 1) return 0;
   int device = 0, sms = 0;
   SS_CUDA_CHECK(cudaGetDevice(&device));
@@ -617,12 +836,15 @@ void one_launch_decode(const OneLaunchDecodeArgs& a, int32_t grid, cudaStream_t 
     fail_cuda("one_launch_decode", "unsupported operands (one_launch_decode_supported)", __FILE__,
               __LINE__);
   }
-  const size_t smem =
+  OneLaunchDecodeArgs staged = a;
+  const size_t base =
       layout_for(a.hidden, a.inter, a.n_heads, a.n_kv_heads, a.head_dim).total_bytes();
+  plan_stages(staged, grid, base);
+  const size_t smem = base + size_t(staged.stage_mid) + size_t(staged.stage_wide);
   SS_CUDA_CHECK(cudaFuncSetAttribute(one_launch_decode_kernel,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  one_launch_decode_kernel<<<grid, kThreads, smem, stream>>>(a);
+  one_launch_decode_kernel<<<grid, kThreads, smem, stream>>>(staged);
   SS_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -7,9 +7,12 @@
 // 0.33 ms of weights (docs/benchmarks.md "session 35", section 2): every
 // kernel boundary is a drain, a launch and a ramp. Here one CTA per SM runs
 // the layers' phases back to back and meets the others at a grid barrier
-// between phases (5 a layer); each phase's weight slices are prefetched
-// into L2 a phase or more ahead, so the latency-bound phases hide the
-// bandwidth-bound ones' reads.
+// between phases (5 a layer). Each CTA copies its slices of the next
+// phases' weights (and its split of phase B's keys and values) into shared
+// memory a phase or two ahead (cp.async), so a phase after its barrier
+// finds its operands on chip: the weight stream runs behind the barriers
+// and the latency-bound work instead of after them. What does not fit is
+// prefetched into L2.
 //
 // Phases of a layer (every CTA takes units blockIdx.x, + gridDim.x, ...):
 //   A  rmsnorm of the residual (each CTA redundantly, in registers), the
@@ -96,9 +99,19 @@ struct OneLaunchDecodeArgs {
   unsigned long long* barrier = nullptr;  // [1], zero before the first launch (monotonic)
   int32_t down_parts = 1;                 // warps per down row (one_launch_parts)
   int32_t max_splits = 0;  // key splits per kv head at most; 0: gridDim / Hkv (tests lower it)
-  bool prefetch = true;    // L2 prefetch of later phases' weight slices
-  // Benchmarks: when set, CTA 0 records the global timer (ns) at the start
-  // and after every grid barrier: [1 + 5 * n_layers].
+  // Staging: each CTA copies its later phases' weight slices (and phase B's
+  // keys) into shared memory ahead, L2-prefetching what does not fit.
+  bool prefetch = true;
+  // Set by one_launch_decode (from the shapes, the grid and the device's
+  // shared memory), not by callers: the stages' bytes.
+  int32_t stage_mid = 0;    // C's o columns, F's down rows
+  int32_t stage_wide = 0;   // E's gate/up rows; also B's keys and values, then A's qkv rows
+  int32_t stage_qkv = 0;    // the tail of stage_wide that A's rows take
+  bool stage_late = false;  // copies issued before the barrier ahead of the phase that frees
+                            // their stage rather than after it (benchmarks: A/B)
+  // Benchmarks: when set, every CTA records the global timer (ns) at its
+  // start and at its arrival at and departure from every grid barrier:
+  // [1 + 5 * n_layers][grid][arrival, departure].
   unsigned long long* timeline = nullptr;
 };
 
