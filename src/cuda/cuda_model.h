@@ -285,7 +285,7 @@ class CudaModel final : public ForwardModel {
   // Without SPECSTACK_ONE_LAUNCH_DECODE (cuda_one_launch.cpp says why).
   static constexpr OneLaunch kOneLaunchDefault = OneLaunch::kOff;
   OneLaunch one_launch_mode_ = kOneLaunchDefault;
-  bool one_launch_prefetch_ = true;
+  bool one_launch_stage_ = false;
   bool one_launch_stage_late_ = false;
   int32_t one_launch_grid_ = 0;  // CTAs; 0: this model does not take it
   int32_t one_launch_down_parts_ = 1;

@@ -6,11 +6,12 @@
 // are captured: their numbers feed importance scores only, so the kernel's
 // own summation order changes no token a request must reproduce), "all" for
 // every batch-1 decode step (benchmarks: a draft's speculation steps), "0"
-// for none; "noprefetch" turns its L2 prefetches off and "timeline" records
-// its phases (one_launch_phase_us), both for A/B. Off by default because
-// its first version measured slower than the kernel chain on an H100
-// (docs/benchmarks.md "session 36"); the restructured one has not run on a
-// GPU yet.
+// for none; "stage" turns on its shared-memory staging of later phases'
+// operands (OneLaunchDecodeArgs::stage) and "timeline" records its phases
+// (one_launch_phase_us), both for A/B. Off by default because every
+// version so far measured slower than the kernel chain on an H100
+// (docs/benchmarks.md "session 36" and "session 37": 0.5B batch 1 at 8K
+// ~790 tok/s against ~1075; the phases' work, not the barriers, is slow).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -29,7 +30,7 @@ void CudaModel::setup_one_launch() {
                      : has("all")                   ? OneLaunch::kEveryStep
                      : has("1") || has("lookahead") ? OneLaunch::kLookahead
                                                     : kOneLaunchDefault;
-  one_launch_prefetch_ = !has("noprefetch");
+  one_launch_stage_ = has("stage");
   one_launch_stage_late_ = has("late");
   // Benchmarks: a value containing "timeline" records the phases' ends
   // (one_launch_timeline()).
@@ -138,7 +139,7 @@ void CudaModel::run_one_launch(const StepMeta& meta, CudaKvCache& kv) {
   a.partials = one_launch_partials_.data();
   a.barrier = one_launch_barrier_.data();
   a.down_parts = one_launch_down_parts_;
-  a.prefetch = one_launch_prefetch_;
+  a.stage = one_launch_stage_;
   a.stage_late = one_launch_stage_late_;
   a.max_splits = one_launch_max_splits_;
   a.timeline = one_launch_timeline_.size() > 0 ? one_launch_timeline_.data() : nullptr;

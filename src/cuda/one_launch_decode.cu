@@ -13,17 +13,44 @@ namespace {
 
 using namespace one_launch;  // NOLINT: the kernel's own building blocks
 
+// After the layout's areas: two layer descriptors (this layer's and the
+// next one's) and the RoPE frequencies, so that the pointers and constants
+// every phase starts from are shared-memory reads, not dependent L2 round
+// trips; then the stages.
+struct Meta {
+  OneLaunchLayer layers[2];  // [layer & 1]
+  float inv_freq[kMaxHeadDim / 2];
+};
+constexpr size_t kMetaBytes = (sizeof(Meta) + 15) / 16 * 16;
+
+size_t __host__ __device__ base_bytes(const OneLaunchDecodeArgs& a) {
+  return layout_for(a.hidden, a.inter, a.n_heads, a.n_kv_heads, a.head_dim).total_bytes() +
+         kMetaBytes;
+}
+
+// Layer `layer`'s descriptor into its slot, 8 bytes a thread (visible after
+// the caller's next __syncthreads).
+__device__ void load_descriptor(Meta* meta, const OneLaunchLayer* layers, int layer) {
+  static_assert(sizeof(OneLaunchLayer) % 8 == 0);
+  constexpr int kWords = sizeof(OneLaunchLayer) / 8;
+  if (threadIdx.x < kWords) {
+    reinterpret_cast<unsigned long long*>(&meta->layers[layer & 1])[threadIdx.x] =
+        __ldg(reinterpret_cast<const unsigned long long*>(layers + layer) + threadIdx.x);
+  }
+}
+
 struct Kernel {
   const OneLaunchDecodeArgs& a;
   char* smem;
-  float* red;            // [kRowWarp] (row_reduce.cuh block_sum partials)
-  float* values;         // [kUnitRows]
-  float* stats;          // [4 * kMaxGroup + 4]
-  float* merge_weights;  // [kMaxMergeSplits]
-  float* head_out;       // [kMaxHeadDim]
-  float* group_sums;     // [kThreads / (D / 2), D]
-  char* stage_mid;       // [a.stage_mid] C's o columns, F's down rows
-  char* stage_wide;      // [a.stage_wide] B's keys and values | A's qkv rows; E's gate/up rows
+  float* red;             // [kRowWarp] (row_reduce.cuh block_sum partials)
+  float* values;          // [kUnitRows]
+  float* stats;           // [4 * kMaxGroup + 4]
+  float* merge_weights;   // [kMaxMergeSplits]
+  float* head_out;        // [kMaxHeadDim]
+  float* group_sums;      // [kThreads / (D / 2), D]
+  char* stage_mid;        // [a.stage_mid] C's o columns, F's down rows
+  char* stage_wide;       // [a.stage_wide] B's keys and values | A's qkv rows; E's gate/up rows
+  const float* inv_freq;  // [D / 2] in shared memory
   int tid, lane, warp;
   int group, q_width, kv_width;
   int token, position, write_slot, n_ctx, splits;
@@ -31,9 +58,9 @@ struct Kernel {
 
   __device__ bf16* vec() const { return reinterpret_cast<bf16*>(smem); }
   // The stages' capacities (bytes); 0 without staging.
-  __device__ int cap_mid() const { return a.prefetch ? a.stage_mid : 0; }
-  __device__ int cap_wide() const { return a.prefetch ? a.stage_wide : 0; }
-  __device__ int cap_qkv() const { return a.prefetch ? a.stage_qkv : 0; }
+  __device__ int cap_mid() const { return a.stage ? a.stage_mid : 0; }
+  __device__ int cap_wide() const { return a.stage ? a.stage_wide : 0; }
+  __device__ int cap_qkv() const { return a.stage ? a.stage_qkv : 0; }
   __device__ int cap_keys() const { return cap_wide() - cap_qkv(); }
   __device__ char* stage_qkv() const { return stage_wide + (a.stage_wide - a.stage_qkv); }
   __device__ float* x_attn() const { return a.x + a.hidden; }  // the residual after attention
@@ -112,7 +139,7 @@ struct Kernel {
       if (at >= 0) {
         stage_copy(stage_qkv() + at, l.qkv + run0 * a.hidden, run_bytes);
         stage_copy(stage_qkv() + at + run_bytes, l.qkv + run1 * a.hidden, run_bytes);
-      } else if (a.prefetch) {
+      } else if (a.stage) {
         prefetch_rows(l.qkv, run0, 8, a.hidden);
         prefetch_rows(l.qkv, run1, 8, a.hidden);
       }
@@ -143,7 +170,7 @@ struct Kernel {
       if (rotary && tid < 8) {
         const int j = 8 * b + tid;
         float s, c;
-        sincosf(static_cast<float>(position) * a.inv_freq[j], &s,
+        sincosf(static_cast<float>(position) * inv_freq[j], &s,
                 &c);  // f32 angle, as rope_write_kv
         const float lo = values[tid], hi = values[8 + tid];
         const bf16 out_lo = __float2bfloat16(lo * c - hi * s);
@@ -205,7 +232,7 @@ struct Kernel {
             cache + int64_t(physical_slot(k0 + kk)) * kv_width + int64_t(kvh) * a.head_dim + c * 8,
             16);
       }
-      if (!a.prefetch) continue;
+      if (!a.stage) continue;
       for (int64_t k = k0 + n + tid; k < key_begin(s + 1); k += kThreads) {
         const int64_t off = int64_t(physical_slot(k)) * kv_width + int64_t(kvh) * a.head_dim;
         for (int b = 0; b < a.head_dim * 2; b += 128) {
@@ -268,47 +295,49 @@ struct Kernel {
           }
           ptx::cp_async_commit();
         }
-        // Scores: 4 threads a key, a quarter of the dims each.
+        // Scores: 4 threads a key, a quarter of the dims each. The thread's
+        // key slice stays in registers across the group's heads (one
+        // accumulator live, not one a head).
         {
           const int kk = tid / 4, quarter = tid % 4, dims = D / 4;
-          float dot[kMaxGroup];
-#pragma unroll
-          for (int h = 0; h < kMaxGroup; ++h) dot[h] = 0.0f;
+          constexpr int kMaxSlices = kMaxHeadDim / 16;  // uint2 (4 bf16) slices a thread
+          uint2 key[kMaxSlices];
           bool visible = false;
           if (kk < nk) {
             const bool key_staged = c0 + kk < staged_end;
             const bf16* kp =
                 key_staged ? k_stage + (c0 + kk - k0) * D + quarter * dims
                            : l.k_cache + int64_t(slots[kk]) * kv_width + kvh * D + quarter * dims;
-            for (int c = 0; c < dims; c += 4) {
-              const uint2 raw = key_staged ? *reinterpret_cast<const uint2*>(kp + c)
-                                           : __ldcg(reinterpret_cast<const uint2*>(kp + c));
-              const float2 k01 =
-                  __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-              const float2 k23 =
-                  __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
 #pragma unroll
-              for (int h = 0; h < kMaxGroup; ++h) {
-                if (h < G) {
-                  const float4 qv =
-                      *reinterpret_cast<const float4*>(qf + h * D + quarter * dims + c);
-                  dot[h] += qv.x * k01.x + qv.y * k01.y + qv.z * k23.x + qv.w * k23.y;
-                }
+            for (int c = 0; c < kMaxSlices; ++c) {
+              if (4 * c < dims) {
+                key[c] = key_staged ? *reinterpret_cast<const uint2*>(kp + 4 * c)
+                                    : __ldcg(reinterpret_cast<const uint2*>(kp + 4 * c));
               }
             }
             visible = l.window == 0 || __ldcg(a.slot_positions + slots[kk]) > position - l.window;
-          }
+          } else {
 #pragma unroll
-          for (int h = 0; h < kMaxGroup; ++h) {
-            if (h < G) {
-              dot[h] += __shfl_xor_sync(0xffffffffu, dot[h], 1);
-              dot[h] += __shfl_xor_sync(0xffffffffu, dot[h], 2);
+            for (int c = 0; c < kMaxSlices; ++c) key[c] = make_uint2(0u, 0u);
+          }
+          for (int h = 0; h < G; ++h) {  // G is uniform: every lane shuffles
+            const float* qh = qf + h * D + quarter * dims;
+            float dot = 0.0f;
+#pragma unroll
+            for (int c = 0; c < kMaxSlices; ++c) {
+              if (4 * c < dims) {
+                const float2 k01 =
+                    __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&key[c].x));
+                const float2 k23 =
+                    __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&key[c].y));
+                const float4 qv = *reinterpret_cast<const float4*>(qh + 4 * c);
+                dot += qv.x * k01.x + qv.y * k01.y + qv.z * k23.x + qv.w * k23.y;
+              }
             }
-          }
-          if (kk < nk && quarter == 0) {
-#pragma unroll
-            for (int h = 0; h < kMaxGroup; ++h) {
-              if (h < G) scores[h * kKeyChunk + kk] = visible ? dot[h] * scale : -INFINITY;
+            dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+            dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+            if (kk < nk && quarter == 0) {
+              scores[h * kKeyChunk + kk] = visible ? dot * scale : -INFINITY;
             }
           }
         }
@@ -404,7 +433,7 @@ struct Kernel {
           ptx::cp_async_16(stage_mid + at + (int64_t(r) * a.head_dim + c * 8) * 2,
                            first + int64_t(r) * q_width + c * 8, 16);
         }
-      } else if (a.prefetch) {
+      } else if (a.stage) {
         for (int64_t r = tid; r < rows; r += kThreads) {
           const char* p = reinterpret_cast<const char*>(first + r * q_width);
           for (int off = 0; off < a.head_dim * 2; off += 128) prefetch_l2(p + off);
@@ -533,7 +562,7 @@ struct Kernel {
       if (at >= 0) {
         stage_copy(stage_wide + at, l.gate_up + r0 * a.hidden, run);
         stage_copy(stage_wide + at + run, l.gate_up + (a.inter + r0) * a.hidden, run);
-      } else if (a.prefetch) {
+      } else if (a.stage) {
         prefetch_rows(l.gate_up, r0, n, a.hidden);
         prefetch_rows(l.gate_up, a.inter + r0, n, a.hidden);
       }
@@ -578,7 +607,7 @@ struct Kernel {
       const int at = cursor.take(int(n * a.inter * 2));
       if (at >= 0) {
         stage_copy(stage_mid + at, l.down + r0 * a.inter, n * a.inter * 2);
-      } else if (a.prefetch) {
+      } else if (a.stage) {
         prefetch_rows(l.down, r0, n, a.inter);
       }
     }
@@ -629,7 +658,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   k.merge_weights = k.stats + 4 * kMaxGroup + 4;
   k.head_out = k.merge_weights + kMaxMergeSplits;
   k.group_sums = k.head_out + kMaxHeadDim;
-  k.stage_mid = smem + layout.total_bytes();
+  Meta* meta = reinterpret_cast<Meta*>(smem + layout.total_bytes());
+  k.inv_freq = meta->inv_freq;
+  for (int i = threadIdx.x; i < a.head_dim / 2; i += kThreads) meta->inv_freq[i] = a.inv_freq[i];
+  load_descriptor(meta, a.layers, 0);
+  __syncthreads();
+  k.stage_mid = smem + layout.total_bytes() + kMetaBytes;
   k.stage_wide = k.stage_mid + a.stage_mid;
   k.tid = threadIdx.x;
   k.lane = threadIdx.x % 32;
@@ -670,13 +704,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   // from global memory.
   enum Phase { kA, kC, kE, kF };
   auto stage = [&](Phase p, int layer) {
-    if (a.prefetch) {
-      if (p == kA) k.stage_o(a.layers[layer]);
-      if (p == kC) k.stage_gate_up(a.layers[layer]);
-      if (p == kE) k.stage_down(a.layers[layer]);
+    if (a.stage) {
+      if (p == kA) k.stage_o(meta->layers[layer & 1]);
+      if (p == kC) k.stage_gate_up(meta->layers[layer & 1]);
+      if (p == kE) k.stage_down(meta->layers[layer & 1]);
       if (p == kF && layer + 1 < a.n_layers) {
-        k.stage_keys(a.layers[layer + 1]);
-        k.stage_qkv_rows(a.layers[layer + 1]);
+        k.stage_keys(meta->layers[(layer + 1) & 1]);
+        k.stage_qkv_rows(meta->layers[(layer + 1) & 1]);
       }
     }
     ptx::cp_async_commit();
@@ -693,15 +727,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     ptx::cp_async_wait<1>();
     __syncthreads();
   };
-  if (a.prefetch) {
-    k.stage_keys(a.layers[0]);
-    k.stage_qkv_rows(a.layers[0]);
+  if (a.stage) {
+    k.stage_keys(meta->layers[0]);
+    k.stage_qkv_rows(meta->layers[0]);
   }
   ptx::cp_async_commit();
   stage_late(kA, 0);
   k.load_row(true);
   for (int layer = 0; layer < a.n_layers; ++layer) {
-    const OneLaunchLayer& l = a.layers[layer];
+    const OneLaunchLayer& l = meta->layers[layer & 1];
+    // The next layer's descriptor, into the other slot (read from F on).
+    if (layer + 1 < a.n_layers) load_descriptor(meta, a.layers, layer + 1);
     // A (the residual is in `row`: the embedding, or loaded after F)
     stage_early(kA, layer);
     k.norm_row(l.attn_norm);
@@ -710,6 +746,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     grid_barrier(a.barrier, a.timeline, mark, target);
     // B (its keys landed with A's rows)
     k.attention_phase(l);
+
     stage_late(kC, layer);
     grid_barrier(a.barrier, a.timeline, mark, target);
     // C
@@ -794,7 +831,8 @@ void plan_stages(OneLaunchDecodeArgs& a, int32_t grid, size_t base) {
 int32_t one_launch_grid(int64_t hidden, int64_t inter, int64_t n_heads, int64_t n_kv_heads,
                         int64_t head_dim) {
   if (!one_launch_decode_supported(hidden, inter, n_heads, n_kv_heads, head_dim)) return 0;
-  const size_t smem = layout_for(hidden, inter, n_heads, n_kv_heads, head_dim).total_bytes();
+  const size_t smem =
+      layout_for(hidden, inter, n_heads, n_kv_heads, head_dim).total_bytes() + kMetaBytes;
   const int limit = shared_memory_limit();
   if (smem > size_t(limit)) return 0;
   // With the stages a CTA takes every byte the device allows it.
@@ -837,8 +875,7 @@ void one_launch_decode(const OneLaunchDecodeArgs& a, int32_t grid, cudaStream_t 
               __LINE__);
   }
   OneLaunchDecodeArgs staged = a;
-  const size_t base =
-      layout_for(a.hidden, a.inter, a.n_heads, a.n_kv_heads, a.head_dim).total_bytes();
+  const size_t base = base_bytes(a);
   plan_stages(staged, grid, base);
   const size_t smem = base + size_t(staged.stage_mid) + size_t(staged.stage_wide);
   SS_CUDA_CHECK(cudaFuncSetAttribute(one_launch_decode_kernel,

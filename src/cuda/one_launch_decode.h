@@ -7,11 +7,10 @@
 // 0.33 ms of weights (docs/benchmarks.md "session 35", section 2): every
 // kernel boundary is a drain, a launch and a ramp. Here one CTA per SM runs
 // the layers' phases back to back and meets the others at a grid barrier
-// between phases (5 a layer). Each CTA copies its slices of the next
-// phases' weights (and its split of phase B's keys and values) into shared
-// memory a phase or two ahead (cp.async), so a phase after its barrier
-// finds its operands on chip: the weight stream runs behind the barriers
-// and the latency-bound work instead of after them. What does not fit is
+// between phases (5 a layer). Optionally (`stage`) each CTA copies its
+// slices of the next phases' weights (and its split of phase B's keys and
+// values) into shared memory a phase or two ahead (cp.async), so that a
+// phase after its barrier finds its operands on chip; what does not fit is
 // prefetched into L2.
 //
 // Phases of a layer (every CTA takes units blockIdx.x, + gridDim.x, ...):
@@ -100,8 +99,11 @@ struct OneLaunchDecodeArgs {
   int32_t down_parts = 1;                 // warps per down row (one_launch_parts)
   int32_t max_splits = 0;  // key splits per kv head at most; 0: gridDim / Hkv (tests lower it)
   // Staging: each CTA copies its later phases' weight slices (and phase B's
-  // keys) into shared memory ahead, L2-prefetching what does not fit.
-  bool prefetch = true;
+  // keys) into shared memory ahead, L2-prefetching what does not fit. Off:
+  // every operand is read when its phase needs it (measured faster on an
+  // H100, docs/benchmarks.md "session 37": the copies' traffic delays the
+  // latency-bound phases more than it saves).
+  bool stage = false;
   // Set by one_launch_decode (from the shapes, the grid and the device's
   // shared memory), not by callers: the stages' bytes.
   int32_t stage_mid = 0;    // C's o columns, F's down rows
