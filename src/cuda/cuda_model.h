@@ -286,7 +286,6 @@ class CudaModel final : public ForwardModel {
   static constexpr OneLaunch kOneLaunchDefault = OneLaunch::kOff;
   OneLaunch one_launch_mode_ = kOneLaunchDefault;
   bool one_launch_stage_ = false;
-  bool one_launch_stage_late_ = false;
   int32_t one_launch_grid_ = 0;  // CTAs; 0: this model does not take it
   int32_t one_launch_down_parts_ = 1;
   int32_t one_launch_max_splits_ = 0;

@@ -31,12 +31,6 @@ void CudaModel::setup_one_launch() {
                      : has("1") || has("lookahead") ? OneLaunch::kLookahead
                                                     : kOneLaunchDefault;
   one_launch_stage_ = has("stage");
-  one_launch_stage_late_ = has("late");
-  // Benchmarks: a value containing "timeline" records the phases' ends
-  // (one_launch_timeline()).
-  if (has("timeline")) {
-    one_launch_timeline_.resize(1);  // sized with the grid below
-  }
   one_launch_grid_ = 0;
   if (one_launch_mode_ == OneLaunch::kOff) return;
   const ModelConfig& c = config_;
@@ -55,7 +49,9 @@ void CudaModel::setup_one_launch() {
       one_launch_grid(c.hidden_size, c.intermediate_size, c.n_heads, c.n_kv_heads, c.head_dim);
   if (one_launch_grid_ == 0) return;
   one_launch_down_parts_ = one_launch_parts(c.hidden_size, one_launch_grid_);
-  if (one_launch_timeline_.size() > 0) {
+  // Benchmarks: a value containing "timeline" records every CTA's barrier
+  // arrivals and departures (one_launch_phase_us()).
+  if (has("timeline")) {
     one_launch_timeline_.resize(size_t(1 + 5 * c.n_layers) * size_t(one_launch_grid_) * 2);
   }
   one_launch_partials_.resize(
@@ -140,7 +136,6 @@ void CudaModel::run_one_launch(const StepMeta& meta, CudaKvCache& kv) {
   a.barrier = one_launch_barrier_.data();
   a.down_parts = one_launch_down_parts_;
   a.stage = one_launch_stage_;
-  a.stage_late = one_launch_stage_late_;
   a.max_splits = one_launch_max_splits_;
   a.timeline = one_launch_timeline_.size() > 0 ? one_launch_timeline_.data() : nullptr;
   one_launch_decode(a, one_launch_grid_, stream_);

@@ -698,10 +698,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   //   F(l-1) -> B(l) keys and A(l) qkv rows (the wide stage);
   //   A -> C's o columns (mid);  C -> E's gate/up rows (wide);
   //   E -> F's down rows (mid).
-  // at the start of the phase named first, or (a.stage_late) at the end of
-  // the phase before it, ahead of its barrier. A phase then waits for all
-  // but the newest group. Units that do not fit are L2-prefetched and read
-  // from global memory.
+  // at the start of the phase named first. A phase then waits for all but
+  // the newest group. (Issuing them instead before the barrier ahead of that
+  // phase measured slower: docs/benchmarks.md "session 37".) Units that do not fit are
+  // L2-prefetched and read from global memory.
   enum Phase { kA, kC, kE, kF };
   auto stage = [&](Phase p, int layer) {
     if (a.stage) {
@@ -715,14 +715,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     ptx::cp_async_commit();
   };
-  auto stage_early = [&](Phase p, int layer) {
-    if (!a.stage_late) stage(p, layer);
-  };
-  auto stage_late = [&](Phase p, int layer) {  // before the barrier ending the phase before p
-    if (!a.stage_late) return;
-    __syncthreads();  // the stage's last reader in this CTA is done
-    stage(p, layer);
-  };
   auto await_stage = [&]() {
     ptx::cp_async_wait<1>();
     __syncthreads();
@@ -732,43 +724,37 @@ __global__ void __launch_bounds__(kThreads, 1)
     k.stage_qkv_rows(meta->layers[0]);
   }
   ptx::cp_async_commit();
-  stage_late(kA, 0);
   k.load_row(true);
   for (int layer = 0; layer < a.n_layers; ++layer) {
     const OneLaunchLayer& l = meta->layers[layer & 1];
     // The next layer's descriptor, into the other slot (read from F on).
     if (layer + 1 < a.n_layers) load_descriptor(meta, a.layers, layer + 1);
     // A (the residual is in `row`: the embedding, or loaded after F)
-    stage_early(kA, layer);
+    stage(kA, layer);
     k.norm_row(l.attn_norm);
     await_stage();
     k.qkv_phase(l, layer);
     grid_barrier(a.barrier, a.timeline, mark, target);
     // B (its keys landed with A's rows)
     k.attention_phase(l);
-
-    stage_late(kC, layer);
     grid_barrier(a.barrier, a.timeline, mark, target);
     // C
-    stage_early(kC, layer);
+    stage(kC, layer);
     await_stage();
     k.o_phase(l);
-    stage_late(kE, layer);
     grid_barrier(a.barrier, a.timeline, mark, target);
     // E
-    stage_early(kE, layer);
+    stage(kE, layer);
     k.attention_residual(l);
     k.norm_row(l.ffn_norm);
     await_stage();
     k.gate_up_phase(l);
-    stage_late(kF, layer);
     grid_barrier(a.barrier, a.timeline, mark, target);
     // F
-    stage_early(kF, layer);
+    stage(kF, layer);
     k.load_vector(a.act, a.inter);
     await_stage();
     k.down_phase(l);
-    if (layer + 1 < a.n_layers) stage_late(kA, layer + 1);
     grid_barrier(a.barrier, a.timeline, mark, target);
     k.load_row(false);
   }

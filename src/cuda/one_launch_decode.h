@@ -106,11 +106,9 @@ struct OneLaunchDecodeArgs {
   bool stage = false;
   // Set by one_launch_decode (from the shapes, the grid and the device's
   // shared memory), not by callers: the stages' bytes.
-  int32_t stage_mid = 0;    // C's o columns, F's down rows
-  int32_t stage_wide = 0;   // E's gate/up rows; also B's keys and values, then A's qkv rows
-  int32_t stage_qkv = 0;    // the tail of stage_wide that A's rows take
-  bool stage_late = false;  // copies issued before the barrier ahead of the phase that frees
-                            // their stage rather than after it (benchmarks: A/B)
+  int32_t stage_mid = 0;   // C's o columns, F's down rows
+  int32_t stage_wide = 0;  // E's gate/up rows; also B's keys and values, then A's qkv rows
+  int32_t stage_qkv = 0;   // the tail of stage_wide that A's rows take
   // Benchmarks: when set, every CTA records the global timer (ns) at its
   // start and at its arrival at and departure from every grid barrier:
   // [1 + 5 * n_layers][grid][arrival, departure].
