@@ -96,33 +96,45 @@ std::unique_ptr<CudaModel::Graph> CudaModel::capture_graph(CudaKvCache& kv, int3
   return graph;
 }
 
-bool CudaModel::try_graph_forward(const ForwardBatch& batch, CudaKvCache& kv, Tensor& logits) {
-  if (graphs_.empty() || &kv != graph_kv_) return false;
+CudaModel::Graph* CudaModel::replay_graph(const ForwardBatch& batch, const CudaKvCache& kv) {
+  if (graphs_.empty() || &kv != graph_kv_) return nullptr;
   const auto n = static_cast<int32_t>(batch.token_ids.size());
   const auto& att = batch.attention;
   // Query capture (draft lookahead) replays a capture graph: every row captured.
   const bool capture = !batch.capture_rows.empty();
   if (capture) {
-    if (batch.capture_rows.size() != size_t(n)) return false;
+    if (batch.capture_rows.size() != size_t(n)) return nullptr;
     for (int32_t t = 0; t < n; ++t) {
-      if (batch.capture_rows[size_t(t)] != t) return false;
+      if (batch.capture_rows[size_t(t)] != t) return nullptr;
     }
   }
   // Decode shape: one token per sequence, each wanting logits, within capacity.
-  if (att.block_tables.size() != size_t(n) || batch.logit_rows.size() != size_t(n)) return false;
+  if (att.block_tables.size() != size_t(n) || batch.logit_rows.size() != size_t(n)) {
+    return nullptr;
+  }
   std::vector<char> seen(size_t(n), 0);
   const int32_t max_blocks = graph_max_blocks(graph_max_context_, kv.shape().block_size);
   for (int32_t t = 0; t < n; ++t) {
     const int32_t seq = att.token_seq[size_t(t)];
-    if (seq < 0 || seq >= n || seen[size_t(seq)] || batch.logit_rows[size_t(t)] != t) return false;
+    if (seq < 0 || seq >= n || seen[size_t(seq)] || batch.logit_rows[size_t(t)] != t) {
+      return nullptr;
+    }
     seen[size_t(seq)] = 1;
-    if (att.token_slot[size_t(t)] + 1 > graph_max_context_) return false;
-    if (static_cast<int32_t>(att.block_tables[size_t(seq)].size()) > max_blocks) return false;
+    if (att.token_slot[size_t(t)] + 1 > graph_max_context_) return nullptr;
+    if (static_cast<int32_t>(att.block_tables[size_t(seq)].size()) > max_blocks) return nullptr;
   }
   auto& pool = capture ? capture_graphs_ : graphs_;
   auto it = pool.lower_bound(n);
-  if (it == pool.end()) return false;
-  Graph& graph = *it->second;
+  return it == pool.end() ? nullptr : it->second.get();
+}
+
+bool CudaModel::try_graph_forward(const ForwardBatch& batch, CudaKvCache& kv, Tensor& logits) {
+  Graph* replay = replay_graph(batch, kv);
+  if (replay == nullptr) return false;
+  Graph& graph = *replay;
+  const auto n = static_cast<int32_t>(batch.token_ids.size());
+  const bool capture = !batch.capture_rows.empty();
+  const int32_t max_blocks = graph_max_blocks(graph_max_context_, kv.shape().block_size);
 
   std::vector<int32_t> staged;
   StepMeta host_meta;
@@ -149,6 +161,89 @@ bool CudaModel::try_graph_forward(const ForwardBatch& batch, CudaKvCache& kv, Te
     for (size_t i = 0; i < capture_count; ++i) out[i] = __bfloat162float(capture_host_[i]);
   }
   ++graph_replays_;
+  return true;
+}
+
+bool CudaModel::forward_follow(std::span<const ForwardBatch> steps, KvCache& kv_base) {
+  auto* kv = dynamic_cast<CudaKvCache*>(&kv_base);
+  if (kv == nullptr || steps.empty()) return false;
+  const auto n = static_cast<int32_t>(steps[0].token_ids.size());
+  // The first step's tokens are the last forward's picks, still on the device.
+  if (device_picks_ != n) return false;
+  // Every step replays the same graph (argmax picking alone: the sampling
+  // inputs go up once for all of them).
+  Graph* graph = nullptr;
+  for (const ForwardBatch& step : steps) {
+    const bool greedy = step.picked_tokens != nullptr && step.sampling.empty() &&
+                        step.host_rows.empty() && step.top_logprobs.empty() &&
+                        step.keep_rows.empty() && step.verifications.empty() &&
+                        (step.masks == nullptr || step.masks->empty());
+    if (!greedy || step.token_ids.size() != size_t(n) ||
+        step.capture_rows.size() != steps[0].capture_rows.size()) {
+      return false;
+    }
+    Graph* replay = replay_graph(step, *kv);
+    if (replay == nullptr || (graph != nullptr && replay != graph)) return false;
+    graph = replay;
+  }
+  prepare_one_launch(*kv);
+  const int64_t block_size = kv->shape().block_size;
+  const int32_t max_blocks = graph_max_blocks(graph_max_context_, block_size);
+  const size_t n_steps = steps.size();
+  const size_t meta_words = graph->meta.size();
+  const size_t capture_count =
+      steps[0].capture_rows.empty()
+          ? 0
+          : size_t(n) * config_.n_layers * config_.n_heads * config_.head_dim;
+  // Pinned staging for every step at once (the copies run after this call
+  // has moved on): metadata, then the picks and the queries coming back.
+  grow_pinned(reinterpret_cast<void**>(&follow_host_), &follow_host_capacity_,
+              n_steps * (meta_words + size_t(n)) * sizeof(int32_t) +
+                  n_steps * capture_count * sizeof(bf16));
+  int32_t* metas = follow_host_;                                         // [n_steps, meta_words]
+  int32_t* picks = metas + n_steps * meta_words;                         // [n_steps, n]
+  auto* queries = reinterpret_cast<bf16*>(picks + n_steps * size_t(n));  // [n_steps, capture_count]
+  std::vector<int32_t> staged;
+  StepMeta host_meta;
+  size_t ids_offset = 0;
+  for (size_t j = 0; j < n_steps; ++j) {
+    const MetaOffsets offsets = plan_step(steps[j], block_size, false, run_group(), graph->batch,
+                                          max_blocks, graph_max_context_, host_meta, staged);
+    SS_CHECK_EQ(staged.size(), meta_words);
+    ids_offset = offsets.ids;
+    std::memcpy(metas + j * meta_words, staged.data(), meta_words * sizeof(int32_t));
+  }
+  const PickInputs in = upload_pick_inputs(steps[0], n);
+  const auto vocab = static_cast<int32_t>(config_.vocab_size);
+  for (size_t j = 0; j < n_steps; ++j) {
+    SS_CUDA_CHECK(cudaMemcpyAsync(graph->meta.data(), metas + j * meta_words,
+                                  meta_words * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    // The tokens the step before picked (its logit rows are these rows, in order).
+    SS_CUDA_CHECK(cudaMemcpyAsync(graph->meta.data() + ids_offset, picked_ids_.data(),
+                                  size_t(n) * sizeof(int32_t), cudaMemcpyDeviceToDevice, stream_));
+    SS_CUDA_CHECK(cudaGraphLaunch(graph->exec, stream_));
+    sample_tokens(logits_.data(), n, vocab, vocab, in.temperature, in.top_k, in.top_p, in.min_p,
+                  in.uniform, in.mask, picked_ids_.data(), stream_);
+    SS_CUDA_CHECK(cudaMemcpyAsync(picks + j * size_t(n), picked_ids_.data(),
+                                  size_t(n) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+    if (capture_count > 0) {
+      SS_CUDA_CHECK(cudaMemcpyAsync(queries + j * capture_count, graph->captured.data(),
+                                    capture_count * sizeof(bf16), cudaMemcpyDeviceToHost, stream_));
+    }
+  }
+  SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const int64_t q_width = config_.n_heads * config_.head_dim;
+  for (size_t j = 0; j < n_steps; ++j) {
+    const ForwardBatch& step = steps[j];
+    step.picked_tokens->assign(picks + j * size_t(n), picks + (j + 1) * size_t(n));
+    if (capture_count == 0 || step.captured_queries == nullptr) continue;
+    *step.captured_queries = Tensor::zeros(DType::kF32, {n, config_.n_layers, q_width});
+    float* out = step.captured_queries->f32();
+    const bf16* from = queries + j * capture_count;
+    for (size_t i = 0; i < capture_count; ++i) out[i] = __bfloat162float(from[i]);
+  }
+  graph_replays_ += static_cast<int64_t>(n_steps);
+  follow_steps_ += static_cast<int64_t>(n_steps);
   return true;
 }
 

@@ -44,6 +44,7 @@ CudaModel::~CudaModel() {
   if (logits_host_ != nullptr) cudaFreeHost(logits_host_);
   if (capture_host_ != nullptr) cudaFreeHost(capture_host_);
   if (pick_host_ != nullptr) cudaFreeHost(pick_host_);
+  if (follow_host_ != nullptr) cudaFreeHost(follow_host_);
   if (logprobs_host_ != nullptr) cudaFreeHost(logprobs_host_);
   if (verify_host_ != nullptr) cudaFreeHost(verify_host_);
   gemm_.reset();
@@ -265,7 +266,17 @@ void CudaModel::ensure_scratch(int64_t n_tokens) {
     for (int64_t l = 0; l < c.n_layers; ++l) any_dense |= !c.layer_is_moe(l);
     if (!any_dense) inter = 0;
   }
-  gate_up_.resize(t * 2 * inter);
+  // The fused SwiGLU kernel never writes gate_up_: it holds only the rows of
+  // the chunks below its threshold (1.2 GB less at 16K on a 7B).
+  int64_t gate_up_rows = 0;
+  for (int64_t l = 0; l < c.n_layers && inter > 0; ++l) {
+    if (c.layer_is_moe(l)) continue;
+    gate_up_rows =
+        std::max(gate_up_rows, gemm_->gate_up_scratch_rows(layers_[size_t(l)].gate_up, n_tokens,
+                                                           c.intermediate_size, c.hidden_size));
+  }
+  gate_up_rows_ = gate_up_rows;
+  gate_up_.resize(static_cast<size_t>(gate_up_rows) * 2 * inter);
   act_.resize(t * inter);
   if (options_.fp8_weights) {
     // The widest input of an FP8 linear, and MoE experts see up to k rows per token.

@@ -93,6 +93,11 @@ class CudaModel final : public ForwardModel {
   }
   const Tensor& rope_inv_freq() const override { return inv_freq_host_; }
   void forward(const ForwardBatch& batch, KvCache& kv, Tensor& logits) override;
+  // Follow steps replay one decode (or capture) graph each, queued back to
+  // back with the picks fed from device memory (cuda_graphs.cpp); false
+  // where a step does not fit a graph or the last forward did not pick its
+  // tokens on the device.
+  bool forward_follow(std::span<const ForwardBatch> steps, KvCache& kv) override;
 
   cudaStream_t stream() const { return stream_; }
   std::unique_ptr<CudaKvCache> make_kv_cache(int64_t n_blocks, int64_t block_size);
@@ -102,6 +107,8 @@ class CudaModel final : public ForwardModel {
   // graphs serve (longer ones run eagerly).
   void capture_decode_graphs(CudaKvCache& kv, int32_t max_context);
   int64_t graph_replays() const { return graph_replays_; }
+  // Follow steps run by forward_follow (tests prove the path ran).
+  int64_t follow_steps() const { return follow_steps_; }
   // Eager steps whose last layer ran for the logit rows alone (tests).
   int64_t tail_steps() const { return tail_steps_; }
   // Gate/up projections that ran the fused SwiGLU kernel (tests prove the path ran).
@@ -164,6 +171,8 @@ class CudaModel final : public ForwardModel {
   Fp8Scales attention(int64_t layer, const StepMeta& meta, CudaKvCache& kv, bool graph_safe,
                       const Fp8Rows* x8, bool tail);
   void moe_mlp(const DeviceLayer& layer, int64_t n_tokens);
+  // The graph a decode-shaped batch replays, or null (eager).
+  Graph* replay_graph(const ForwardBatch& batch, const CudaKvCache& kv);
   bool try_graph_forward(const ForwardBatch& batch, CudaKvCache& kv, Tensor& logits);
   std::unique_ptr<Graph> capture_graph(CudaKvCache& kv, int32_t batch_size, bool with_capture);
   // Copies the first n_rows rows of logits_ to the host, or with
@@ -219,11 +228,13 @@ class CudaModel final : public ForwardModel {
   DeviceBuffer<bf16> qkv_;      // [T, (H + 2 Hkv) * D]
   DeviceBuffer<bf16> attn_;     // [T, H * D]
   DeviceBuffer<bf16> delta_;    // [T, hidden] o_proj / down_proj output
-  DeviceBuffer<bf16> gate_up_;  // [T, 2 * inter]
-  DeviceBuffer<bf16> act_;      // [T, inter]
-  DeviceBuffer<bf16> head_in_;  // [rows, hidden] final-normed rows that want logits
-  DeviceBuffer<float> logits_;  // [rows, vocab]
+  DeviceBuffer<bf16> gate_up_;  // [gate_up_rows_, 2 * inter] (Gemm::gate_up_scratch_rows)
+  int64_t gate_up_rows_ = 0;
+  DeviceBuffer<bf16> act_;            // [T, inter]
+  DeviceBuffer<bf16> head_in_;        // [rows, hidden] final-normed rows that want logits
+  DeviceBuffer<float> logits_;        // [rows, vocab]
   DeviceBuffer<int32_t> picked_ids_;  // [rows] chosen tokens
+  int32_t device_picks_ = -1;         // rows of picked_ids_ the last forward picked; -1: none
   // [5 * rows] sampling parameters, then [rows] row_mask and [n_masks, ceil(vocab / 32)]
   // bits (upload_pick_inputs)
   DeviceBuffer<uint32_t> pick_inputs_;
@@ -264,6 +275,8 @@ class CudaModel final : public ForwardModel {
   size_t logits_host_capacity_ = 0;
   bf16* capture_host_ = nullptr;  // pinned captured query rows
   size_t capture_host_capacity_ = 0;
+  int32_t* follow_host_ = nullptr;  // pinned: forward_follow's metadata, picks, queries
+  size_t follow_host_capacity_ = 0;
   uint32_t* pick_host_ = nullptr;  // pinned staging of pick_inputs_
   size_t pick_host_capacity_ = 0;
   float* logprobs_host_ = nullptr;  // pinned: logprob_values_ then logprob_ids_
@@ -279,6 +292,7 @@ class CudaModel final : public ForwardModel {
   int32_t graph_max_context_ = 0;
   CudaKvCache* graph_kv_ = nullptr;
   int64_t graph_replays_ = 0;
+  int64_t follow_steps_ = 0;
   int64_t tail_steps_ = 0;
   // The one-launch decode step: which batch-1 decode steps take it.
   enum class OneLaunch { kOff, kLookahead, kEveryStep };

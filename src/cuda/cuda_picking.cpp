@@ -16,6 +16,7 @@ namespace specstack::cuda {
 void CudaModel::finish_step(const ForwardBatch& batch, int32_t n_rows, Tensor& logits) {
   const int64_t vocab = config_.vocab_size;
   const size_t row_bytes = size_t(vocab) * sizeof(float);
+  device_picks_ = batch.picked_tokens == nullptr ? -1 : n_rows;
   if (batch.picked_tokens == nullptr) {
     logits = Tensor::zeros(DType::kF32, {n_rows, vocab});
     const size_t logit_bytes = size_t(n_rows) * row_bytes;

@@ -201,13 +201,27 @@ void Gemm::gate_up_silu(const __nv_bfloat16* x, int64_t ldx, const LinearWeight&
   if (gemv_supported(x, ldx, w_gate_up, n, in)) {
     return gemv_silu_mul(x, ldx, w_gate_up, n, width, in, act, stream_);
   }
-  if (swiglu_min_rows_ > 0 && n >= swiglu_min_rows_ &&
-      swiglu_gemm_supported(x, ldx, w_gate_up, n, width, in, act)) {
+  if (gate_up_fused(x, ldx, weight, n, width, in, act)) {
     ++swiglu_gemm_calls_;
     return swiglu_gemm(x, ldx, w_gate_up, n, width, in, act, stream_);
   }
   gemm(x, ldx, w_gate_up, n, 2 * width, in, gate_up, CUDA_R_16BF, 2 * width);
   silu_mul(gate_up, static_cast<int32_t>(n), static_cast<int32_t>(width), act, stream_);
+}
+
+bool Gemm::gate_up_fused(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w_gate_up,
+                         int64_t n, int64_t width, int64_t in, const __nv_bfloat16* act) const {
+  return w_gate_up.w8 == nullptr && swiglu_min_rows_ > 0 && n >= swiglu_min_rows_ &&
+         swiglu_gemm_supported(x, ldx, w_gate_up.w16, n, width, in, act);
+}
+
+int64_t Gemm::gate_up_scratch_rows(const LinearWeight& w_gate_up, int64_t n, int64_t width,
+                                   int64_t in) const {
+  // Aligned stand-ins for x and act: only the shapes and the weight decide.
+  if (n >= swiglu_min_rows_ && gate_up_fused(nullptr, in, w_gate_up, n, width, in, nullptr)) {
+    return swiglu_min_rows_ - 1;
+  }
+  return n;
 }
 
 void Gemm::fp8_gate_up_silu(const Fp8Rows& x8, const LinearWeight& weight, int64_t n, int64_t width,

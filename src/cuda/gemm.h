@@ -117,6 +117,16 @@ class Gemm {
   // Rows from which a bf16 gate/up projection runs the fused SwiGLU kernel
   // (swiglu_gemm.h) where it supports the operands; <= 0: never.
   void set_swiglu_min_rows(int64_t rows) { swiglu_min_rows_ = rows > 0 ? rows : -1; }
+  // Whether gate_up_silu on these operands takes the fused SwiGLU kernel
+  // (its gate_up scratch untouched).
+  bool gate_up_fused(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w_gate_up, int64_t n,
+                     int64_t width, int64_t in, const __nv_bfloat16* act) const;
+  // Rows of the gate_up scratch [rows, 2 width] that gate_up_silu / mlp need
+  // for chunks of up to n rows with this weight (x, act: 16-byte aligned
+  // dense buffers): below swiglu_min_rows_ where the fused kernel takes the
+  // longer bf16 chunks, else n (the FP8 and cuBLAS paths write every row).
+  int64_t gate_up_scratch_rows(const LinearWeight& w_gate_up, int64_t n, int64_t width,
+                               int64_t in) const;
   int64_t swiglu_gemm_calls() const { return swiglu_gemm_calls_; }
 
  private:

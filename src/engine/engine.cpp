@@ -356,7 +356,8 @@ void EngineCore::add_target_sequence(Request& request, SpecPrefillOutcome* outco
 
 void EngineCore::run_specprefill_step() {
   if (!specprefill_ || specprefill_->n_jobs() == 0) return;
-  for (SpecPrefillOutcome& outcome : specprefill_->step()) {
+  // With no running stream to delay, the lookahead may run its steps in one go.
+  for (SpecPrefillOutcome& outcome : specprefill_->step(scheduler_.n_running() == 0)) {
     if (outcome.applied) {
       ++counters_.specprefill_applied_total;
       counters_.specprefill_tokens_saved_total +=

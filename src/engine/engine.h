@@ -25,6 +25,11 @@ struct SpecPrefillOptions {
   int32_t lookahead = 8;  // captured query steps (last prompt token + N-1 draft tokens)
   int32_t chunk = 32;
   int32_t pool_kernel = 13;
+  // While the target has no running sequence (no stream whose next token a
+  // longer draft step would delay), the lookahead steps run as one multi-step
+  // plan (StepPlan::follow_steps: back to back on the GPU, no host round trip
+  // between them). SPECSTACK_LOOKAHEAD_FOLLOW=0 turns it off (A/B runs).
+  bool follow_steps = true;
   // Tests only: "scoring" or "draft_kv" makes that stage fail to exercise the fallback.
   std::string inject_fault;
 };

@@ -1,6 +1,7 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <span>
 
 namespace specstack {
@@ -83,8 +84,98 @@ void ModelRunner::check_masks(const StepPlan& plan) const {
   for (int32_t m : plan.masks.row_mask) SS_CHECK_LT(m, plan.masks.n_masks());
 }
 
+void ModelRunner::check_follow_steps(const StepPlan& plan) const {
+  if (plan.follow_steps == 0) return;
+  SS_CHECK_GT(plan.follow_steps, 0);
+  SS_CHECK(plan.tokens_on_device);
+  SS_CHECK(plan.sampling.empty() && plan.top_logprobs.empty() && plan.host_rows.empty() &&
+           plan.masks.empty() && !plan.fill_masks && plan.keep_rows.empty() &&
+           plan.verifications.empty());
+  SS_CHECK(plan.capture_rows.empty() || plan.capture_rows == plan.logit_rows);
+  const int64_t block_size = kv_.shape().block_size;
+  std::vector<char> seen(plan.block_tables.size(), 0);
+  for (int32_t row : plan.logit_rows) {
+    const auto seq = static_cast<size_t>(plan.seq_index[static_cast<size_t>(row)]);
+    SS_CHECK(!seen[seq]);
+    seen[seq] = 1;
+    SS_CHECK_EQ(plan.slots[static_cast<size_t>(row)], plan.seq_n_slots[seq] - 1);
+    const int64_t slots = int64_t{plan.seq_n_slots[seq]} + plan.follow_steps;
+    SS_CHECK_LE((slots + block_size - 1) / block_size,
+                static_cast<int64_t>(plan.block_tables[seq].size()));
+  }
+}
+
 StepOutput ModelRunner::run(const StepPlan& plan) {
-  check_plan(plan);
+  check_follow_steps(plan);
+  StepOutput output = run_step(plan);
+  if (plan.follow_steps > 0) run_follow_steps(plan, output);
+  return output;
+}
+
+void ModelRunner::run_follow_steps(const StepPlan& plan, StepOutput& output) {
+  const auto start = std::chrono::steady_clock::now();
+  const size_t rows = plan.logit_rows.size();
+  const auto n_follow = static_cast<size_t>(plan.follow_steps);
+  const bool capture = !plan.capture_rows.empty();
+  SS_CHECK_EQ(output.picked_tokens.size(), rows);
+  // Follow step j's row i continues logit row i's sequence one slot further.
+  std::vector<StepPlan> steps(n_follow);
+  for (size_t j = 0; j < n_follow; ++j) {
+    StepPlan& step = steps[j];
+    step.tokens_on_device = true;
+    const auto ahead = static_cast<int32_t>(j + 1);
+    for (size_t i = 0; i < rows; ++i) {
+      const auto row = static_cast<size_t>(plan.logit_rows[i]);
+      const auto seq = static_cast<size_t>(plan.seq_index[row]);
+      const int32_t slot = plan.slots[row] + ahead;
+      step.add_token(0, plan.positions[row] + ahead, static_cast<int32_t>(i), slot, true);
+      if (capture) step.capture_rows.push_back(static_cast<int32_t>(i));
+      step.block_tables.push_back(plan.block_tables[seq]);
+      step.seq_n_slots.push_back(slot + 1);
+    }
+  }
+  std::vector<StepOutput> outputs(n_follow);
+  bool on_model = model_picked_;  // the model holds step 0's picks
+  if (on_model) {
+    std::vector<ForwardBatch> batches;
+    batches.reserve(n_follow);
+    for (size_t j = 0; j < n_follow; ++j) {
+      check_plan(steps[j]);
+      batches.push_back(make_batch(steps[j], outputs[j]));
+    }
+    on_model = model_.forward_follow(batches, kv_);
+  }
+  if (!on_model) {
+    const std::vector<int32_t>* previous = &output.picked_tokens;
+    for (size_t j = 0; j < n_follow; ++j) {
+      std::copy(previous->begin(), previous->end(), steps[j].token_ids.begin());
+      outputs[j] = run_step(steps[j]);
+      previous = &outputs[j].picked_tokens;
+    }
+  }
+  for (const StepOutput& step : outputs) {
+    SS_CHECK_EQ(step.picked_tokens.size(), rows);
+    output.picked_tokens.insert(output.picked_tokens.end(), step.picked_tokens.begin(),
+                                step.picked_tokens.end());
+  }
+  if (capture) {
+    const int64_t row_floats = output.captured_queries.numel() / static_cast<int64_t>(rows);
+    Tensor all = Tensor::zeros(
+        DType::kF32, {static_cast<int64_t>((1 + n_follow) * rows), output.captured_queries.size(1),
+                      output.captured_queries.size(2)});
+    float* to =
+        std::copy_n(output.captured_queries.f32(), output.captured_queries.numel(), all.f32());
+    for (const StepOutput& step : outputs) {
+      SS_CHECK_EQ(step.captured_queries.numel(), static_cast<int64_t>(rows) * row_floats);
+      to = std::copy_n(step.captured_queries.f32(), step.captured_queries.numel(), to);
+    }
+    output.captured_queries = std::move(all);
+  }
+  output.follow_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+ForwardBatch ModelRunner::make_batch(const StepPlan& plan, StepOutput& output) const {
   ForwardBatch batch;
   batch.token_ids = plan.token_ids;
   batch.attention.token_seq = plan.seq_index;
@@ -94,8 +185,26 @@ StepOutput ModelRunner::run(const StepPlan& plan) {
   batch.attention.seq_n_slots = plan.seq_n_slots;
   batch.logit_rows = plan.logit_rows;
   batch.capture_rows = plan.capture_rows;
-  StepOutput output;
   if (!plan.capture_rows.empty()) batch.captured_queries = &output.captured_queries;
+  if (plan.tokens_on_device) {
+    batch.picked_tokens = &output.picked_tokens;
+    batch.sampling = plan.sampling;
+    batch.host_rows = plan.host_rows;
+    batch.top_logprobs = plan.top_logprobs;
+    batch.logprobs = &output.logprobs;
+    batch.masks = &plan.masks;
+    batch.keep_rows = plan.keep_rows;
+    batch.verifications = plan.verifications;
+    batch.draft_rows = plan.draft_rows;
+    batch.verified = &output.verified;
+  }
+  return batch;
+}
+
+StepOutput ModelRunner::run_step(const StepPlan& plan) {
+  check_plan(plan);
+  StepOutput output;
+  ForwardBatch batch = make_batch(plan, output);
   SS_CHECK(!plan.fill_masks || plan.tokens_on_device);
   // plan.fill_masks, once (the model calls it after queuing the forward; a
   // host model never does, so it runs after forward returns).
@@ -106,23 +215,12 @@ StepOutput ModelRunner::run(const StepPlan& plan) {
     plan.fill_masks();
     check_masks(plan);
   };
-  if (plan.tokens_on_device) {
-    batch.picked_tokens = &output.picked_tokens;
-    batch.sampling = plan.sampling;
-    batch.host_rows = plan.host_rows;
-    batch.top_logprobs = plan.top_logprobs;
-    batch.logprobs = &output.logprobs;
-    batch.masks = &plan.masks;
-    batch.prepare_masks = &prepare_masks;
-    batch.keep_rows = plan.keep_rows;
-    batch.verifications = plan.verifications;
-    batch.draft_rows = plan.draft_rows;
-    batch.verified = &output.verified;
-  }
+  if (plan.tokens_on_device) batch.prepare_masks = &prepare_masks;
   model_.forward(batch, kv_, output.logits);
   prepare_masks();
+  model_picked_ = !output.picked_tokens.empty();
   // Who holds this step's kept rows: the model when it picked the tokens.
-  if (!plan.keep_rows.empty()) model_kept_rows_ = !output.picked_tokens.empty();
+  if (!plan.keep_rows.empty()) model_kept_rows_ = model_picked_;
   if (plan.tokens_on_device && output.picked_tokens.empty() && !plan.logit_rows.empty()) {
     pick_on_host(plan, output);
   }

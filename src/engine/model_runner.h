@@ -21,6 +21,12 @@ struct StepOutput {
   // logprobs where plan.top_logprobs[row] >= 0 (other rows' stay empty).
   std::vector<RowLogprobs> logprobs;
   std::vector<VerifyOutcome> verified;  // [plan.verifications.size()]
+  // With plan.follow_steps F (and R logit rows): picked_tokens is
+  // [(1 + F) * R], step-major (step 0's rows, then each follow step's rows in
+  // logit-row order), captured_queries (when asked) [(1 + F) * R, n_layers,
+  // n_heads * head_dim] in the same order, and follow_ms the host time the
+  // follow steps took after step 0's picks were back.
+  double follow_ms = 0;
 };
 
 // Who picks the tokens of a step's logit rows (ModelRunner::picks_tokens).
@@ -57,7 +63,15 @@ class ModelRunner {
   KeptRows kept_rows() const;
 
  private:
+  // One step of the plan, follow steps aside.
+  StepOutput run_step(const StepPlan& plan);
+  // plan.follow_steps after step 0 (output holds step 0's picks): on the
+  // model in one go where it can, else step by step here.
+  void run_follow_steps(const StepPlan& plan, StepOutput& output);
   void check_plan(const StepPlan& plan) const;
+  void check_follow_steps(const StepPlan& plan) const;
+  // The model's view of the plan; results land in `output`.
+  ForwardBatch make_batch(const StepPlan& plan, StepOutput& output) const;
   void check_masks(const StepPlan& plan) const;
   void pick_on_host(const StepPlan& plan, StepOutput& output);
   void verify_on_host(const StepPlan& plan, StepOutput& output) const;
@@ -66,6 +80,7 @@ class ModelRunner {
   KvCache& kv_;
   TokenPicking picking_ = TokenPicking::kAuto;
   bool model_kept_rows_ = false;  // the last step's keep_rows were kept by the model
+  bool model_picked_ = false;     // the model picked the last step's tokens itself
   std::vector<float> kept_host_;  // [kept rows, vocab] kept here when the runner picked
   int64_t n_kept_host_ = 0;
 };

@@ -1,6 +1,8 @@
 #include "engine/specprefill_stage.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "specprefill/prompt_keys.h"
 #include "specprefill/scorer.h"
@@ -34,6 +36,37 @@ SpecPrefillStage::SpecPrefillStage(const SpecPrefillOptions& options, int32_t ma
       max_batched_tokens_(max_batched_tokens),
       target_sliding_window_(target_sliding_window) {
   SS_CHECK(options_.draft != nullptr);
+  if (const char* follow = std::getenv("SPECSTACK_LOOKAHEAD_FOLLOW");
+      follow != nullptr && std::string_view(follow) == "0") {
+    options_.follow_steps = false;
+  }
+}
+
+int32_t SpecPrefillStage::add_follow_steps(StepPlan& plan, std::span<Job* const> row_jobs,
+                                           std::span<const char> last_rows) {
+  // The rows that carry a capture go on for as many steps as the job with
+  // the fewest left still needs, each with its slots allocated now.
+  int32_t follow = options_.lookahead;
+  for (size_t s = 0; s < row_jobs.size(); ++s) {
+    if (last_rows[s]) follow = std::min(follow, options_.lookahead - row_jobs[s]->n_steps - 1);
+  }
+  if (follow <= 0) return 0;
+  KvManager& kv = options_.draft->kv_manager();
+  for (size_t s = 0; s < row_jobs.size(); ++s) {
+    if (!last_rows[s]) continue;
+    if (!kv.can_append(row_jobs[s]->kv, follow)) {  // single steps then: undo the others
+      for (size_t t = 0; t < s; ++t) {
+        if (last_rows[t]) kv.rollback(row_jobs[t]->kv, follow);
+      }
+      return 0;
+    }
+    kv.append(row_jobs[s]->kv, follow);
+  }
+  for (size_t s = 0; s < row_jobs.size(); ++s) {
+    if (last_rows[s]) plan.block_tables[s] = row_jobs[s]->kv.blocks();
+  }
+  plan.follow_steps = follow;
+  return follow;
 }
 
 SpecPrefillStage::~SpecPrefillStage() {
@@ -152,7 +185,7 @@ SpecPrefillOutcome SpecPrefillStage::finish_job(Job& job) {
   return outcome;
 }
 
-std::vector<SpecPrefillOutcome> SpecPrefillStage::step() {
+std::vector<SpecPrefillOutcome> SpecPrefillStage::step(bool run_ahead) {
   std::vector<SpecPrefillOutcome> outcomes;
   if (jobs_.empty()) return outcomes;
   ModelInstance& draft = *options_.draft;
@@ -233,12 +266,24 @@ std::vector<SpecPrefillOutcome> SpecPrefillStage::step() {
     // Only the greedy next token of each captured row is needed: the model
     // takes the argmax itself (on the GPU no logits row crosses PCIe).
     plan.tokens_on_device = true;
+    if (run_ahead && options_.follow_steps && !plan.capture_rows.empty()) {
+      std::vector<Job*> row_jobs;
+      std::vector<char> last_rows;
+      for (const Row& row : rows) {
+        row_jobs.push_back(row.job);
+        last_rows.push_back(row.last_row ? 1 : 0);
+      }
+      add_follow_steps(plan, row_jobs, last_rows);
+    }
     const Clock::time_point forward_start = Clock::now();
     StepOutput output = draft.runner().run(plan);
+    const Clock::time_point forward_end = Clock::now();
     const double forward_ms =
-        std::chrono::duration<double, std::milli>(Clock::now() - forward_start).count();
+        std::chrono::duration<double, std::milli>(forward_end - forward_start).count();
     const ModelConfig& config = draft.config();
     const int64_t q_width = config.n_heads * config.head_dim;
+    // Captured rows: step 0's, then each follow step's in the same order.
+    const auto n_captured = static_cast<int64_t>(plan.capture_rows.size());
     int64_t captured = 0;
     for (const Row& row : rows) {
       Job& job = *row.job;
@@ -247,19 +292,29 @@ std::vector<SpecPrefillOutcome> SpecPrefillStage::step() {
       if (job.n_computed < m) {
         job.n_computed += row.count;
         kv.publish(job.kv, job.prompt().subspan(0, static_cast<size_t>(job.n_computed)));
-        if (job.n_computed == m) job.prefill_done = Clock::now();
+        if (job.n_computed == m) {  // the follow steps, if any, were lookahead
+          job.prefill_done =
+              forward_end - std::chrono::duration_cast<Clock::duration>(
+                                std::chrono::duration<double, std::milli>(output.follow_ms));
+          job.lookahead_forward_ms += output.follow_ms;
+        }
       }
       if (!row.last_row) continue;
-      for (int64_t l = 0; l < config.n_layers; ++l) {
-        std::copy_n(output.captured_queries.f32() + (captured * config.n_layers + l) * q_width,
-                    q_width, job.capture.query(l, job.n_steps));
+      // A job past its last step (EOS, or fewer follow steps left than the
+      // plan ran) ignores the rest; finish_job rolls its slots back.
+      for (int64_t j = 0; j <= plan.follow_steps && !job.done; ++j) {
+        const int64_t index = j * n_captured + captured;
+        for (int64_t l = 0; l < config.n_layers; ++l) {
+          std::copy_n(output.captured_queries.f32() + (index * config.n_layers + l) * q_width,
+                      q_width, job.capture.query(l, job.n_steps));
+        }
+        job.next_token = output.picked_tokens[static_cast<size_t>(index)];
+        ++job.n_steps;
+        const bool eos = std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(),
+                                   job.next_token) != config.eos_token_ids.end();
+        if (job.n_steps == options_.lookahead || eos) outcomes.push_back(finish_job(job));
       }
-      job.next_token = output.picked_tokens[static_cast<size_t>(captured)];
       ++captured;
-      ++job.n_steps;
-      const bool eos = std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(),
-                                 job.next_token) != config.eos_token_ids.end();
-      if (job.n_steps == options_.lookahead || eos) outcomes.push_back(finish_job(job));
     }
   }
   jobs_.erase(std::remove_if(jobs_.begin(), jobs_.end(), [](const auto& job) { return job->done; }),

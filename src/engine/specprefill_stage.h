@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -50,7 +51,10 @@ class SpecPrefillStage {
   // freeing it (the request goes on to speculative decoding on this draft).
   void add(Request* request, int32_t prefix_tokens, double keep_pct, bool keep_draft_kv = false);
   // One draft forward over the pending jobs; returns the jobs that finished.
-  std::vector<SpecPrefillOutcome> step();
+  // run_ahead: the lookahead may continue past it within the same call
+  // (SpecPrefillOptions::follow_steps), for when no running stream waits on
+  // the engine thread.
+  std::vector<SpecPrefillOutcome> step(bool run_ahead = false);
   // Drops a request's draft work and frees its draft KV (cancellation).
   void remove(Request* request);
   size_t n_jobs() const { return jobs_.size(); }
@@ -59,6 +63,11 @@ class SpecPrefillStage {
   struct Job;
   SpecPrefillOutcome finish_job(Job& job);
   SpecPrefillOutcome fallback(Job& job, std::string reason);
+  // Sets plan.follow_steps for the rows that carry a capture (row s of
+  // row_jobs owns plan.block_tables[s]; last_rows[s]: it does) and appends
+  // their slots; returns the count (0: none fit or none are left).
+  int32_t add_follow_steps(StepPlan& plan, std::span<Job* const> row_jobs,
+                           std::span<const char> last_rows);
 
   SpecPrefillOptions options_;
   int32_t max_batched_tokens_;

@@ -64,6 +64,17 @@ struct StepPlan {
   // come back in StepOutput::verified, in this order.
   std::vector<RowVerification> verifications;
   KeptRows draft_rows;
+  // Multi-step greedy decoding: after this step, this many more single-token
+  // steps run for the sequences of the logit rows, each feeding the token its
+  // row took in the step before at the next position and slot, with no host
+  // round trip between them where the model can (ForwardModel::forward_follow;
+  // the SpecPrefill draft's lookahead). Needs tokens_on_device and argmax
+  // picking alone (no sampling, masks, logprobs, host / kept rows or
+  // verifications); each logit row is the last slot of its sequence
+  // (seq_n_slots - 1), one a sequence, and its block table already covers
+  // follow_steps more slots; capture_rows is empty or equals logit_rows.
+  // StepOutput then holds every step's picks and captured queries.
+  int32_t follow_steps = 0;
 
   // Per sequence [n_seqs].
   std::vector<std::vector<int32_t>> block_tables;  // logical -> physical block

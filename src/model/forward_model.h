@@ -80,6 +80,20 @@ class ForwardModel {
   // [logit_rows.size(), vocab] f32 on the host (resized by the call).
   virtual void forward(const ForwardBatch& batch, KvCache& kv, Tensor& logits) = 0;
 
+  // The follow steps of a multi-step plan (StepPlan::follow_steps) back to
+  // back on the model's device, without a host round trip between them:
+  // steps[j] is follow step j, argmax picking, one row a sequence; its token
+  // ids are ignored: each row takes the token the model picked for the same
+  // row in the step before (for steps[0], the last forward's logit rows, in
+  // order). Fills each batch's picked_tokens (and captured_queries where set).
+  // Returns false, having run nothing, where it cannot: the caller then runs
+  // the steps one by one through forward.
+  virtual bool forward_follow(std::span<const ForwardBatch> steps, KvCache& kv) {
+    (void)steps;
+    (void)kv;
+    return false;
+  }
+
   // Device memory in use on the model's GPU (all processes, as the driver
   // reports it), for /metrics; -1 for a host model.
   virtual int64_t device_memory_used_bytes() const { return -1; }

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "../engine/engine_test_util.h"
+#include "../engine/follow_steps_scenario.h"
 #include "../engine/golden_reference.h"
 #include "../engine/golden_run.h"
 #include "../engine/tail_rows_scenario.h"
@@ -324,6 +325,41 @@ TEST(GoldenCuda, CaptureGraphQueriesEqualEager) {
   EXPECT_LE(relative_error(captured[1].data(), captured[0].data(), int64_t(captured[0].size())),
             1e-6);
   EXPECT_LE(relative_error(logits[1].data(), logits[0].data(), int64_t(logits[0].size())), 1e-6);
+}
+
+// Follow steps (StepPlan::follow_steps: SpecPrefill's lookahead run ahead)
+// replay the capture graph back to back with each step's picks fed on the
+// device: the same tokens and queries, bit for bit, as the same steps
+// planned one by one (which replay the same graph), for one and two
+// sequences; without graphs the runner plans them one by one itself.
+TEST(GoldenCuda, FollowStepsBackToBackEqualStepsOneByOne) {
+  SS_REQUIRE_GPU();
+  CpuBackend backend(CpuBackendOptions{1});
+  for (const bool graphs : {true, false}) {
+    auto model = load_gpu("qwen3", graphs, backend);
+    auto* cuda_model = dynamic_cast<cuda::CudaModel*>(&model->model());
+    ASSERT_NE(cuda_model, nullptr);
+    const int64_t vocab = model->config().vocab_size;
+    std::vector<std::vector<int32_t>> prompts;
+    for (int32_t n_seqs = 1; n_seqs <= 2; ++n_seqs) {
+      std::vector<int32_t> prompt;
+      for (int32_t i = 0; i < 30 + 17 * n_seqs; ++i) {
+        prompt.push_back(3 + (i * 31 + 7 * n_seqs) % int32_t(vocab - 3));
+      }
+      prompts.push_back(prompt);
+      const int64_t follow_before = cuda_model->follow_steps();
+      const int64_t replays_before = cuda_model->graph_replays();
+      const testing::FollowRun together = testing::run_follow(*model, prompts, 6, true);
+      EXPECT_EQ(cuda_model->follow_steps() - follow_before, graphs ? 6 : 0);
+      const testing::FollowRun apart = testing::run_follow(*model, prompts, 6, false);
+      EXPECT_EQ(cuda_model->graph_replays() - replays_before, graphs ? 12 : 0);
+      ASSERT_EQ(together.picks.size(), size_t(7 * n_seqs));
+      EXPECT_EQ(together.picks, apart.picks) << n_seqs << " sequences, graphs " << graphs;
+      ASSERT_FALSE(together.captured.empty());
+      EXPECT_EQ(together.captured, apart.captured) << n_seqs << " sequences, graphs " << graphs;
+      EXPECT_EQ(model->pool().n_free(), model->pool().n_blocks());
+    }
+  }
 }
 
 // The speculative draft's catch-up forward (1-2 rows a sequence) laid out

@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "engine/generator.h"
 #include "engine/model_instance.h"
+#include "follow_steps_scenario.h"
 #include "golden_reference.h"
 #include "test_util.h"
 
@@ -38,8 +39,8 @@ std::vector<int32_t> prompt_of(const std::string& model, const std::string& p) {
 struct Feed {
   std::vector<int32_t> prompt;
   KvSequence kv;
-  int32_t fed = 0;            // prompt tokens fed
-  int32_t next_token = -1;    // greedy token to feed next (after the prompt)
+  int32_t fed = 0;                         // prompt tokens fed
+  int32_t next_token = -1;                 // greedy token to feed next (after the prompt)
   std::vector<std::vector<float>> logits;  // every logits row produced, in order
 };
 
@@ -48,7 +49,10 @@ struct Feed {
 void step(ModelInstance& model, std::vector<Feed*> feeds, const std::vector<int32_t>& counts,
           bool interleave) {
   StepPlan plan;
-  struct Pending { int32_t seq, id, pos, slot; bool logits; };
+  struct Pending {
+    int32_t seq, id, pos, slot;
+    bool logits;
+  };
   std::vector<std::vector<Pending>> per_feed(feeds.size());
   for (size_t i = 0; i < feeds.size(); ++i) {
     Feed& f = *feeds[i];
@@ -59,7 +63,8 @@ void step(ModelInstance& model, std::vector<Feed*> feeds, const std::vector<int3
       const int32_t id = in_prompt ? f.prompt[f.fed] : f.next_token;
       const int32_t pos = first + j;  // dense positions here
       const bool last_of_prompt = in_prompt && f.fed == static_cast<int32_t>(f.prompt.size()) - 1;
-      per_feed[i].push_back({static_cast<int32_t>(i), id, pos, first + j, last_of_prompt || !in_prompt});
+      per_feed[i].push_back(
+          {static_cast<int32_t>(i), id, pos, first + j, last_of_prompt || !in_prompt});
       if (in_prompt) ++f.fed;
     }
     plan.block_tables.push_back(f.kv.blocks());
@@ -97,7 +102,8 @@ void expect_same_logits(const Feed& solo, const Feed& mixed) {
     const int64_t vocab = static_cast<int64_t>(solo.logits[r].size());
     EXPECT_LE(relative_error(mixed.logits[r].data(), solo.logits[r].data(), vocab), kBatchTolerance)
         << "row " << r;
-    EXPECT_EQ(argmax(mixed.logits[r].data(), vocab), argmax(solo.logits[r].data(), vocab)) << "row " << r;
+    EXPECT_EQ(argmax(mixed.logits[r].data(), vocab), argmax(solo.logits[r].data(), vocab))
+        << "row " << r;
   }
 }
 
@@ -113,7 +119,8 @@ TEST_P(MixedBatchTest, PrefillChunksAndDecodesInOneStepMatchSoloRuns) {
     const auto long_prompt = prompt_of(name, "p2");   // 333 tokens
 
     // Solo: A prefilled at once then 6 decodes; B prefilled at once then 3 decodes.
-    Feed solo_a{short_prompt, model->kv_manager().new_sequence(), 0, -1, {}}, solo_b{long_prompt, model->kv_manager().new_sequence(), 0, -1, {}};
+    Feed solo_a{short_prompt, model->kv_manager().new_sequence(), 0, -1, {}},
+        solo_b{long_prompt, model->kv_manager().new_sequence(), 0, -1, {}};
     step(*model, {&solo_a}, {64}, false);
     for (int i = 0; i < 6; ++i) step(*model, {&solo_a}, {1}, false);
     step(*model, {&solo_b}, {333}, false);
@@ -122,7 +129,8 @@ TEST_P(MixedBatchTest, PrefillChunksAndDecodesInOneStepMatchSoloRuns) {
     model->kv_manager().free(solo_b.kv);
 
     // Mixed: B's prompt arrives in chunks while A prefills and then decodes.
-    Feed a{short_prompt, model->kv_manager().new_sequence(), 0, -1, {}}, b{long_prompt, model->kv_manager().new_sequence(), 0, -1, {}};
+    Feed a{short_prompt, model->kv_manager().new_sequence(), 0, -1, {}},
+        b{long_prompt, model->kv_manager().new_sequence(), 0, -1, {}};
     step(*model, {&a, &b}, {64, 100}, interleave);
     step(*model, {&a, &b}, {1, 150}, interleave);
     step(*model, {&b, &a}, {83, 1}, interleave);  // B's last chunk; order of sequences swapped
@@ -138,6 +146,52 @@ TEST_P(MixedBatchTest, PrefillChunksAndDecodesInOneStepMatchSoloRuns) {
 
 INSTANTIATE_TEST_SUITE_P(RowOrder, MixedBatchTest, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "interleaved" : "grouped"; });
+
+// Multi-step greedy decoding (StepPlan::follow_steps): a prefill step of two
+// sequences (different lengths, queries captured) followed by four steps in
+// the same plan equals the prefill step and four single-token steps planned
+// one by one with the tokens picked before: the same tokens, the same queries.
+TEST(ModelRunner, FollowStepsEqualStepsPlannedOneByOne) {
+  CpuBackend backend(CpuBackendOptions{2});
+  auto model = load("llama-gqa", backend);
+  const std::vector<std::vector<int32_t>> prompts = {prompt_of("llama-gqa", "p0"),
+                                                     prompt_of("llama-gqa", "p1")};
+  ASSERT_NE(prompts[0].size(), prompts[1].size());
+  const testing::FollowRun together = testing::run_follow(*model, prompts, 4, true);
+  const testing::FollowRun apart = testing::run_follow(*model, prompts, 4, false);
+  ASSERT_EQ(together.picks.size(), 10u);
+  EXPECT_EQ(together.picks, apart.picks);
+  const int64_t row_floats =
+      model->config().n_layers * model->config().n_heads * model->config().head_dim;
+  ASSERT_EQ(together.captured.size(), size_t(10 * row_floats));
+  EXPECT_EQ(together.captured, apart.captured);
+  EXPECT_EQ(model->pool().n_free(), model->pool().n_blocks());
+}
+
+// A plan the follow steps cannot continue is a scheduler bug: a check failure.
+TEST(ModelRunnerDeathTest, FollowStepsNeedTheirSlotsAndArgmaxRows) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  CpuBackend backend(CpuBackendOptions{1});
+  auto model = load("llama-gqa", backend);
+  KvManager& kv = model->kv_manager();
+  KvSequence seq = kv.new_sequence();
+  const int32_t first = kv.append(seq, 16);  // one block: no room past slot 15
+  StepPlan plan;
+  plan.tokens_on_device = true;
+  for (int32_t i = 0; i < 16; ++i) plan.add_token(5 + i, i, 0, first + i, i == 15);
+  plan.block_tables.push_back(seq.blocks());
+  plan.seq_n_slots.push_back(seq.n_slots());
+  plan.follow_steps = 2;
+  EXPECT_DEATH(model->runner().run(plan), "model_runner.cpp.*block_size");
+  plan.follow_steps = 0;
+  plan.sampling.push_back(RowSampling{});
+  plan.sampling.back().temperature = 0.7f;
+  plan.follow_steps = 1;
+  kv.append(seq, 1);
+  plan.block_tables.back() = seq.blocks();
+  EXPECT_DEATH(model->runner().run(plan), "model_runner.cpp.*plan.sampling.empty");
+  kv.free(seq);
+}
 
 TEST(Generator, BatchedGenerationEqualsOneRequestAtATime) {
   CpuBackend backend(CpuBackendOptions{2});

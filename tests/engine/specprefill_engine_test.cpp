@@ -4,6 +4,8 @@
 // pools fully free afterwards.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <map>
 #include <thread>
 
 #include "backend/cpu/cpu_backend.h"
@@ -170,6 +172,47 @@ TEST(SpecPrefillEngine, TargetKvHoldsOnlyTheKeptTokens) {
   scheduler.commit(step);
   EXPECT_EQ(pair.target->pool().n_cached(), 0);  // a sparse selection is never published
   scheduler.remove(&seq);
+}
+
+// The lookahead run ahead as follow steps of one plan (StepPlan::follow_steps)
+// selects what the step-by-step lookahead selects, for two jobs whose phases
+// interleave (a 200-token budget: one job's lookahead beside the other's
+// prefill chunks), and leaves the draft pool free.
+TEST(SpecPrefillEngine, LookaheadInOneGoSelectsWhatStepByStepDoes) {
+  std::map<std::string, SpecPrefillOutcome> outcome[2];
+  int steps[2] = {0, 0};
+  for (int ahead = 0; ahead < 2; ++ahead) {
+    Pair pair;  // a fresh draft pool: nothing cached from the other run
+    SpecPrefillStage stage(pair.options().specprefill, 200, 0);
+    Request requests[2];
+    const char* names[] = {"p2.input_ids", "p3.input_ids"};
+    for (int r = 0; r < 2; ++r) {
+      requests[r].options.prompt = golden_ids(names[r]);
+      requests[r].stream = std::make_shared<StreamState>();
+      stage.add(&requests[r], 0, 0.2);
+    }
+    for (; steps[ahead] < 100 && outcome[ahead].size() < 2; ++steps[ahead]) {
+      for (SpecPrefillOutcome& done : stage.step(ahead == 1)) {
+        outcome[ahead][done.request == &requests[0] ? names[0] : names[1]] = std::move(done);
+      }
+    }
+    EXPECT_EQ(pair.draft->pool().n_free(), pair.draft->pool().n_blocks());
+  }
+  // Fewer calls run ahead (how many depends on where the tiny draft picks EOS,
+  // which ends a lookahead early: mid-burst, the rest is ignored).
+  EXPECT_LT(steps[1], steps[0]);
+  ASSERT_EQ(outcome[0].size(), 2u);
+  ASSERT_EQ(outcome[1].size(), 2u);
+  for (const auto& [name, apart] : outcome[0]) {
+    const SpecPrefillOutcome& together = outcome[1].at(name);
+    ASSERT_TRUE(apart.applied && together.applied) << name;
+    EXPECT_EQ(together.tokens, apart.tokens) << name;
+    EXPECT_EQ(together.positions, apart.positions) << name;
+    const auto& a = apart.stats.selection->chunk_scores;
+    const auto& b = together.stats.selection->chunk_scores;
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t c = 0; c < a.size(); ++c) EXPECT_NEAR(b[c], a[c], 1e-4 * std::abs(a[c])) << name;
+  }
 }
 
 TEST(SpecPrefillEngine, FailuresFallBackToFullPrefillWithAReason) {
