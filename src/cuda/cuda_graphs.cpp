@@ -166,7 +166,7 @@ bool CudaModel::try_graph_forward(const ForwardBatch& batch, CudaKvCache& kv, Te
 
 bool CudaModel::forward_follow(std::span<const ForwardBatch> steps, KvCache& kv_base) {
   auto* kv = dynamic_cast<CudaKvCache*>(&kv_base);
-  if (kv == nullptr || steps.empty()) return false;
+  if (!follow_graphs_ || kv == nullptr || steps.empty()) return false;
   const auto n = static_cast<int32_t>(steps[0].token_ids.size());
   // The first step's tokens are the last forward's picks, still on the device.
   if (device_picks_ != n) return false;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 
 #include "cuda/cuda_model_internal.h"
 #include "cuda/elementwise.h"
@@ -35,6 +36,8 @@ int dtype_code(DType dtype) {
 CudaModel::CudaModel(ModelConfig config, const CudaModelOptions& options)
     : config_(std::move(config)), options_(options), meta_(std::make_unique<StepMeta>()) {
   tail_rows_only_ = last_layer_for_logit_rows_only();  // StepMeta::tail_rows_only allowed
+  const char* follow = std::getenv("SPECSTACK_FOLLOW_GRAPHS");
+  follow_graphs_ = follow == nullptr ? kFollowGraphsDefault : std::string_view(follow) != "0";
 }
 
 CudaModel::~CudaModel() {
@@ -45,6 +48,7 @@ CudaModel::~CudaModel() {
   if (capture_host_ != nullptr) cudaFreeHost(capture_host_);
   if (pick_host_ != nullptr) cudaFreeHost(pick_host_);
   if (follow_host_ != nullptr) cudaFreeHost(follow_host_);
+  if (score_host_ != nullptr) cudaFreeHost(score_host_);
   if (logprobs_host_ != nullptr) cudaFreeHost(logprobs_host_);
   if (verify_host_ != nullptr) cudaFreeHost(verify_host_);
   gemm_.reset();

@@ -279,6 +279,8 @@ class CudaModel final : public ForwardModel {
   size_t follow_host_capacity_ = 0;
   uint32_t* pick_host_ = nullptr;  // pinned staging of pick_inputs_
   size_t pick_host_capacity_ = 0;
+  float* score_host_ = nullptr;  // pinned: score_prompt's queries, block table, importance
+  size_t score_host_capacity_ = 0;
   float* logprobs_host_ = nullptr;  // pinned: logprob_values_ then logprob_ids_
   size_t logprobs_host_capacity_ = 0;
   uint32_t* verify_host_ = nullptr;  // pinned: verification inputs, then the outcomes
@@ -292,6 +294,10 @@ class CudaModel final : public ForwardModel {
   int32_t graph_max_context_ = 0;
   CudaKvCache* graph_kv_ = nullptr;
   int64_t graph_replays_ = 0;
+  // forward_follow replays graphs back to back (else it declines and the
+  // runner plans the steps one by one); SPECSTACK_FOLLOW_GRAPHS=0 / 1 overrides.
+  static constexpr bool kFollowGraphsDefault = true;
+  bool follow_graphs_ = kFollowGraphsDefault;
   int64_t follow_steps_ = 0;
   int64_t tail_steps_ = 0;
   // The one-launch decode step: which batch-1 decode steps take it.

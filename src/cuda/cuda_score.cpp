@@ -3,7 +3,7 @@
 // back; the draft's keys stay in its paged cache.
 #include <cmath>
 
-#include "cuda/cuda_model.h"
+#include "cuda/cuda_model_internal.h"
 #include "cuda/score.h"
 
 namespace specstack::cuda {
@@ -31,29 +31,37 @@ Result<std::vector<float>> CudaModel::score_prompt(const AttentionCapture& captu
   }
   if (scored.empty()) return make_error("every draft layer is sliding-window: nothing to score");
 
-  // [n_layers, n_steps, H, D] (capture) -> [n_steps, n_layers, H * D] (kernel).
+  // Pinned staging (pageable copies go through the driver's bounce buffer and
+  // wait): the queries [n_steps, n_layers, H * D], then the block table, then
+  // the importance coming back [n_tokens].
   const int64_t steps = capture.n_steps, layers = capture.n_layers;
   const int64_t q_width = capture.n_heads * capture.head_dim;
-  std::vector<float> queries(static_cast<size_t>(steps * layers * q_width));
+  const auto n_tokens = static_cast<int32_t>(slot_end - slot_begin);
+  const size_t n_queries = static_cast<size_t>(steps * layers * q_width);
+  grow_pinned(reinterpret_cast<void**>(&score_host_), &score_host_capacity_,
+              (n_queries + block_table.size() + size_t(n_tokens)) * sizeof(float));
+  float* queries = score_host_;
+  auto* table = reinterpret_cast<int32_t*>(queries + n_queries);
+  float* importance = reinterpret_cast<float*>(table + block_table.size());
+  // [n_layers, n_steps, H, D] (capture) -> [n_steps, n_layers, H * D] (kernel).
   for (int64_t l = 0; l < layers; ++l) {
     for (int64_t t = 0; t < steps; ++t) {
       const float* src = capture.query(l, t);
-      std::copy(src, src + q_width, queries.begin() + (t * layers + l) * q_width);
+      std::copy(src, src + q_width, queries + (t * layers + l) * q_width);
     }
   }
+  std::copy(block_table.begin(), block_table.end(), table);
   // Scratch kept on the model between prompts: a cudaFree per buffer per
   // prompt synchronised the device and cost more than the scoring kernels.
-  score_queries_.reserve(queries.size());
+  score_queries_.reserve(n_queries);
   score_table_.reserve(block_table.size());
-  const auto n_tokens = static_cast<int32_t>(slot_end - slot_begin);
   score_out_.reserve(static_cast<size_t>(n_tokens));
   score_workspace_.reserve(score_workspace_floats(static_cast<int32_t>(steps),
                                                   static_cast<int32_t>(config_.n_heads), n_tokens));
-  SS_CUDA_CHECK(cudaMemcpyAsync(score_queries_.data(), queries.data(),
-                                queries.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
-  SS_CUDA_CHECK(cudaMemcpyAsync(score_table_.data(), block_table.data(),
-                                block_table.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                stream_));
+  SS_CUDA_CHECK(cudaMemcpyAsync(score_queries_.data(), queries, n_queries * sizeof(float),
+                                cudaMemcpyHostToDevice, stream_));
+  SS_CUDA_CHECK(cudaMemcpyAsync(score_table_.data(), table, block_table.size() * sizeof(int32_t),
+                                cudaMemcpyHostToDevice, stream_));
 
   ScoreArgs args;
   args.queries = score_queries_.data();
@@ -73,10 +81,10 @@ Result<std::vector<float>> CudaModel::score_prompt(const AttentionCapture& captu
   args.importance = score_out_.data();
   args.workspace = score_workspace_.data();
   score_tokens(args, stream_);
-  std::vector<float> out(static_cast<size_t>(n_tokens));
-  SS_CUDA_CHECK(cudaMemcpyAsync(out.data(), score_out_.data(), out.size() * sizeof(float),
+  SS_CUDA_CHECK(cudaMemcpyAsync(importance, score_out_.data(), size_t(n_tokens) * sizeof(float),
                                 cudaMemcpyDeviceToHost, stream_));
   SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<float> out(importance, importance + n_tokens);
   for (float v : out) {
     if (!std::isfinite(v)) return make_error("a token importance came out non-finite");
   }

@@ -335,6 +335,7 @@ TEST(GoldenCuda, CaptureGraphQueriesEqualEager) {
 TEST(GoldenCuda, FollowStepsBackToBackEqualStepsOneByOne) {
   SS_REQUIRE_GPU();
   CpuBackend backend(CpuBackendOptions{1});
+  ::setenv("SPECSTACK_FOLLOW_GRAPHS", "1", 1);  // whatever the default
   for (const bool graphs : {true, false}) {
     auto model = load_gpu("qwen3", graphs, backend);
     auto* cuda_model = dynamic_cast<cuda::CudaModel*>(&model->model());
@@ -360,6 +361,7 @@ TEST(GoldenCuda, FollowStepsBackToBackEqualStepsOneByOne) {
       EXPECT_EQ(model->pool().n_free(), model->pool().n_blocks());
     }
   }
+  ::unsetenv("SPECSTACK_FOLLOW_GRAPHS");
 }
 
 // The speculative draft's catch-up forward (1-2 rows a sequence) laid out
