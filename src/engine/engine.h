@@ -28,8 +28,9 @@ struct SpecPrefillOptions {
   // While the target has no running sequence (no stream whose next token a
   // longer draft step would delay), the lookahead steps run as one multi-step
   // plan (StepPlan::follow_steps: back to back on the GPU, no host round trip
-  // between them). SPECSTACK_LOOKAHEAD_FOLLOW=0 turns it off (A/B runs).
-  bool follow_steps = true;
+  // between them). Off by default: on an H200 it did not shorten TTFT
+  // (docs/benchmarks.md, session 38). SPECSTACK_LOOKAHEAD_FOLLOW=1 / 0 overrides.
+  bool follow_steps = false;
   // Tests only: "scoring" or "draft_kv" makes that stage fail to exercise the fallback.
   std::string inject_fault;
 };

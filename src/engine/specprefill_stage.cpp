@@ -36,9 +36,8 @@ SpecPrefillStage::SpecPrefillStage(const SpecPrefillOptions& options, int32_t ma
       max_batched_tokens_(max_batched_tokens),
       target_sliding_window_(target_sliding_window) {
   SS_CHECK(options_.draft != nullptr);
-  if (const char* follow = std::getenv("SPECSTACK_LOOKAHEAD_FOLLOW");
-      follow != nullptr && std::string_view(follow) == "0") {
-    options_.follow_steps = false;
+  if (const char* follow = std::getenv("SPECSTACK_LOOKAHEAD_FOLLOW"); follow != nullptr) {
+    options_.follow_steps = std::string_view(follow) != "0";
   }
 }
 

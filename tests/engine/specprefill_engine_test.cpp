@@ -183,7 +183,9 @@ TEST(SpecPrefillEngine, LookaheadInOneGoSelectsWhatStepByStepDoes) {
   int steps[2] = {0, 0};
   for (int ahead = 0; ahead < 2; ++ahead) {
     Pair pair;  // a fresh draft pool: nothing cached from the other run
-    SpecPrefillStage stage(pair.options().specprefill, 200, 0);
+    SpecPrefillOptions options = pair.options().specprefill;
+    options.follow_steps = true;
+    SpecPrefillStage stage(options, 200, 0);
     Request requests[2];
     const char* names[] = {"p2.input_ids", "p3.input_ids"};
     for (int r = 0; r < 2; ++r) {
