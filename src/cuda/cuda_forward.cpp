@@ -271,8 +271,7 @@ void CudaModel::forward(const ForwardBatch& batch, KvCache& kv_base, Tensor& log
   run_layers(meta, *kv, /*graph_safe=*/false);
   finish_step(batch, meta.n_logit_rows, logits);
   if (batch.captured_queries != nullptr) {
-    float* out = batch.captured_queries->f32();
-    for (size_t i = 0; i < capture_count; ++i) out[i] = __bfloat162float(capture_host_[i]);
+    captured_to_f32(capture_host_, capture_count, batch.captured_queries->f32());
   }
 }
 

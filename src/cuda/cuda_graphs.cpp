@@ -156,10 +156,7 @@ bool CudaModel::try_graph_forward(const ForwardBatch& batch, CudaKvCache& kv, Te
                                   capture_count * sizeof(bf16), cudaMemcpyDeviceToHost, stream_));
   }
   finish_step(batch, n, logits);  // waits for the stream
-  if (capture) {
-    float* out = batch.captured_queries->f32();
-    for (size_t i = 0; i < capture_count; ++i) out[i] = __bfloat162float(capture_host_[i]);
-  }
+  if (capture) captured_to_f32(capture_host_, capture_count, batch.captured_queries->f32());
   ++graph_replays_;
   return true;
 }
@@ -238,9 +235,7 @@ bool CudaModel::forward_follow(std::span<const ForwardBatch> steps, KvCache& kv_
     step.picked_tokens->assign(picks + j * size_t(n), picks + (j + 1) * size_t(n));
     if (capture_count == 0 || step.captured_queries == nullptr) continue;
     *step.captured_queries = Tensor::zeros(DType::kF32, {n, config_.n_layers, q_width});
-    float* out = step.captured_queries->f32();
-    const bf16* from = queries + j * capture_count;
-    for (size_t i = 0; i < capture_count; ++i) out[i] = __bfloat162float(from[i]);
+    captured_to_f32(queries + j * capture_count, capture_count, step.captured_queries->f32());
   }
   graph_replays_ += static_cast<int64_t>(n_steps);
   follow_steps_ += static_cast<int64_t>(n_steps);

@@ -103,5 +103,9 @@ MetaOffsets plan_step(const ForwardBatch& batch, int64_t block_size, bool flash_
 void set_device_pointers(const MetaOffsets& o, int32_t* base, CudaModel::StepMeta& meta);
 // Grows a pinned host buffer to at least `bytes` (contents lost).
 void grow_pinned(void** ptr, size_t* capacity, size_t bytes);
+// Captured query rows as they come down (bf16) into the f32 the host keeps.
+inline void captured_to_f32(const __nv_bfloat16* from, size_t count, float* to) {
+  for (size_t i = 0; i < count; ++i) to[i] = __bfloat162float(from[i]);
+}
 
 }  // namespace specstack::cuda

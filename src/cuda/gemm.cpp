@@ -218,7 +218,7 @@ bool Gemm::gate_up_fused(const __nv_bfloat16* x, int64_t ldx, const LinearWeight
 int64_t Gemm::gate_up_scratch_rows(const LinearWeight& w_gate_up, int64_t n, int64_t width,
                                    int64_t in) const {
   // Aligned stand-ins for x and act: only the shapes and the weight decide.
-  if (n >= swiglu_min_rows_ && gate_up_fused(nullptr, in, w_gate_up, n, width, in, nullptr)) {
+  if (gate_up_fused(nullptr, in, w_gate_up, n, width, in, nullptr)) {
     return swiglu_min_rows_ - 1;
   }
   return n;

@@ -41,28 +41,27 @@ SpecPrefillStage::SpecPrefillStage(const SpecPrefillOptions& options, int32_t ma
   }
 }
 
-int32_t SpecPrefillStage::add_follow_steps(StepPlan& plan, std::span<Job* const> row_jobs,
-                                           std::span<const char> last_rows) {
+int32_t SpecPrefillStage::add_follow_steps(StepPlan& plan, std::span<const Row> rows) {
   // The rows that carry a capture go on for as many steps as the job with
   // the fewest left still needs, each with its slots allocated now.
   int32_t follow = options_.lookahead;
-  for (size_t s = 0; s < row_jobs.size(); ++s) {
-    if (last_rows[s]) follow = std::min(follow, options_.lookahead - row_jobs[s]->n_steps - 1);
+  for (const Row& row : rows) {
+    if (row.last_row) follow = std::min(follow, options_.lookahead - row.job->n_steps - 1);
   }
   if (follow <= 0) return 0;
   KvManager& kv = options_.draft->kv_manager();
-  for (size_t s = 0; s < row_jobs.size(); ++s) {
-    if (!last_rows[s]) continue;
-    if (!kv.can_append(row_jobs[s]->kv, follow)) {  // single steps then: undo the others
+  for (size_t s = 0; s < rows.size(); ++s) {
+    if (!rows[s].last_row) continue;
+    if (!kv.can_append(rows[s].job->kv, follow)) {  // single steps then: undo the others
       for (size_t t = 0; t < s; ++t) {
-        if (last_rows[t]) kv.rollback(row_jobs[t]->kv, follow);
+        if (rows[t].last_row) kv.rollback(rows[t].job->kv, follow);
       }
       return 0;
     }
-    kv.append(row_jobs[s]->kv, follow);
+    kv.append(rows[s].job->kv, follow);
   }
-  for (size_t s = 0; s < row_jobs.size(); ++s) {
-    if (last_rows[s]) plan.block_tables[s] = row_jobs[s]->kv.blocks();
+  for (size_t s = 0; s < rows.size(); ++s) {
+    if (rows[s].last_row) plan.block_tables[s] = rows[s].job->kv.blocks();
   }
   plan.follow_steps = follow;
   return follow;
@@ -190,11 +189,6 @@ std::vector<SpecPrefillOutcome> SpecPrefillStage::step(bool run_ahead) {
   ModelInstance& draft = *options_.draft;
   KvManager& kv = draft.kv_manager();
   StepPlan plan;
-  struct Row {
-    Job* job;
-    int32_t count;  // tokens this step
-    bool last_row;  // carries the capture and the logits
-  };
   std::vector<Row> rows;
   int32_t budget = max_batched_tokens_;
   for (auto& owned : jobs_) {
@@ -266,13 +260,7 @@ std::vector<SpecPrefillOutcome> SpecPrefillStage::step(bool run_ahead) {
     // takes the argmax itself (on the GPU no logits row crosses PCIe).
     plan.tokens_on_device = true;
     if (run_ahead && options_.follow_steps && !plan.capture_rows.empty()) {
-      std::vector<Job*> row_jobs;
-      std::vector<char> last_rows;
-      for (const Row& row : rows) {
-        row_jobs.push_back(row.job);
-        last_rows.push_back(row.last_row ? 1 : 0);
-      }
-      add_follow_steps(plan, row_jobs, last_rows);
+      add_follow_steps(plan, rows);
     }
     const Clock::time_point forward_start = Clock::now();
     StepOutput output = draft.runner().run(plan);

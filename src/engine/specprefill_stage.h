@@ -61,13 +61,17 @@ class SpecPrefillStage {
 
  private:
   struct Job;
+  // A job's share of one draft step: row s owns the plan's block table s.
+  struct Row {
+    Job* job;
+    int32_t count;  // tokens this step
+    bool last_row;  // carries the capture and the logits
+  };
   SpecPrefillOutcome finish_job(Job& job);
   SpecPrefillOutcome fallback(Job& job, std::string reason);
-  // Sets plan.follow_steps for the rows that carry a capture (row s of
-  // row_jobs owns plan.block_tables[s]; last_rows[s]: it does) and appends
+  // Sets plan.follow_steps for the rows that carry a capture and appends
   // their slots; returns the count (0: none fit or none are left).
-  int32_t add_follow_steps(StepPlan& plan, std::span<Job* const> row_jobs,
-                           std::span<const char> last_rows);
+  int32_t add_follow_steps(StepPlan& plan, std::span<const Row> rows);
 
   SpecPrefillOptions options_;
   int32_t max_batched_tokens_;
