@@ -6,8 +6,12 @@
 //  * C chunks, two streams: silu_mul + down of chunk c on a second stream beside
 //    chunk c + 1's gate_up GEMM (does a memory-bound pass hide behind a GEMM?),
 //    and the same chunks on one stream (what the cut alone costs).
+//  * --fp8: the --quantization fp8 MLP as Gemm::mlp runs it on e4m3 rows, with
+//    the fused SwiGLU kernel (then a quantize pass) and with the cuBLASLt FP8
+//    GEMM into the [n, 2 I] bf16 product + silu_mul_quantize_fp8, and the
+//    fused kernel alone.
 // Times: CUDA events, median of 5 batches of 10 calls after warm-up.
-//   build/bench/mlp_bench [--rows 2048,8192,16384] [--chunks 2,4] [--draft]
+//   build/bench/mlp_bench [--rows 2048,8192,16384] [--chunks 2,4] [--draft] [--fp8]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -20,6 +24,8 @@
 #include "cuda/cuda_check.h"
 #include "cuda/device_buffer.h"
 #include "cuda/elementwise.h"
+#include "cuda/fp8_quantize.h"
+#include "cuda/gemm.h"
 #include "cuda/swiglu_gemm.h"
 
 using namespace specstack::cuda;
@@ -57,6 +63,56 @@ double median_ms(Run run, cudaStream_t stream) {
   return ms[2];
 }
 
+// The FP8 MLP (qwen2.5 shapes, weights quantized per output row, rows per
+// token) through Gemm::mlp with the fused SwiGLU kernel and without.
+void run_fp8(const std::vector<int64_t>& rows_list, int64_t hidden, int64_t inter,
+             const DeviceBuffer<bf16>& x, const DeviceBuffer<bf16>& w_gu,
+             const DeviceBuffer<bf16>& w_down, DeviceBuffer<bf16>& gu, DeviceBuffer<bf16>& act,
+             DeviceBuffer<bf16>& y, cudaStream_t stream) {
+  const int64_t max_rows = *std::max_element(rows_list.begin(), rows_list.end());
+  Gemm gemm(stream);
+  gemm.set_fp8_swiglu(true);  // the row threshold below decides
+  gemm.reserve_fp8_activations(max_rows, inter);
+  DeviceBuffer<fp8> gu8(w_gu.size()), down8(w_down.size()), x8(size_t(max_rows * hidden));
+  DeviceBuffer<float> gu_scale(size_t(2 * inter)), down_scale(static_cast<size_t>(hidden)),
+      x_scale(static_cast<size_t>(max_rows));
+  quantize_rows_fp8(w_gu.data(), hidden, 2 * inter, hidden, gu8.data(), gu_scale.data(), stream,
+                    false);
+  quantize_rows_fp8(w_down.data(), inter, hidden, inter, down8.data(), down_scale.data(), stream,
+                    false);
+  quantize_rows_fp8(x.data(), hidden, max_rows, hidden, x8.data(), x_scale.data(), stream, false);
+  const LinearWeight lw_gu{nullptr, gu8.data(), gu_scale.data()};
+  const LinearWeight lw_down{nullptr, down8.data(), down_scale.data()};
+  const Fp8Rows rows{x8.data(), x_scale.data()};
+  std::printf("| rows | FP8 MLP | ms per MLP | vs cuBLASLt path |\n|---|---|---|---|\n");
+  for (int64_t n : rows_list) {
+    auto mlp = [&] {
+      gemm.mlp(rows, lw_gu, lw_down, n, inter, hidden, gu.data(), act.data(), y.data(), hidden);
+    };
+    gemm.set_swiglu_min_rows(0);
+    const double t_lt = median_ms(mlp, stream);
+    std::printf("| %lld | cuBLASLt gate_up + silu_mul_quantize + down | %.3f | 1.000 |\n",
+                static_cast<long long>(n), t_lt);
+    if (!fp8_swiglu_gemm_supported(x8.data(), gu8.data(), gu_scale.data(), n, inter, hidden,
+                                   act.data())) {
+      continue;
+    }
+    gemm.set_swiglu_min_rows(1);
+    const double t_fused = median_ms(mlp, stream);
+    std::printf("| %lld | swiglu kernel + quantize + down | %.3f | %.3f |\n",
+                static_cast<long long>(n), t_fused, t_fused / t_lt);
+    const double t_kernel = median_ms(
+        [&] {
+          fp8_swiglu_gemm(x8.data(), x_scale.data(), gu8.data(), gu_scale.data(), n, inter, hidden,
+                          act.data(), stream);
+        },
+        stream);
+    const double flop = 2.0 * double(n) * 2 * inter * hidden;
+    std::printf("| %lld | the fused kernel alone (%.0f TFLOP/s) | %.3f | |\n",
+                static_cast<long long>(n), flop / t_kernel / 1e9, t_kernel);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,6 +123,8 @@ int main(int argc, char** argv) {
   app.add_option("--chunks", chunk_list, "row chunks of the two-stream schedule")->delimiter(',');
   bool draft = false;
   app.add_flag("--draft", draft, "qwen2.5-0.5b's MLP (hidden 896, intermediate 4864)");
+  bool fp8_mlp = false;
+  app.add_flag("--fp8", fp8_mlp, "the --quantization fp8 MLP instead (e4m3 weights and rows)");
   CLI11_PARSE(app, argc, argv);
   // qwen2.5-7b's MLP, or qwen2.5-0.5b's with --draft.
   const int64_t kHidden = draft ? 896 : 3584, kInter = draft ? 4864 : 18944;
@@ -92,6 +150,11 @@ int main(int argc, char** argv) {
   fill_dummy_bf16(w_down.data(), int64_t(w_down.size()), 2, 0.02f, s0);
   fill_dummy_bf16(x.data(), int64_t(x.size()), 3, 1.0f, s0);
   SS_CUDA_CHECK(cudaStreamSynchronize(s0));
+
+  if (fp8_mlp) {
+    run_fp8(rows_list, kHidden, kInter, x, w_gu, w_down, gu, act, y, s0);
+    return 0;
+  }
 
   std::vector<cudaEvent_t> ev(64);
   for (auto& e : ev) SS_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));

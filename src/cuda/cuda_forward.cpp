@@ -353,9 +353,8 @@ void CudaModel::run_layers(const StepMeta& meta, CudaKvCache& kv, bool graph_saf
       // mlp's Fp8Rows form needs both projections in FP8.
       const bool mlp_fp8 =
           norm(layer.ffn_norm, layer.down.w8 != nullptr ? &layer.gate_up : nullptr);
-      SS_CHECK(rows <= gate_up_rows_ ||
-               (!mlp_fp8 && gemm_->gate_up_fused(h_.data(), hidden, layer.gate_up, rows, inter,
-                                                 hidden, act_.data())));
+      SS_CHECK(rows <= gate_up_rows_ || gemm_->gate_up_fused(h_.data(), hidden, layer.gate_up, rows,
+                                                             inter, hidden, act_.data()));
       if (mlp_fp8) {
         gemm_->mlp(h8, layer.gate_up, layer.down, rows, inter, hidden, gate_up_.data(), act_.data(),
                    delta_.data(), hidden, &pending_scales);

@@ -270,8 +270,15 @@ void CudaModel::ensure_scratch(int64_t n_tokens) {
     for (int64_t l = 0; l < c.n_layers; ++l) any_dense |= !c.layer_is_moe(l);
     if (!any_dense) inter = 0;
   }
+  if (options_.fp8_weights) {
+    // The widest input of an FP8 linear, and MoE experts see up to k rows per token.
+    const int64_t rows = n_tokens * std::max<int64_t>(1, c.moe.n_experts_per_token);
+    const int64_t widest = std::max({c.hidden_size, c.n_heads * c.head_dim, c.intermediate_size,
+                                     c.moe.expert_intermediate_size});
+    gemm_->reserve_fp8_activations(rows, widest);
+  }
   // The fused SwiGLU kernel never writes gate_up_: it holds only the rows of
-  // the chunks below its threshold (1.2 GB less at 16K on a 7B).
+  // the chunks below its threshold (1.2 GB less at 16K on a 7B, bf16 or FP8).
   int64_t gate_up_rows = 0;
   for (int64_t l = 0; l < c.n_layers && inter > 0; ++l) {
     if (c.layer_is_moe(l)) continue;
@@ -282,13 +289,6 @@ void CudaModel::ensure_scratch(int64_t n_tokens) {
   gate_up_rows_ = gate_up_rows;
   gate_up_.resize(static_cast<size_t>(gate_up_rows) * 2 * inter);
   act_.resize(t * inter);
-  if (options_.fp8_weights) {
-    // The widest input of an FP8 linear, and MoE experts see up to k rows per token.
-    const int64_t rows = n_tokens * std::max<int64_t>(1, c.moe.n_experts_per_token);
-    const int64_t widest = std::max({c.hidden_size, c.n_heads * c.head_dim, c.intermediate_size,
-                                     c.moe.expert_intermediate_size});
-    gemm_->reserve_fp8_activations(rows, widest);
-  }
   scratch_tokens_ = n_tokens;
 }
 

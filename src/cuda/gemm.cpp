@@ -19,6 +19,10 @@ constexpr size_t kWorkspaceBytes = size_t(64) << 20;
 // 176 vs 132 (the CUDA-core GEMV converts and multiplies every weight once
 // per row; the GEMM path costs ~17 us fixed per matrix).
 constexpr int64_t kFp8DefaultGemvMaxRows = 2;
+// Whether FP8 prefill chunks take the fused e4m3 SwiGLU kernel by default.
+// Off until it has run on a GPU: written in session 39, when no device
+// machine could be had (tests: SwigluGemmTest.Fp8*, GoldenCuda.FusedSwiglu*).
+constexpr bool kFp8SwigluGemmDefault = false;
 // From this many rows an FP8 linear without a pass to fold its scales into
 // (o, down, qkv) scales inside cuBLASLt's GEMM: at 8192 rows that is 35-60 us
 // faster per qwen2.5-7b matrix than the unscaled GEMM + scale_outer_bf16, at
@@ -52,6 +56,11 @@ Gemm::Gemm(cudaStream_t stream) : stream_(stream), fp8_gemv_max_rows_(kFp8Defaul
     const long long rows = std::atoll(swiglu);
     swiglu_min_rows_ = rows > 0 ? rows : -1;
   }
+  // SPECSTACK_FP8_SWIGLU_GEMM=1 / 0: the e4m3 twin on / off (its default:
+  // kFp8SwigluGemmDefault), within the same row threshold.
+  const char* fp8_swiglu = std::getenv("SPECSTACK_FP8_SWIGLU_GEMM");
+  fp8_swiglu_ = kFp8SwigluGemmDefault;
+  if (fp8_swiglu != nullptr && *fp8_swiglu != '\0') fp8_swiglu_ = std::string(fp8_swiglu) != "0";
 }
 
 Gemm::~Gemm() {
@@ -90,14 +99,20 @@ void Gemm::mlp(const Fp8Rows& x8, const LinearWeight& w_gate_up, const LinearWei
     fp8_gate_up_silu(x8, w_gate_up, n, width, hidden, gate_up, act);
     return linear(act, width, w_down, n, hidden, width, y, ldy);
   }
-  const bool scaled = fp8_->matmul(x8.q, x8.scale, w_gate_up.w8, w_gate_up.scale, n, 2 * width,
-                                   hidden, gate_up, 2 * width,
-                                   /*defer_scales=*/true);  // folded into the SiLU below
-  // fp8_x_ may have held x8 for the GEMM above (stream-ordered before this).
+  // fp8_x_ may hold x8 for the gate/up GEMM: stream-ordered before the SiLU
+  // rows overwrite it.
   SS_CHECK_LE(static_cast<size_t>(n * width), fp8_x_.size());
-  silu_mul_quantize_fp8(gate_up, n, width, scaled ? nullptr : x8.scale,
-                        scaled ? nullptr : w_gate_up.scale, fp8_x_.data(), fp8_act_scale_.data(),
-                        stream_);
+  if (gate_up_fused(nullptr, hidden, w_gate_up, n, width, hidden, act)) {
+    fp8_swiglu(x8, w_gate_up, n, width, hidden, act);
+    quantize_rows_fp8(act, width, n, width, fp8_x_.data(), fp8_act_scale_.data(), stream_);
+  } else {
+    const bool scaled = fp8_->matmul(x8.q, x8.scale, w_gate_up.w8, w_gate_up.scale, n, 2 * width,
+                                     hidden, gate_up, 2 * width,
+                                     /*defer_scales=*/true);  // folded into the SiLU below
+    silu_mul_quantize_fp8(gate_up, n, width, scaled ? nullptr : x8.scale,
+                          scaled ? nullptr : w_gate_up.scale, fp8_x_.data(), fp8_act_scale_.data(),
+                          stream_);
+  }
   if (down_scales != nullptr) {  // the caller's next pass applies them
     fp8_->matmul(fp8_x_.data(), fp8_act_scale_.data(), w_down.w8, w_down.scale, n, hidden, width, y,
                  ldy, /*defer_scales=*/true);
@@ -211,8 +226,14 @@ void Gemm::gate_up_silu(const __nv_bfloat16* x, int64_t ldx, const LinearWeight&
 
 bool Gemm::gate_up_fused(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w_gate_up,
                          int64_t n, int64_t width, int64_t in, const __nv_bfloat16* act) const {
-  return w_gate_up.w8 == nullptr && swiglu_min_rows_ > 0 && n >= swiglu_min_rows_ &&
-         swiglu_gemm_supported(x, ldx, w_gate_up.w16, n, width, in, act);
+  if (swiglu_min_rows_ <= 0 || n < swiglu_min_rows_) return false;
+  if (w_gate_up.w8 != nullptr) {
+    // e4m3: the rows go through fp8_x_ (dense, aligned) past the GEMV rows;
+    // x and ldx do not matter.
+    return fp8_swiglu_ && n > fp8_gemv_max_rows_ &&
+           fp8_swiglu_gemm_supported(nullptr, w_gate_up.w8, w_gate_up.scale, n, width, in, act);
+  }
+  return swiglu_gemm_supported(x, ldx, w_gate_up.w16, n, width, in, act);
 }
 
 int64_t Gemm::gate_up_scratch_rows(const LinearWeight& w_gate_up, int64_t n, int64_t width,
@@ -226,6 +247,9 @@ int64_t Gemm::gate_up_scratch_rows(const LinearWeight& w_gate_up, int64_t n, int
 
 void Gemm::fp8_gate_up_silu(const Fp8Rows& x8, const LinearWeight& weight, int64_t n, int64_t width,
                             int64_t in, __nv_bfloat16* gate_up, __nv_bfloat16* act) {
+  if (gate_up_fused(nullptr, in, weight, n, width, in, act)) {
+    return fp8_swiglu(x8, weight, n, width, in, act);
+  }
   if (!fp8_->matmul(x8.q, x8.scale, weight.w8, weight.scale, n, 2 * width, in, gate_up, 2 * width,
                     /*defer_scales=*/true)) {
     if (width % 8 == 0) {  // the scales folded into the SiLU pass
@@ -234,6 +258,12 @@ void Gemm::fp8_gate_up_silu(const Fp8Rows& x8, const LinearWeight& weight, int64
     scale_outer_bf16(gate_up, 2 * width, n, 2 * width, x8.scale, weight.scale, nullptr, stream_);
   }
   silu_mul(gate_up, static_cast<int32_t>(n), static_cast<int32_t>(width), act, stream_);
+}
+
+void Gemm::fp8_swiglu(const Fp8Rows& x8, const LinearWeight& weight, int64_t n, int64_t width,
+                      int64_t in, __nv_bfloat16* act) {
+  ++swiglu_gemm_calls_;
+  fp8_swiglu_gemm(x8.q, x8.scale, weight.w8, weight.scale, n, width, in, act, stream_);
 }
 
 void Gemm::linear_f32(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n,

@@ -47,15 +47,17 @@ class Gemm {
   void linear(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w, int64_t n, int64_t out,
               int64_t in, __nv_bfloat16* y, int64_t ldy, const float* bias = nullptr);
   // act[n, width] = bf16(silu(x · w_gate_upᵀ[:, :width]) * (x · w_gate_upᵀ[:, width:])):
-  // gemv_silu_mul for decode rows; bf16 prefill rows (from swiglu_min_rows_) the
-  // fused swiglu_gemm on Hopper; else a GEMM into gate_up [n, 2 * width] + silu_mul.
+  // gemv_silu_mul for decode rows; prefill rows (from swiglu_min_rows_) the
+  // fused swiglu_gemm / fp8_swiglu_gemm on Hopper; else a GEMM into gate_up
+  // [n, 2 * width] + silu_mul.
   void gate_up_silu(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w_gate_up, int64_t n,
                     int64_t width, int64_t in, __nv_bfloat16* gate_up, __nv_bfloat16* act);
   // A whole MLP: y[n, hidden] = (silu(x · gate_upᵀ[:width]) * (x · gate_upᵀ[width:])) · downᵀ,
   // x [n, ldx] with hidden = in columns, y rows with stride ldy. FP8 weights past the
-  // GEMV rows: the SiLU output goes straight to e4m3 (silu_mul_quantize_fp8)
-  // for the down GEMM, never to device memory as bf16; otherwise gate_up_silu + linear.
-  // gate_up [n, 2 * width] and act [n, width] bf16 are scratch.
+  // GEMV rows: the SiLU rows are quantized per token for the down GEMM, either
+  // from the fused kernel's bf16 act (fp8_swiglu_gemm + quantize_rows_fp8) or
+  // straight from the gate/up product (silu_mul_quantize_fp8); otherwise
+  // gate_up_silu + linear. gate_up [n, 2 * width] and act [n, width] bf16 are scratch.
   void mlp(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w_gate_up,
            const LinearWeight& w_down, int64_t n, int64_t width, int64_t hidden,
            __nv_bfloat16* gate_up, __nv_bfloat16* act, __nv_bfloat16* y, int64_t ldy);
@@ -114,9 +116,13 @@ class Gemm {
   // Rows up to which an FP8 linear runs the GEMV (bf16 activations) rather
   // than quantize + FP8 GEMM; at most kFp8GemvMaxRows.
   void set_fp8_gemv_max_rows(int64_t rows);
-  // Rows from which a bf16 gate/up projection runs the fused SwiGLU kernel
-  // (swiglu_gemm.h) where it supports the operands; <= 0: never.
+  // Rows from which a gate/up projection (bf16, or e4m3 past the FP8 GEMV
+  // rows) runs the fused SwiGLU kernel (swiglu_gemm.h) where it supports the
+  // operands; <= 0: never.
   void set_swiglu_min_rows(int64_t rows) { swiglu_min_rows_ = rows > 0 ? rows : -1; }
+  // Whether e4m3 gate/up projections may take the fused kernel at all
+  // (fp8_swiglu_gemm; SPECSTACK_FP8_SWIGLU_GEMM sets the default).
+  void set_fp8_swiglu(bool on) { fp8_swiglu_ = on; }
   // Whether gate_up_silu on these operands takes the fused SwiGLU kernel
   // (its gate_up scratch untouched).
   bool gate_up_fused(const __nv_bfloat16* x, int64_t ldx, const LinearWeight& w_gate_up, int64_t n,
@@ -124,7 +130,7 @@ class Gemm {
   // Rows of the gate_up scratch [rows, 2 width] that gate_up_silu / mlp need
   // for chunks of up to n rows with this weight (x, act: 16-byte aligned
   // dense buffers): below swiglu_min_rows_ where the fused kernel takes the
-  // longer bf16 chunks, else n (the FP8 and cuBLAS paths write every row).
+  // longer chunks, else n (the cuBLAS / cuBLASLt paths write every row).
   int64_t gate_up_scratch_rows(const LinearWeight& w_gate_up, int64_t n, int64_t width,
                                int64_t in) const;
   int64_t swiglu_gemm_calls() const { return swiglu_gemm_calls_; }
@@ -134,10 +140,15 @@ class Gemm {
             int64_t in, void* y, cudaDataType_t y_type, int64_t ldy);
   void fp8_gate_up_silu(const Fp8Rows& x8, const LinearWeight& w_gate_up, int64_t n, int64_t width,
                         int64_t in, __nv_bfloat16* gate_up, __nv_bfloat16* act);
+  // act = the SwiGLU of x8's e4m3 gate/up projections, one fused kernel
+  // (fp8_swiglu_gemm; gate_up_fused decided it).
+  void fp8_swiglu(const Fp8Rows& x8, const LinearWeight& w_gate_up, int64_t n, int64_t width,
+                  int64_t in, __nv_bfloat16* act);
 
   cudaStream_t stream_ = nullptr;
   cublasHandle_t handle_ = nullptr;
   int64_t swiglu_min_rows_ = 0;  // -1: never the fused SwiGLU kernel (SPECSTACK_SWIGLU_GEMM=0)
+  bool fp8_swiglu_ = false;
   int64_t swiglu_gemm_calls_ = 0;
   // A fixed workspace so cuBLAS never allocates (required inside graph capture).
   DeviceBuffer<uint8_t> workspace_;

@@ -8,8 +8,6 @@
 //   (wgmma layout: d[4 j + e] at row 16 w + g, column 8 j + 2 t + e; d[4 j + 2 + e]
 //   at row + 8), so gate column c (j < 16) and its up column (j + 16) are in the
 //   same thread: the SwiGLU needs no exchange.
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -20,6 +18,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/sm90a.h"
 #include "cuda/swiglu_gemm.h"
+#include "cuda/swiglu_gemm_common.cuh"
 #include "cuda/wgmma.cuh"
 
 namespace specstack::cuda {
@@ -30,7 +29,6 @@ constexpr int kBlockN = 128;  // act columns per tile (256 weight rows)
 constexpr int kBlockK = 64;   // k per stage: one 128-byte swizzle row
 constexpr int kStages = 4;
 constexpr int kThreads = 384;                     // producer warpgroup + 2 consumer warpgroups
-constexpr int kGroupM = 16;                       // row tiles walked together (L2 reuse)
 constexpr uint32_t kATile = kBlockM * 128;        // bytes
 constexpr uint32_t kBHalf = kBlockN * 128;        // bytes of the gate (or up) rows
 constexpr uint32_t kStage = kATile + 2 * kBHalf;  // 48 KB
@@ -44,6 +42,7 @@ struct Params {
 
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 using namespace wg;
+using namespace swiglu_common;
 
 // d (64x256 f32) = or += A (64x16, smem, K-major) * B (16x256, smem, K-major).
 __device__ __forceinline__ void wgmma_m64n256(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
@@ -69,45 +68,6 @@ __device__ __forceinline__ void wgmma_m64n256(float (&d)[128], uint64_t desc_a, 
 #undef SS_D8
 }
 
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-
-// A [box rows][64] bf16 box of the 2-D tensor map at (k0, row0) into smem,
-// arriving on bar with its bytes (rows past the tensor's end are zeros).
-__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int32_t k0,
-                                         int32_t row0, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
-      "%3}], [%4];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(k0), "r"(row0), "r"(bar)
-      : "memory");
-}
-
-// silu(g) u in f32 with the fast exp and divide (ex2.approx / rcp.approx, a
-// few f32 ulps; the bf16 output rounds at 2^-9). tanh.approx would be one MUFU
-// op instead of two, but its ~2^-11 absolute error near tanh = -1 wipes out
-// silu(g) for g < -6 (h + h tanh(h) cancels): not used.
-__device__ __forceinline__ float swiglu(float g, float u) {
-  return __fdividef(g, 1.0f + __expf(-g)) * u;
-}
-
-__device__ __forceinline__ float bf16_round(float v) {
-  return __bfloat162float(__float2bfloat16(v));
-}
-
-// Tile t's (row tile, column tile): groups of kGroupM row tiles, row tiles
-// fastest inside a group, so the CTAs running together share weight tiles.
-__device__ __forceinline__ void tile_coords(int32_t t, const Params& p, int32_t& mt, int32_t& nt) {
-  const int32_t group_tiles = kGroupM * p.n_tiles;
-  const int32_t g = t / group_tiles;
-  const int32_t first = g * kGroupM;
-  const int32_t rows = min(kGroupM, p.m_tiles - first);
-  const int32_t r = t - g * group_tiles;
-  mt = first + r % rows;
-  nt = r / rows;
-}
 #endif
 
 __global__ void __launch_bounds__(kThreads, 1)
@@ -139,7 +99,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       uint32_t phase = 0;
       for (int32_t t = blockIdx.x; t < total; t += gridDim.x) {
         int32_t mt, nt;
-        tile_coords(t, p, mt, nt);
+        tile_coords(t, p.m_tiles, p.n_tiles, mt, nt);
         for (int32_t kb = 0; kb < k_blocks; ++kb) {
           mbar_wait(empty(s), phase ^ 1);
           mbar_expect_tx(full(s), kStage);
@@ -161,7 +121,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t phase = 0;
   for (int32_t t = blockIdx.x; t < total; t += gridDim.x) {
     int32_t mt, nt;
-    tile_coords(t, p, mt, nt);
+    tile_coords(t, p.m_tiles, p.n_tiles, mt, nt);
     int prev = 0;
     for (int32_t kb = 0; kb < k_blocks; ++kb) {
       mbar_wait(full(s), phase);
@@ -207,44 +167,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    SS_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
-                                                   cudaEnableDefault, &found));
-    SS_CHECK_MSG(found == cudaDriverEntryPointSuccess && f != nullptr,
-                 "the CUDA driver has no cuTensorMapEncodeTiled");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-// A [rows, cols] bf16 matrix (rows ld elements apart) read in [128][64] boxes.
-CUtensorMap tensor_map(const __nv_bfloat16* data, int64_t rows, int64_t cols, int64_t ld) {
-  CUtensorMap map{};
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * sizeof(__nv_bfloat16)};
-  const cuuint32_t box[2] = {kBlockK, 128};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = encode_fn()(
-      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(data), dims, strides,
-      box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  SS_CHECK_MSG(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed");
-  return map;
-}
-
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, count = 0;
-    SS_CUDA_CHECK(cudaGetDevice(&dev));
-    SS_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev));
-    return count;
-  }();
-  return n;
-}
-
 }  // namespace
 
 bool swiglu_gemm_supported(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t n,
@@ -261,8 +183,9 @@ void swiglu_gemm(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, in
   // attribute is per device, and a process may drive several.
   SS_CUDA_CHECK(cudaFuncSetAttribute(swiglu_gemm_kernel,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  const CUtensorMap map_x = tensor_map(x, n, in, ldx);
-  const CUtensorMap map_w = tensor_map(w, 2 * width, in, in);
+  constexpr auto kBf16 = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const CUtensorMap map_x = swiglu_common::tensor_map(x, kBf16, 2, n, in, 2 * ldx, kBlockM);
+  const CUtensorMap map_w = swiglu_common::tensor_map(w, kBf16, 2, 2 * width, in, 2 * in, kBlockN);
   Params p;
   p.act = act;
   p.m = static_cast<int32_t>(n);
@@ -271,7 +194,7 @@ void swiglu_gemm(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, in
   p.m_tiles = static_cast<int32_t>((n + kBlockM - 1) / kBlockM);
   p.n_tiles = static_cast<int32_t>(width / kBlockN);
   const int64_t tiles = int64_t{p.m_tiles} * p.n_tiles;
-  const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, sm_count()));
+  const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, swiglu_common::sm_count()));
   swiglu_gemm_kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_x, map_w, p);
   SS_CUDA_CHECK_LAUNCH();
 }

@@ -236,48 +236,60 @@ TEST(GoldenCuda, GraphReplayAndDeviceGreedyEqualEager) {
 // 64, intermediate of 128): the logits equal those of a model whose gate/up
 // projections run cuBLAS + silu_mul (SPECSTACK_SWIGLU_GEMM=0) within bf16
 // rounding, for the prompt's last row and the four decode steps after it.
+// With --quantization fp8 likewise (hidden a multiple of 128, intermediate
+// of 64) against the cuBLASLt FP8 GEMM + silu_mul_quantize_fp8.
 TEST(GoldenCuda, FusedSwigluPrefillMatchesCublasAndSiluMul) {
   SS_REQUIRE_GPU();
   CpuBackend backend(CpuBackendOptions{1});
-  int checked = 0;
-  for (const std::string& name : testing::golden_architectures()) {
-    ModelInstanceOptions options;
-    options.kv_tokens = 4096;
-    options.device = Device::kCuda;
-    options.cuda_graphs = false;
-    ::setenv("SPECSTACK_SWIGLU_GEMM", "0", 1);
-    auto plain = testing::load_golden_model(name, backend, options);
-    ::unsetenv("SPECSTACK_SWIGLU_GEMM");
-    auto fused = testing::load_golden_model(name, backend, options);
-    auto* fused_cuda = dynamic_cast<cuda::CudaModel*>(&fused->model());
-    auto* plain_cuda = dynamic_cast<cuda::CudaModel*>(&plain->model());
-    ASSERT_NE(fused_cuda, nullptr);
-    SCOPED_TRACE(name);
-    const testing::TailRun want = testing::run_tail_scenario(*plain, 2100, 1050, true, false);
-    const int64_t before = fused_cuda->swiglu_gemm_calls();
-    const testing::TailRun got = testing::run_tail_scenario(*fused, 2100, 1050, true, false);
-    EXPECT_EQ(plain_cuda->swiglu_gemm_calls(), 0);
-    const ModelConfig& c = fused->config();
-    const bool tiles = c.hidden_size % 64 == 0 && c.intermediate_size % 128 == 0 &&
-                       !c.layer_is_moe(0) && cuda::device_runs_sm90a();
-    if (!tiles) {
-      EXPECT_EQ(fused_cuda->swiglu_gemm_calls(), before);
-      continue;
+  for (const bool fp8 : {false, true}) {
+    int checked = 0;
+    for (const std::string& name : testing::golden_architectures()) {
+      ModelInstanceOptions options;
+      options.kv_tokens = 4096;
+      options.device = Device::kCuda;
+      options.cuda_graphs = false;
+      options.quantization = fp8 ? WeightQuantization::kFp8 : WeightQuantization::kNone;
+      ::setenv("SPECSTACK_SWIGLU_GEMM", "0", 1);
+      auto plain = testing::load_golden_model(name, backend, options);
+      ::unsetenv("SPECSTACK_SWIGLU_GEMM");
+      ::setenv("SPECSTACK_FP8_SWIGLU_GEMM", "1", 1);
+      auto fused = testing::load_golden_model(name, backend, options);
+      ::unsetenv("SPECSTACK_FP8_SWIGLU_GEMM");
+      auto* fused_cuda = dynamic_cast<cuda::CudaModel*>(&fused->model());
+      auto* plain_cuda = dynamic_cast<cuda::CudaModel*>(&plain->model());
+      ASSERT_NE(fused_cuda, nullptr);
+      SCOPED_TRACE(name + (fp8 ? " fp8" : " bf16"));
+      const testing::TailRun want = testing::run_tail_scenario(*plain, 2100, 1050, true, false);
+      const int64_t before = fused_cuda->swiglu_gemm_calls();
+      const testing::TailRun got = testing::run_tail_scenario(*fused, 2100, 1050, true, false);
+      EXPECT_EQ(plain_cuda->swiglu_gemm_calls(), 0);
+      const ModelConfig& c = fused->config();
+      // k a stage: 64 bf16 or 128 e4m3 (128 bytes); act columns a tile: 128
+      // bf16, 64 e4m3.
+      const bool tiles = c.hidden_size % (fp8 ? 128 : 64) == 0 &&
+                         c.intermediate_size % (fp8 ? 64 : 128) == 0 && !c.layer_is_moe(0) &&
+                         cuda::device_runs_sm90a();
+      if (!tiles) {
+        EXPECT_EQ(fused_cuda->swiglu_gemm_calls(), before);
+        continue;
+      }
+      EXPECT_GT(fused_cuda->swiglu_gemm_calls(), before) << "no gate/up projection ran fused";
+      ++checked;
+      const int64_t vocab = c.vocab_size;
+      ASSERT_EQ(got.a_last.size(), want.a_last.size());
+      EXPECT_LE(relative_error(got.a_last.data(), want.a_last.data(), vocab), 1e-2);
+      ASSERT_EQ(got.a_decode.size(), want.a_decode.size());
+      for (size_t r = 0; r * vocab < got.a_decode.size(); ++r) {
+        EXPECT_LE(relative_error(got.a_decode.data() + r * vocab, want.a_decode.data() + r * vocab,
+                                 vocab),
+                  1e-2)
+            << "decode step " << r;
+      }
     }
-    EXPECT_GT(fused_cuda->swiglu_gemm_calls(), before) << "no gate/up projection ran fused";
-    ++checked;
-    const int64_t vocab = c.vocab_size;
-    ASSERT_EQ(got.a_last.size(), want.a_last.size());
-    EXPECT_LE(relative_error(got.a_last.data(), want.a_last.data(), vocab), 1e-2);
-    ASSERT_EQ(got.a_decode.size(), want.a_decode.size());
-    for (size_t r = 0; r * vocab < got.a_decode.size(); ++r) {
-      EXPECT_LE(
-          relative_error(got.a_decode.data() + r * vocab, want.a_decode.data() + r * vocab, vocab),
-          1e-2)
-          << "decode step " << r;
+    if (cuda::device_runs_sm90a()) {
+      EXPECT_GE(checked, 3) << "too few golden shapes took the kernel" << (fp8 ? " (fp8)" : "");
     }
   }
-  if (cuda::device_runs_sm90a()) EXPECT_GE(checked, 3) << "too few golden shapes took the kernel";
 }
 
 }  // namespace

@@ -1,0 +1,227 @@
+// SwiGLU gate/up GEMM for Hopper on e4m3 operands (fp8_swiglu_gemm in
+// swiglu_gemm.h; the bf16 kernel is swiglu_gemm.cu). Shapes and roles:
+//   CTA: 384 threads = warpgroup 0 (one thread issues the TMA loads) and
+//   consumer warpgroups 1, 2 (rows 0-63 / 64-127 of the 128-row tile).
+//   Tile: 128 rows x 64 act columns; its weight tile is the 64 gate rows and
+//   the 64 up rows of those columns (128 weight rows).
+//   Stage s: A tile [128 rows][128 k] e4m3 (16 KB) then B tile [128 rows][128 k]
+//   (16 KB: gate rows, then up rows), each row 128 bytes in the TMA / wgmma
+//   128-byte swizzle (cuda/wgmma.cuh); a wgmma m64n128k32 takes 32 bytes of k.
+//   Accumulators: the tensor cores' d[64] per stage (wgmma layout: d[4 j + e]
+//   at row 16 w + g, column 8 j + 2 t + e; d[4 j + 2 + e] at row + 8), so gate
+//   column c (j < 8) and its up column (j + 8) sit in the same thread.
+// Precision: Hopper's FP8 MMAs keep a narrower sum than f32 (about 14 bits,
+// DeepSeek-V3 §3.3.2), so each stage's 128-deep product is added into an f32
+// accumulator of its own ("promotion", what cuBLASLt does without
+// CUBLASLT_MATMUL_DESC_FAST_ACCUM, which this project leaves off). Two
+// accumulator sets a thread are why the tile is 64 act columns wide, not the
+// bf16 kernel's 128: 64 + 64 registers, where n256 would need 256.
+// A consumer waits for its stage's MMAs before promoting; the other
+// consumer's MMAs keep the tensor cores busy meanwhile.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "base/check.h"
+#include "cuda/alignment.h"
+#include "cuda/cuda_check.h"
+#include "cuda/sm90a.h"
+#include "cuda/swiglu_gemm.h"
+#include "cuda/swiglu_gemm_common.cuh"
+#include "cuda/wgmma.cuh"
+
+namespace specstack::cuda {
+namespace {
+
+using fp8 = __nv_fp8_e4m3;
+
+constexpr int kBlockM = 128;  // rows of x (and act) per tile
+constexpr int kBlockN = 64;   // act columns per tile (128 weight rows)
+constexpr int kBlockK = 128;  // k per stage: one 128-byte swizzle row of e4m3
+constexpr int kStages = 6;
+constexpr int kThreads = 384;                     // producer warpgroup + 2 consumer warpgroups
+constexpr uint32_t kATile = kBlockM * 128;        // bytes
+constexpr uint32_t kBHalf = kBlockN * 128;        // bytes of the gate (or up) rows
+constexpr uint32_t kStage = kATile + 2 * kBHalf;  // 32 KB
+constexpr uint32_t kSmemBytes = kStages * kStage + 1024;  // + the 1024-byte alignment
+
+struct Params {
+  __nv_bfloat16* act;    // [m, width]
+  const float* x_scale;  // [m]
+  const float* w_scale;  // [2 width]
+  int32_t m, width, k;
+  int32_t m_tiles, n_tiles;
+};
+
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+using namespace wg;
+using namespace swiglu_common;
+
+// d (64x128 f32) = or += A (64 x 32 e4m3, smem, K-major) * B (32 x 128, smem,
+// K-major). e4m3 takes no transpose immediates.
+__device__ __forceinline__ void wgmma_m64n128_e4m3(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                                   int accumulate) {
+#define SS_D8(i)                                                                              \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+#define SS_D32(i) SS_D8(i), SS_D8(i + 8), SS_D8(i + 16), SS_D8(i + 24)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
+      : SS_D32(0), SS_D32(32)
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+#undef SS_D32
+#undef SS_D8
+}
+#endif
+
+__global__ void __launch_bounds__(kThreads, 1)
+    fp8_swiglu_gemm_kernel(const __grid_constant__ CUtensorMap map_x,
+                           const __grid_constant__ CUtensorMap map_w, const Params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t bars[2 * kStages];  // full[s], then empty[s]
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  auto a_tile = [&](int s) { return base + s * kStage; };
+  auto b_tile = [&](int s) { return base + s * kStage + kATile; };
+  auto full = [&](int s) { return smem_u32(&bars[s]); };
+  auto empty = [&](int s) { return smem_u32(&bars[kStages + s]); };
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full(s), 1);   // the producer's expect_tx arrival (+ the TMA bytes)
+      mbar_init(empty(s), 8);  // lane 0 of each consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const int32_t k_blocks = p.k / kBlockK;
+  const int32_t total = p.m_tiles * p.n_tiles;
+
+  if (tid < 128) {  // producer warpgroup: one thread issues every load
+    if (tid == 0) {
+      int s = 0;
+      uint32_t phase = 0;
+      for (int32_t t = blockIdx.x; t < total; t += gridDim.x) {
+        int32_t mt, nt;
+        tile_coords(t, p.m_tiles, p.n_tiles, mt, nt);
+        for (int32_t kb = 0; kb < k_blocks; ++kb) {
+          mbar_wait(empty(s), phase ^ 1);
+          mbar_expect_tx(full(s), kStage);
+          tma_load(a_tile(s), &map_x, kb * kBlockK, mt * kBlockM, full(s));
+          tma_load(b_tile(s), &map_w, kb * kBlockK, nt * kBlockN, full(s));
+          tma_load(b_tile(s) + kBHalf, &map_w, kb * kBlockK, p.width + nt * kBlockN, full(s));
+          if (++s == kStages) s = 0, phase ^= 1;
+        }
+      }
+    }
+    return;
+  }
+
+  const int consumer = tid / 128 - 1;  // rows 64 consumer ..
+  const int warp = (tid / 32) % 4, lane = tid % 32;
+  const int g = lane / 4, t4 = lane % 4;
+  float d[64];    // this stage's product (the tensor cores' accumulator)
+  float acc[64];  // the tile's f32 sum of the stages' products
+  int s = 0;
+  uint32_t phase = 0;
+  for (int32_t t = blockIdx.x; t < total; t += gridDim.x) {
+    int32_t mt, nt;
+    tile_coords(t, p.m_tiles, p.n_tiles, mt, nt);
+    for (int32_t kb = 0; kb < k_blocks; ++kb) {
+      mbar_wait(full(s), phase);
+      const uint32_t a = a_tile(s) + consumer * 64 * 128;
+      const uint32_t b = b_tile(s);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        wgmma_m64n128_e4m3(d, make_desc(a + kk * 32, 16, 1024), make_desc(b + kk * 32, 16, 1024),
+                           kk != 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(d);
+      if (lane == 0) mbar_arrive(empty(s));  // the stage may be refilled
+#pragma unroll
+      for (int i = 0; i < 64; ++i) acc[i] = kb == 0 ? d[i] : acc[i] + d[i];
+      if (++s == kStages) s = 0, phase ^= 1;
+    }
+    // Epilogue: g and u rounded to bf16 as an unscaled FP8 GEMM's bf16 output
+    // holds them, times the row's and the column's scale in scaled_silu_mul's
+    // order, then silu(g) * u in f32 (fast exp / divide, as the bf16 kernel):
+    // the result differs from the cuBLASLt + silu_mul_quantize_fp8 path only
+    // where the summation orders round g or u differently. One bf16 pair a
+    // store.
+    const int32_t row = mt * kBlockM + consumer * 64 + warp * 16 + g;
+    const int32_t col0 = nt * kBlockN + 2 * t4;
+    float rs[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      rs[half] = row + 8 * half < p.m ? p.x_scale[row + 8 * half] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {  // gate columns 8 j + 2 t4 + {0, 1}; up: 8 blocks on
+      const int32_t c = col0 + 8 * j;
+      const float2 cg = *reinterpret_cast<const float2*>(p.w_scale + c);
+      const float2 cu = *reinterpret_cast<const float2*>(p.w_scale + p.width + c);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int32_t r = row + 8 * half;
+        if (r >= p.m) continue;
+        const int i = 4 * j + 2 * half;
+        const float g0 = bf16_round(acc[i]) * rs[half] * cg.x;
+        const float g1 = bf16_round(acc[i + 1]) * rs[half] * cg.y;
+        const float u0 = bf16_round(acc[i + 32]) * rs[half] * cu.x;
+        const float u1 = bf16_round(acc[i + 33]) * rs[half] * cu.y;
+        *reinterpret_cast<__nv_bfloat162*>(p.act + int64_t{r} * p.width + c) =
+            __floats2bfloat162_rn(swiglu(g0, u0), swiglu(g1, u1));
+      }
+    }
+  }
+#endif
+}
+
+}  // namespace
+
+bool fp8_swiglu_gemm_supported(const __nv_fp8_e4m3* x, const __nv_fp8_e4m3* w, const float* w_scale,
+                               int64_t n, int64_t width, int64_t in, const __nv_bfloat16* act) {
+  // The epilogue reads column scales in pairs (8-byte loads).
+  return n > 0 && in > 0 && in % kBlockK == 0 && width > 0 && width % kBlockN == 0 &&
+         n <= INT32_MAX && 2 * width <= INT32_MAX && aligned16(x) && aligned16(w) &&
+         aligned16(act) && reinterpret_cast<uintptr_t>(w_scale) % 8 == 0 && device_runs_sm90a();
+}
+
+void fp8_swiglu_gemm(const __nv_fp8_e4m3* x, const float* x_scale, const __nv_fp8_e4m3* w,
+                     const float* w_scale, int64_t n, int64_t width, int64_t in, __nv_bfloat16* act,
+                     cudaStream_t stream) {
+  SS_CHECK(x_scale != nullptr && w_scale != nullptr);
+  SS_CHECK(fp8_swiglu_gemm_supported(x, w, w_scale, n, width, in, act));
+  // Every launch (a host call of ~1 us beside a kernel of >= 1024 rows): the
+  // attribute is per device, and a process may drive several.
+  SS_CUDA_CHECK(cudaFuncSetAttribute(fp8_swiglu_gemm_kernel,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  constexpr auto kU8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  const CUtensorMap map_x = swiglu_common::tensor_map(x, kU8, 1, n, in, in, kBlockM);
+  const CUtensorMap map_w = swiglu_common::tensor_map(w, kU8, 1, 2 * width, in, in, kBlockN);
+  Params p;
+  p.act = act;
+  p.x_scale = x_scale;
+  p.w_scale = w_scale;
+  p.m = static_cast<int32_t>(n);
+  p.width = static_cast<int32_t>(width);
+  p.k = static_cast<int32_t>(in);
+  p.m_tiles = static_cast<int32_t>((n + kBlockM - 1) / kBlockM);
+  p.n_tiles = static_cast<int32_t>(width / kBlockN);
+  const int64_t tiles = int64_t{p.m_tiles} * p.n_tiles;
+  const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, swiglu_common::sm_count()));
+  fp8_swiglu_gemm_kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_x, map_w, p);
+  SS_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace specstack::cuda

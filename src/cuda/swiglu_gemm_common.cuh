@@ -1,0 +1,104 @@
+// What the two fused SwiGLU GEMM kernels share (swiglu_gemm.cu: bf16,
+// fp8_swiglu_gemm.cu: e4m3; contract in swiglu_gemm.h): the persistent tile
+// walk, TMA box loads onto an mbarrier, the SwiGLU arithmetic of the
+// epilogue, and the host-side tensor maps.
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "base/check.h"
+#include "cuda/cuda_check.h"
+#include "cuda/wgmma.cuh"
+
+namespace specstack::cuda::swiglu_common {
+
+constexpr int kGroupM = 16;  // row tiles walked together (L2 reuse)
+
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+// A box of the 2-D tensor map at (k0, row0) into smem, arriving on bar with
+// its bytes (rows past the tensor's end are zeros).
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int32_t k0,
+                                         int32_t row0, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+      "%3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(k0), "r"(row0), "r"(bar)
+      : "memory");
+}
+
+// silu(g) u in f32 with the fast exp and divide (ex2.approx / rcp.approx, a
+// few f32 ulps; the bf16 output rounds at 2^-9). tanh.approx would be one MUFU
+// op instead of two, but its ~2^-11 absolute error near tanh = -1 wipes out
+// silu(g) for g < -6 (h + h tanh(h) cancels): not used.
+__device__ __forceinline__ float swiglu(float g, float u) {
+  return __fdividef(g, 1.0f + __expf(-g)) * u;
+}
+
+__device__ __forceinline__ float bf16_round(float v) {
+  return __bfloat162float(__float2bfloat16(v));
+}
+
+// Tile t's (row tile, column tile): groups of kGroupM row tiles, row tiles
+// fastest inside a group, so the CTAs running together share weight tiles.
+__device__ __forceinline__ void tile_coords(int32_t t, int32_t m_tiles, int32_t n_tiles,
+                                            int32_t& mt, int32_t& nt) {
+  const int32_t group_tiles = kGroupM * n_tiles;
+  const int32_t g = t / group_tiles;
+  const int32_t first = g * kGroupM;
+  const int32_t rows = min(kGroupM, m_tiles - first);
+  const int32_t r = t - g * group_tiles;
+  mt = first + r % rows;
+  nt = r / rows;
+}
+#endif
+
+inline PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    SS_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                                   cudaEnableDefault, &found));
+    SS_CHECK_MSG(found == cudaDriverEntryPointSuccess && f != nullptr,
+                 "the CUDA driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A [rows, cols] matrix of `type` (rows ld_bytes apart) read in boxes of
+// box_rows rows x 128 bytes, in the 128-byte swizzle.
+inline CUtensorMap tensor_map(const void* data, CUtensorMapDataType type, int64_t elem_bytes,
+                              int64_t rows, int64_t cols, int64_t ld_bytes, uint32_t box_rows) {
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld_bytes)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(128 / elem_bytes), box_rows};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r =
+      encode_fn()(&map, type, 2, const_cast<void*>(data), dims, strides, box, element_strides,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  SS_CHECK_MSG(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed");
+  return map;
+}
+
+inline int sm_count() {
+  static const int n = [] {
+    int dev = 0, count = 0;
+    SS_CUDA_CHECK(cudaGetDevice(&dev));
+    SS_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev));
+    return count;
+  }();
+  return n;
+}
+
+}  // namespace specstack::cuda::swiglu_common
