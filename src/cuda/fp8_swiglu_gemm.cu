@@ -41,11 +41,9 @@ constexpr int kBlockM = 128;  // rows of x (and act) per tile
 constexpr int kBlockN = 64;   // act columns per tile (128 weight rows)
 constexpr int kBlockK = 128;  // k per stage: one 128-byte swizzle row of e4m3
 constexpr int kStages = 6;
-constexpr int kThreads = 384;                     // producer warpgroup + 2 consumer warpgroups
-constexpr uint32_t kATile = kBlockM * 128;        // bytes
-constexpr uint32_t kBHalf = kBlockN * 128;        // bytes of the gate (or up) rows
-constexpr uint32_t kStage = kATile + 2 * kBHalf;  // 32 KB
-constexpr uint32_t kSmemBytes = kStages * kStage + 1024;  // + the 1024-byte alignment
+constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
+using Pipe = swiglu_common::Pipeline<kStages, kBlockM, kBlockN, kBlockK>;  // 32 KB a stage
+constexpr uint32_t kSmemBytes = Pipe::kSmemBytes;
 
 struct Params {
   __nv_bfloat16* act;    // [m, width]
@@ -86,41 +84,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                            const __grid_constant__ CUtensorMap map_w, const Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  __shared__ __align__(8) uint64_t bars[2 * kStages];  // full[s], then empty[s]
-  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  auto a_tile = [&](int s) { return base + s * kStage; };
-  auto b_tile = [&](int s) { return base + s * kStage + kATile; };
-  auto full = [&](int s) { return smem_u32(&bars[s]); };
-  auto empty = [&](int s) { return smem_u32(&bars[kStages + s]); };
+  __shared__ __align__(8) uint64_t bars[2 * kStages];
+  const Pipe pipe(smem_raw, bars);
+  pipe.init();
   const int tid = threadIdx.x;
-  if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(full(s), 1);   // the producer's expect_tx arrival (+ the TMA bytes)
-      mbar_init(empty(s), 8);  // lane 0 of each consumer warp
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
   const int32_t k_blocks = p.k / kBlockK;
   const int32_t total = p.m_tiles * p.n_tiles;
-
   if (tid < 128) {  // producer warpgroup: one thread issues every load
-    if (tid == 0) {
-      int s = 0;
-      uint32_t phase = 0;
-      for (int32_t t = blockIdx.x; t < total; t += gridDim.x) {
-        int32_t mt, nt;
-        tile_coords(t, p.m_tiles, p.n_tiles, mt, nt);
-        for (int32_t kb = 0; kb < k_blocks; ++kb) {
-          mbar_wait(empty(s), phase ^ 1);
-          mbar_expect_tx(full(s), kStage);
-          tma_load(a_tile(s), &map_x, kb * kBlockK, mt * kBlockM, full(s));
-          tma_load(b_tile(s), &map_w, kb * kBlockK, nt * kBlockN, full(s));
-          tma_load(b_tile(s) + kBHalf, &map_w, kb * kBlockK, p.width + nt * kBlockN, full(s));
-          if (++s == kStages) s = 0, phase ^= 1;
-        }
-      }
-    }
+    if (tid == 0) pipe.produce(&map_x, &map_w, p.m_tiles, p.n_tiles, k_blocks, p.width);
     return;
   }
 
@@ -135,9 +106,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     int32_t mt, nt;
     tile_coords(t, p.m_tiles, p.n_tiles, mt, nt);
     for (int32_t kb = 0; kb < k_blocks; ++kb) {
-      mbar_wait(full(s), phase);
-      const uint32_t a = a_tile(s) + consumer * 64 * 128;
-      const uint32_t b = b_tile(s);
+      mbar_wait(pipe.full(s), phase);
+      const uint32_t a = pipe.a_tile(s) + consumer * 64 * 128;
+      const uint32_t b = pipe.b_tile(s);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
@@ -147,7 +118,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs(d);
-      if (lane == 0) mbar_arrive(empty(s));  // the stage may be refilled
+      if (lane == 0) mbar_arrive(pipe.empty(s));  // the stage may be refilled
 #pragma unroll
       for (int i = 0; i < 64; ++i) acc[i] = kb == 0 ? d[i] : acc[i] + d[i];
       if (++s == kStages) s = 0, phase ^= 1;

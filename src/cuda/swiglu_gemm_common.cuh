@@ -61,6 +61,74 @@ __device__ __forceinline__ void tile_coords(int32_t t, int32_t m_tiles, int32_t 
 }
 #endif
 
+// The TMA pipeline both kernels run: kStages stages in dynamic shared memory,
+// stage s = an A tile [kBlockM rows][128 bytes of k] then a B tile of kBlockN
+// gate rows and the kBlockN up rows of the same columns (128 bytes each; up
+// rows start `width` rows after gate rows in the weight), each part 1024-byte
+// aligned; full[s] (the producer's expect_tx arrival + the bytes) and
+// empty[s] (lane 0 of each of the 8 consumer warps) mbarriers. kBlockK: the
+// elements in 128 bytes.
+template <int kStages, int kBlockM, int kBlockN, int kBlockK>
+struct Pipeline {
+  static constexpr uint32_t kATile = kBlockM * 128;                // bytes
+  static constexpr uint32_t kBHalf = kBlockN * 128;                // bytes of the gate (or up) rows
+  static constexpr uint32_t kStage = kATile + 2 * kBHalf;          // bytes
+  static constexpr uint32_t kSmemBytes = kStages * kStage + 1024;  // + the 1024-byte alignment
+
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  uint32_t base;   // 1024-byte aligned start of stage 0
+  uint64_t* bars;  // [2 kStages] in shared memory: full[s], then empty[s]
+
+  __device__ Pipeline(unsigned char* smem, uint64_t* barriers)
+      : base((wg::smem_u32(smem) + 1023u) & ~1023u), bars(barriers) {}
+  __device__ uint32_t a_tile(int s) const {
+    return base + s * kStage;
+  }
+  __device__ uint32_t b_tile(int s) const {
+    return base + s * kStage + kATile;
+  }
+  __device__ uint32_t full(int s) const {
+    return wg::smem_u32(&bars[s]);
+  }
+  __device__ uint32_t empty(int s) const {
+    return wg::smem_u32(&bars[kStages + s]);
+  }
+
+  // Thread 0 initialises the barriers; every thread of the CTA calls it.
+  __device__ void init() const {
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < kStages; ++s) {
+        wg::mbar_init(full(s), 1);
+        wg::mbar_init(empty(s), 8);
+      }
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+  }
+
+  // The producer's one thread: every stage of the CTA's tiles (t from
+  // blockIdx.x, gridDim.x apart), each stage once its consumers released it.
+  __device__ void produce(const CUtensorMap* map_x, const CUtensorMap* map_w, int32_t m_tiles,
+                          int32_t n_tiles, int32_t k_blocks, int32_t width) const {
+    int s = 0;
+    uint32_t phase = 0;
+    for (int32_t t = blockIdx.x; t < m_tiles * n_tiles; t += gridDim.x) {
+      int32_t mt, nt;
+      tile_coords(t, m_tiles, n_tiles, mt, nt);
+      for (int32_t kb = 0; kb < k_blocks; ++kb) {
+        wg::mbar_wait(empty(s), phase ^ 1);
+        mbar_expect_tx(full(s), kStage);
+        const int32_t k0 = kb * kBlockK;
+        tma_load(a_tile(s), map_x, k0, mt * kBlockM, full(s));
+        tma_load(b_tile(s), map_w, k0, nt * kBlockN, full(s));
+        tma_load(b_tile(s) + kBHalf, map_w, k0, width + nt * kBlockN, full(s));
+        if (++s == kStages) s = 0, phase ^= 1;
+      }
+    }
+  }
+#endif
+};
+
 inline PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
   static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
     void* f = nullptr;
