@@ -42,6 +42,11 @@ constexpr int kBlockN = 64;   // act columns per tile (128 weight rows)
 constexpr int kBlockK = 128;  // k per stage: one 128-byte swizzle row of e4m3
 constexpr int kStages = 6;
 constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
+// Registers after setmaxnreg: the producer's one thread needs few; a
+// consumer holds two stages' products and the f32 sum (3 x 64).
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+static_assert(128 * (kProducerRegs + 2 * kConsumerRegs) <= 65536, "register file");
 using Pipe = swiglu_common::Pipeline<kStages, kBlockM, kBlockN, kBlockK>;  // 32 KB a stage
 constexpr uint32_t kSmemBytes = Pipe::kSmemBytes;
 
@@ -91,37 +96,74 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int32_t k_blocks = p.k / kBlockK;
   const int32_t total = p.m_tiles * p.n_tiles;
   if (tid < 128) {  // producer warpgroup: one thread issues every load
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     if (tid == 0) pipe.produce(&map_x, &map_w, p.m_tiles, p.n_tiles, k_blocks, p.width);
     return;
   }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
 
   const int consumer = tid / 128 - 1;  // rows 64 consumer ..
   const int warp = (tid / 32) % 4, lane = tid % 32;
   const int g = lane / 4, t4 = lane % 4;
-  float d[64];    // this stage's product (the tensor cores' accumulator)
-  float acc[64];  // the tile's f32 sum of the stages' products
-  int s = 0;
+  // Two stages' products in flight (the tensor cores' accumulators, used in
+  // turn) and the tile's f32 sum of the stages' products.
+  float d0[64], d1[64], acc[64];
+  int s = 0, prev = 0;
   uint32_t phase = 0;
+  // Stage s's product into d: four MMAs, one commit group.
+  auto issue = [&](float(&d)[64]) {
+    mbar_wait(pipe.full(s), phase);
+    const uint32_t a = pipe.a_tile(s) + consumer * 64 * 128;
+    const uint32_t b = pipe.b_tile(s);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      wgmma_m64n128_e4m3(d, make_desc(a + kk * 32, 16, 1024), make_desc(b + kk * 32, 16, 1024),
+                         kk != 0);
+    }
+    wgmma_commit();
+    prev = s;
+    if (++s == kStages) s = 0, phase ^= 1;
+  };
+  // The stage before the one just issued is done: release its smem and add
+  // its product (in d) into acc while the newer one runs.
+  auto promote = [&](float(&d)[64], int stage) {
+    wgmma_wait<1>();
+    fence_regs(d);
+    if (lane == 0) mbar_arrive(pipe.empty(stage));
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] += d[i];
+  };
   for (int32_t t = blockIdx.x; t < total; t += gridDim.x) {
     int32_t mt, nt;
     tile_coords(t, p.m_tiles, p.n_tiles, mt, nt);
-    for (int32_t kb = 0; kb < k_blocks; ++kb) {
-      mbar_wait(pipe.full(s), phase);
-      const uint32_t a = pipe.a_tile(s) + consumer * 64 * 128;
-      const uint32_t b = pipe.b_tile(s);
-      wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        wgmma_m64n128_e4m3(d, make_desc(a + kk * 32, 16, 1024), make_desc(b + kk * 32, 16, 1024),
-                           kk != 0);
-      }
-      wgmma_commit();
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    issue(d0);
+    int32_t kb = 1;
+    for (; kb + 1 < k_blocks; kb += 2) {
+      int older = prev;
+      issue(d1);
+      promote(d0, older);
+      older = prev;
+      issue(d0);
+      promote(d1, older);
+    }
+    // The last stage's product: d1 where one stage is left to issue, else d0.
+    auto finish = [&](float(&last)[64]) {
       wgmma_wait<0>();
-      fence_regs(d);
-      if (lane == 0) mbar_arrive(pipe.empty(s));  // the stage may be refilled
+      fence_regs(last);
+      if (lane == 0) mbar_arrive(pipe.empty(prev));
 #pragma unroll
-      for (int i = 0; i < 64; ++i) acc[i] = kb == 0 ? d[i] : acc[i] + d[i];
-      if (++s == kStages) s = 0, phase ^= 1;
+      for (int i = 0; i < 64; ++i) acc[i] += last[i];
+    };
+    if (kb < k_blocks) {
+      const int older = prev;
+      issue(d1);
+      promote(d0, older);
+      finish(d1);
+    } else {
+      finish(d0);
     }
     // Epilogue: g and u rounded to bf16 as an unscaled FP8 GEMM's bf16 output
     // holds them, times the row's and the column's scale in scaled_silu_mul's

@@ -357,7 +357,7 @@ TEST(SwigluGemm, RefusesShapesItCannotTile) {
   const auto* scale = reinterpret_cast<const float*>(uintptr_t{1024});
   EXPECT_FALSE(
       fp8_swiglu_gemm_supported(q, q, scale, 10, 128, 64, out));  // in not a multiple of 128
-  EXPECT_FALSE(fp8_swiglu_gemm_supported(q, q, scale, 10, 192, 128, out));      // width not of 128
+  EXPECT_FALSE(fp8_swiglu_gemm_supported(q, q, scale, 10, 96, 128, out));       // width not of 64
   EXPECT_FALSE(fp8_swiglu_gemm_supported(q, q, scale + 1, 10, 128, 128, out));  // scales at 4 bytes
   EXPECT_FALSE(fp8_swiglu_gemm_supported(q + 8, q, scale, 10, 128, 128, out));  // x at 8 bytes
 }
