@@ -13,11 +13,16 @@
 // Precision: Hopper's FP8 MMAs keep a narrower sum than f32 (about 14 bits,
 // DeepSeek-V3 §3.3.2), so each stage's 128-deep product is added into an f32
 // accumulator of its own ("promotion", what cuBLASLt does without
-// CUBLASLT_MATMUL_DESC_FAST_ACCUM, which this project leaves off). Two
-// accumulator sets a thread are why the tile is 64 act columns wide, not the
-// bf16 kernel's 128: 64 + 64 registers, where n256 would need 256.
-// A consumer waits for its stage's MMAs before promoting; the other
-// consumer's MMAs keep the tensor cores busy meanwhile.
+// CUBLASLT_MATMUL_DESC_FAST_ACCUM, which this project leaves off). A consumer
+// keeps two stages' products in flight and promotes the older while the newer
+// runs (waiting for each stage before promoting ran at ~780 TFLOP/s on an
+// H100, this at ~1000): with the f32 sum that is 3 x 64 accumulator registers
+// a thread (setmaxnreg 232), which is why the tile is 64 act columns wide, not
+// the bf16 kernel's 128 (n256 would need 3 x 128).
+// Performance (H100, session 39): below cuBLASLt's FP8 GEMM (~1170 TFLOP/s in
+// the same MLP), so Gemm takes this kernel only with SPECSTACK_FP8_SWIGLU_GEMM=1;
+// at 7.6 bytes of L2 traffic per kFLOP it runs at the L2 rate the bf16 kernel
+// also reaches (DESIGN-NOTES: the cluster-multicast next step).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
