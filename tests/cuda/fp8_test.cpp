@@ -26,6 +26,7 @@
 #include "cuda/fp8_quantize.h"
 #include "cuda/gemm.h"
 #include "cuda_test_util.h"
+#include "fp8_test_util.h"
 
 namespace specstack::cuda::testing {
 namespace {
@@ -95,28 +96,6 @@ std::vector<float> random_weights(std::mt19937& rng, int64_t out, int64_t in) {
     for (int64_t k = 0; k < in; ++k) w[size_t(r * in + k)] = round_bf16(w[size_t(r * in + k)] * m);
   }
   return w;
-}
-
-// Device e4m3 weights + scales quantized on the device, and their host copy.
-struct DeviceFp8Weight {
-  DeviceBuffer<fp8> q;
-  DeviceBuffer<float> scale;
-  std::vector<float> q_host, scale_host;
-};
-
-DeviceFp8Weight quantize_on_device(const std::vector<float>& w, int64_t out, int64_t in,
-                                   cudaStream_t stream) {
-  DeviceFp8Weight d;
-  auto d_w = upload(to_bf16(w));
-  d.q.resize(size_t(out * in));
-  d.scale.resize(size_t(out));
-  quantize_rows_fp8(d_w.data(), in, out, in, d.q.data(), d.scale.data(), stream, false);
-  SS_CUDA_CHECK(cudaStreamSynchronize(stream));
-  const std::vector<fp8> q = d.q.download();
-  d.q_host.resize(q.size());
-  for (size_t i = 0; i < q.size(); ++i) d.q_host[i] = fp8_value(q[i]);
-  d.scale_host = d.scale.download();
-  return d;
 }
 
 TEST(Fp8Quantize, CpuRoundingStaysWithinHalfAnE4m3Step) {

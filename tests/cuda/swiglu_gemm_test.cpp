@@ -12,10 +12,10 @@
 #include <random>
 
 #include "cuda/elementwise.h"
-#include "cuda/fp8_quantize.h"
 #include "cuda/gemm.h"
 #include "cuda/sm90a.h"
 #include "cuda_test_util.h"
+#include "fp8_test_util.h"
 
 namespace specstack::cuda::testing {
 namespace {
@@ -55,46 +55,23 @@ double worst_error(const std::vector<float>& a, const std::vector<float>& b) {
   return worst;
 }
 
-// e4m3 rows quantized on the device (quantize_rows_fp8), with their values
-// and scales on the host for the twin.
-struct Fp8Matrix {
-  DeviceBuffer<fp8> q;
-  DeviceBuffer<float> scale;
-  std::vector<float> values;  // [rows, cols] the e4m3 values (unscaled)
-  std::vector<float> scales;  // [rows]
-};
-
-Fp8Matrix quantize(const std::vector<float>& v, int64_t rows, int64_t cols, cudaStream_t stream) {
-  Fp8Matrix m;
-  auto d = upload(to_bf16(v));
-  m.q.resize(size_t(rows * cols));
-  m.scale.resize(size_t(rows));
-  quantize_rows_fp8(d.data(), cols, rows, cols, m.q.data(), m.scale.data(), stream, false);
-  SS_CUDA_CHECK(cudaStreamSynchronize(stream));
-  const std::vector<fp8> q = m.q.download();
-  m.values.resize(q.size());
-  for (size_t i = 0; i < q.size(); ++i) m.values[i] = float(q[i]);
-  m.scales = m.scale.download();
-  return m;
-}
-
 // The e4m3 twin: g, u the exact sums of the e4m3 products rounded to bf16,
 // then scaled (row scale, then column scale, in float) as scaled_silu_mul
 // does, silu in float, the output rounded to bf16.
-std::vector<float> fp8_reference(const Fp8Matrix& x, const Fp8Matrix& w, int64_t n, int64_t width,
-                                 int64_t in) {
+std::vector<float> fp8_reference(const DeviceFp8Weight& x, const DeviceFp8Weight& w, int64_t n,
+                                 int64_t width, int64_t in) {
   std::vector<float> act(size_t(n * width));
   for (int64_t i = 0; i < n; ++i) {
-    const float rs = x.scales[size_t(i)];
+    const float rs = x.scale_host[size_t(i)];
     for (int64_t c = 0; c < width; ++c) {
       double g = 0, u = 0;
       for (int64_t k = 0; k < in; ++k) {
-        const double xv = x.values[size_t(i * in + k)];
-        g += xv * w.values[size_t(c * in + k)];
-        u += xv * w.values[size_t((width + c) * in + k)];
+        const double xv = x.q_host[size_t(i * in + k)];
+        g += xv * w.q_host[size_t(c * in + k)];
+        u += xv * w.q_host[size_t((width + c) * in + k)];
       }
-      const float gv = round_bf16(float(g)) * rs * w.scales[size_t(c)];
-      const float uv = round_bf16(float(u)) * rs * w.scales[size_t(width + c)];
+      const float gv = round_bf16(float(g)) * rs * w.scale_host[size_t(c)];
+      const float uv = round_bf16(float(u)) * rs * w.scale_host[size_t(width + c)];
       act[size_t(i * width + c)] = round_bf16(gv / (1.0f + std::exp(-gv)) * uv);
     }
   }
@@ -217,9 +194,9 @@ TEST_F(SwigluGemmTest, Fp8MatchesCpuTwinAndTheCublasLtPath) {
                            Shape{300, 256, 896}, Shape{1000, 384, 384}}) {
       SCOPED_TRACE(::testing::Message() << "n " << s.n << " width " << s.width << " in " << s.in);
       const auto x16 = random_values(rng, size_t(s.n * s.in), -3.0f, 3.0f);
-      const Fp8Matrix x = quantize(x16, s.n, s.in, stream);
-      const Fp8Matrix w = quantize(random_values(rng, size_t(2 * s.width * s.in), -0.1f, 0.1f),
-                                   2 * s.width, s.in, stream);
+      const DeviceFp8Weight x = quantize_on_device(x16, s.n, s.in, stream);
+      const DeviceFp8Weight w = quantize_on_device(
+          random_values(rng, size_t(2 * s.width * s.in), -0.1f, 0.1f), 2 * s.width, s.in, stream);
       DeviceBuffer<__nv_bfloat16> act(size_t((s.n + 2) * s.width));
       act.fill_bytes(0xFF);
       ASSERT_TRUE(fp8_swiglu_gemm_supported(x.q.data(), w.q.data(), w.scale.data(), s.n, s.width,
@@ -269,7 +246,7 @@ TEST_F(SwigluGemmTest, Fp8SumsKeepF32Precision) {
       w[size_t((width + c) * in + k)] = e4m3(0.125f);  // u = 512
     }
   }
-  Fp8Matrix xm, wm;
+  DeviceFp8Weight xm, wm;
   xm.q = upload(x);
   wm.q = upload(w);
   xm.scale = upload(std::vector<float>(size_t(n), 1.0f));
@@ -294,10 +271,10 @@ TEST_F(SwigluGemmTest, Fp8GemmTakesItFromTheRowThreshold) {
     Gemm gemm(stream);
     gemm.set_fp8_swiglu(true);
     gemm.reserve_fp8_activations(n, width);
-    const Fp8Matrix gu = quantize(random_values(rng, size_t(2 * width * hidden), -0.2f, 0.2f),
-                                  2 * width, hidden, stream);
-    const Fp8Matrix down =
-        quantize(random_values(rng, size_t(hidden * width), -0.2f, 0.2f), hidden, width, stream);
+    const DeviceFp8Weight gu = quantize_on_device(
+        random_values(rng, size_t(2 * width * hidden), -0.2f, 0.2f), 2 * width, hidden, stream);
+    const DeviceFp8Weight down = quantize_on_device(
+        random_values(rng, size_t(hidden * width), -0.2f, 0.2f), hidden, width, stream);
     const LinearWeight w_gu{nullptr, gu.q.data(), gu.scale.data()};
     const LinearWeight w_down{nullptr, down.q.data(), down.scale.data()};
     auto dx = upload(to_bf16(random_values(rng, size_t(n * hidden), -2.0f, 2.0f)));
