@@ -96,9 +96,56 @@ try {
       if (last) window.__lengths.add(last.textContent.length);
     }).observe(document.getElementById("messages"), { subtree: true, childList: true, characterData: true });
   });
+  // The tiny model can finish before the browser's first read, and then the
+  // network hands the page the whole stream at once (one render: CI saw this
+  // on 2026-12-07). So the page gets the server's stream one SSE event per
+  // read, a few ms apart, whatever the network grouped: the check is then
+  // about the UI (it renders as events arrive), the event count about the
+  // server (it streams the answer in pieces).
+  await page.evaluate(() => {
+    const realFetch = window.fetch;
+    window.__realFetch = realFetch;
+    window.__contentEvents = 0;
+    window.fetch = async (...args) => {
+      const response = await realFetch(...args);
+      if (!(response.headers.get("content-type") ?? "").includes("text/event-stream") || !response.body) return response;
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      const encoder = new TextEncoder();
+      let buffer = "";
+      const body = new ReadableStream({
+        async pull(controller) {
+          for (;;) {
+            const end = buffer.indexOf("\n\n");
+            if (end >= 0) {
+              const event = buffer.slice(0, end + 2);
+              buffer = buffer.slice(end + 2);
+              if (event.includes('"content"')) window.__contentEvents++;
+              await new Promise((resolve) => setTimeout(resolve, 5));
+              controller.enqueue(encoder.encode(event));
+              return;
+            }
+            const next = await reader.read();
+            if (next.done) {
+              if (buffer) controller.enqueue(encoder.encode(buffer));
+              controller.close();
+              return;
+            }
+            buffer += decoder.decode(next.value, { stream: true });
+          }
+        },
+        cancel: (reason) => reader.cancel(reason),
+      });
+      return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
+    };
+  });
   const stats = await sendChat(page, MESSAGE);
-  const lengths = await page.evaluate(() => [...window.__lengths].filter((n) => n > 0).length);
-  check(lengths >= 2, "the chat answer streams in (grows over several renders)", `${lengths} distinct lengths`);
+  const streamed = await page.evaluate(() => {
+    window.fetch = window.__realFetch;
+    return { lengths: [...window.__lengths].filter((n) => n > 0).length, events: window.__contentEvents };
+  });
+  check(streamed.events >= 2, "the server streams the chat answer in several events", `${streamed.events} content events`);
+  check(streamed.lengths >= 2, "the chat answer streams in (grows over several renders)", `${streamed.lengths} distinct lengths`);
   const stored = await page.evaluate(() => JSON.parse(localStorage.getItem("specstack.conversations") ?? "[]"));
   const answer = stored[0]?.messages?.[1]?.content ?? "";
   const body = { messages: [{ role: "user", content: MESSAGE }], ...SAMPLING, specprefill_return_selection: true };
