@@ -66,27 +66,6 @@ struct Params {
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 using namespace wg;
 using namespace swiglu_common;
-
-// d (64x128 f32) = or += A (64 x 32 e4m3, smem, K-major) * B (32 x 128, smem,
-// K-major). e4m3 takes no transpose immediates.
-__device__ __forceinline__ void wgmma_m64n128_e4m3(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
-                                                   int accumulate) {
-#define SS_D8(i)                                                                              \
-  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
-      "+f"(d[i + 6]), "+f"(d[i + 7])
-#define SS_D32(i) SS_D8(i), SS_D8(i + 8), SS_D8(i + 16), SS_D8(i + 24)
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
-      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
-      "%56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
-      : SS_D32(0), SS_D32(32)
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-#undef SS_D32
-#undef SS_D8
-}
 #endif
 
 __global__ void __launch_bounds__(kThreads, 1)

@@ -146,6 +146,19 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t desc_a, uint64
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
+// d (64x128 f32) = or += A (64 x 32 e4m3, smem, K-major) * B (32 x 128, smem,
+// K-major): fp8_swiglu_gemm's gate / up tiles. e4m3 takes no transpose
+// immediates.
+__device__ __forceinline__ void wgmma_m64n128_e4m3(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                                   int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " SS_WGMMA_D64
+      ", %64, %65, p, 1, 1;\n}\n"
+      : SS_D64
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
 // d (64x128 f32) += A (64x16 bf16, registers) * B (16x128, smem, MN-major): O += P V.
 __device__ __forceinline__ void wgmma_rs(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2,
                                          uint32_t a3, uint64_t desc_b) {
