@@ -10,7 +10,8 @@
 //      accumulation, the scaling pass), and the GEMM with cuBLASLt's first
 //      heuristic answer against the autotuned choice (fp8_gemm.h);
 //   4. the prefill fusions (norm -> e4m3, the QKV scales in the rope kernel)
-//      against the passes they replace, at 8 and 8192 rows.
+//      against the passes they replace, and the rope kernel with the bias
+//      alone (the bf16 path), at 8 and 8192 rows (--fusions-only: this alone).
 // Weights in enough copies to exceed the L2 (every call streams from DRAM);
 // 5 warm-up calls, median of 7 batches of 20 calls timed with CUDA events.
 #include <cuda_bf16.h>
@@ -164,12 +165,16 @@ void bench_fusions(cudaStream_t stream, std::mt19937& rng) {
       rope(QkvEpilogue{});
     });
     const double rope_fused = us([&] { rope(QkvEpilogue{rs.data(), cs.data(), bias.data()}); });
+    QkvEpilogue bias_only;
+    bias_only.bias = bias.data();
+    const double rope_bias = us([&] { rope(bias_only); });
     std::printf(
         "| fusions | rmsnorm + quantize %.1f -> rmsnorm_quantize_fp8 %.1f; add_rmsnorm + quantize "
         "%.1f -> add_rmsnorm_quantize_fp8 %.1f; with the delta's scales %.1f -> %.1f; "
-        "scale_outer_bf16 + rope_write_kv %.1f -> rope_write_kv with scales %.1f | %d | us |\n",
+        "scale_outer_bf16 + rope_write_kv %.1f -> rope_write_kv with scales %.1f; rope_write_kv "
+        "with the bias alone %.1f | %d | us |\n",
         norm_pair, norm_fused, add_pair, add_fused, add_scaled_pair, add_scaled_fused, rope_pair,
-        rope_fused, n);
+        rope_fused, rope_bias, n);
   }
 }
 
@@ -178,6 +183,15 @@ void bench_fusions(cudaStream_t stream, std::mt19937& rng) {
 int main(int argc, char** argv) {
   // --gemv-only: section 1 and the one-row fp8 / bf16 GEMVs, nothing else.
   const bool gemv_only = argc > 1 && std::string(argv[1]) == "--gemv-only";
+  // --fusions-only: section 4 alone.
+  if (argc > 1 && std::string(argv[1]) == "--fusions-only") {
+    cudaStream_t stream = nullptr;
+    SS_CUDA_CHECK(cudaStreamCreate(&stream));
+    std::mt19937 rng(1);
+    bench_fusions(stream, rng);
+    SS_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return 0;
+  }
   const std::vector<Shape> shapes = {{"7b qkv", 4608, 3584, false},
                                      {"7b o", 3584, 3584, false},
                                      {"7b gate_up", 18944, 3584, true},

@@ -19,10 +19,10 @@
 // H100, this at ~1000): with the f32 sum that is 3 x 64 accumulator registers
 // a thread (setmaxnreg 232), which is why the tile is 64 act columns wide, not
 // the bf16 kernel's 128 (n256 would need 3 x 128).
-// Performance (H100, session 39): below cuBLASLt's FP8 GEMM (~1170 TFLOP/s in
-// the same MLP), so Gemm takes this kernel only with SPECSTACK_FP8_SWIGLU_GEMM=1;
-// at 7.6 bytes of L2 traffic per kFLOP it runs at the L2 rate the bf16 kernel
-// also reaches (DESIGN-NOTES: the cluster-multicast next step).
+// Performance (H100, sessions 39 and 41): ~1000 TFLOP/s, below cuBLASLt's FP8
+// GEMM (~1170 in the same MLP), so Gemm takes this kernel only with
+// SPECSTACK_FP8_SWIGLU_GEMM=1. Not L2-bound: CTA pairs sharing the A tile by
+// TMA multicast (a quarter less L2 traffic) ran no faster (DESIGN-NOTES).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 

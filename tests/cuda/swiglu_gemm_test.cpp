@@ -185,13 +185,14 @@ TEST_F(SwigluGemmTest, Fp8MatchesCpuTwinAndTheCublasLtPath) {
   {
     Gemm gemm(stream);
     gemm.set_swiglu_min_rows(0);  // gate_up_silu below: the cuBLASLt path
-    gemm.reserve_fp8_activations(1000, 896);
+    gemm.reserve_fp8_activations(1100, 896);
     gemm.set_fp8_gemv_max_rows(0);
     struct Shape {
       int64_t n, width, in;
     };
+    // 1100 x 1024: more tiles than the device runs at once (the persistent walk).
     for (const Shape& s : {Shape{1, 64, 128}, Shape{127, 128, 256}, Shape{128, 448, 128},
-                           Shape{300, 256, 896}, Shape{1000, 384, 384}}) {
+                           Shape{300, 256, 896}, Shape{1000, 384, 384}, Shape{1100, 1024, 128}}) {
       SCOPED_TRACE(::testing::Message() << "n " << s.n << " width " << s.width << " in " << s.in);
       const auto x16 = random_values(rng, size_t(s.n * s.in), -3.0f, 3.0f);
       const DeviceFp8Weight x = quantize_on_device(x16, s.n, s.in, stream);
