@@ -10,8 +10,9 @@
 //      accumulation, the scaling pass), and the GEMM with cuBLASLt's first
 //      heuristic answer against the autotuned choice (fp8_gemm.h);
 //   4. the prefill fusions (norm -> e4m3, the QKV scales in the rope kernel)
-//      against the passes they replace, and the rope kernel with the bias
-//      alone (the bf16 path), at 8 and 8192 rows (--fusions-only: this alone).
+//      against the passes they replace, the rope kernel with the bias alone
+//      (the bf16 path) and the SiLU + quantize pass of the gate/up product,
+//      at 8 and 8192 rows (--fusions-only: this alone).
 // Weights in enough copies to exceed the L2 (every call streams from DRAM);
 // 5 warm-up calls, median of 7 batches of 20 calls timed with CUDA events.
 #include <cuda_bf16.h>
@@ -168,13 +169,25 @@ void bench_fusions(cudaStream_t stream, std::mt19937& rng) {
     QkvEpilogue bias_only;
     bias_only.bias = bias.data();
     const double rope_bias = us([&] { rope(bias_only); });
+    // The MLP's SiLU pass on the unscaled gate/up product (intermediate 18944),
+    // with its scales, into the down GEMM's e4m3 rows.
+    constexpr int64_t kInter = 18944;
+    DeviceBuffer<__nv_bfloat16> gate_up{rows * 2 * kInter};
+    fill_random(gate_up, rng);
+    DeviceBuffer<float> gu_scale{size_t{2 * kInter}};
+    gu_scale.upload(std::vector<float>(size_t{2 * kInter}, 0.01f));
+    DeviceBuffer<fp8> act8{rows * kInter};
+    const double silu_quant = us([&] {
+      silu_mul_quantize_fp8(gate_up.data(), n, kInter, rs.data(), gu_scale.data(), act8.data(),
+                            scale.data(), stream);
+    });
     std::printf(
         "| fusions | rmsnorm + quantize %.1f -> rmsnorm_quantize_fp8 %.1f; add_rmsnorm + quantize "
         "%.1f -> add_rmsnorm_quantize_fp8 %.1f; with the delta's scales %.1f -> %.1f; "
         "scale_outer_bf16 + rope_write_kv %.1f -> rope_write_kv with scales %.1f; rope_write_kv "
-        "with the bias alone %.1f | %d | us |\n",
+        "with the bias alone %.1f; silu_mul_quantize_fp8 %.1f (%.2f TB/s) | %d | us |\n",
         norm_pair, norm_fused, add_pair, add_fused, add_scaled_pair, add_scaled_fused, rope_pair,
-        rope_fused, rope_bias, n);
+        rope_fused, rope_bias, silu_quant, double(rows) * kInter * 5 / silu_quant / 1e6, n);
   }
 }
 
