@@ -196,11 +196,11 @@ void bench_fusions(cudaStream_t stream, std::mt19937& rng) {
 int main(int argc, char** argv) {
   // --gemv-only: section 1 and the one-row fp8 / bf16 GEMVs, nothing else.
   const bool gemv_only = argc > 1 && std::string(argv[1]) == "--gemv-only";
+  cudaStream_t stream = nullptr;
+  SS_CUDA_CHECK(cudaStreamCreate(&stream));
+  std::mt19937 rng(1);
   // --fusions-only: section 4 alone.
   if (argc > 1 && std::string(argv[1]) == "--fusions-only") {
-    cudaStream_t stream = nullptr;
-    SS_CUDA_CHECK(cudaStreamCreate(&stream));
-    std::mt19937 rng(1);
     bench_fusions(stream, rng);
     SS_CUDA_CHECK(cudaStreamSynchronize(stream));
     return 0;
@@ -209,9 +209,6 @@ int main(int argc, char** argv) {
                                      {"7b o", 3584, 3584, false},
                                      {"7b gate_up", 18944, 3584, true},
                                      {"7b down", 3584, 18944, false}};
-  cudaStream_t stream = nullptr;
-  SS_CUDA_CHECK(cudaStreamCreate(&stream));
-  std::mt19937 rng(1);
   constexpr int64_t kPrefill = 8192;
   DeviceBuffer<__nv_bfloat16> x(size_t(kPrefill) * 18944), y(size_t(kPrefill) * 2 * 18944),
       act(size_t(kPrefill) * 18944);
