@@ -46,8 +46,10 @@ void scale_outer_f32(float* y, int64_t ldy, int64_t rows, int64_t cols, const fl
 // The MLP's SiLU on an unscaled FP8 GEMM output, the scales folded in on the
 // way (no separate scaling pass over the wide gate/up product):
 // act[r, c] = bf16(silu(g) * u), g = gate_up[r, c] * row_scale[r] * col_scale[c],
-// u = gate_up[r, width + c] * row_scale[r] * col_scale[width + c].
-// gate_up [rows, 2 * width] bf16, col_scale [2 * width], act [rows, width] bf16.
+// u = gate_up[r, width + c] * row_scale[r] * col_scale[width + c], silu(g) u
+// with the fast exp and divide (swiglu_math.cuh: a few f32 ulps).
+// gate_up [rows, 2 * width] bf16, col_scale [2 * width] (16-byte aligned),
+// act [rows, width] bf16.
 void scaled_silu_mul(const __nv_bfloat16* gate_up, int64_t rows, int64_t width,
                      const float* row_scale, const float* col_scale, __nv_bfloat16* act,
                      cudaStream_t stream);

@@ -1,7 +1,7 @@
 // What the two fused SwiGLU GEMM kernels share (swiglu_gemm.cu: bf16,
 // fp8_swiglu_gemm.cu: e4m3; contract in swiglu_gemm.h): the persistent tile
-// walk, TMA box loads onto an mbarrier, the SwiGLU arithmetic of the
-// epilogue, and the host-side tensor maps.
+// walk, TMA box loads onto an mbarrier, the epilogue's bf16 rounding (its
+// SwiGLU arithmetic: swiglu_math.cuh), and the host-side tensor maps.
 #pragma once
 
 #include <cuda.h>
@@ -12,6 +12,7 @@
 
 #include "base/check.h"
 #include "cuda/cuda_check.h"
+#include "cuda/swiglu_math.cuh"
 #include "cuda/wgmma.cuh"
 
 namespace specstack::cuda::swiglu_common {
@@ -33,14 +34,6 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
       "%3}], [%4];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(k0), "r"(row0), "r"(bar)
       : "memory");
-}
-
-// silu(g) u in f32 with the fast exp and divide (ex2.approx / rcp.approx, a
-// few f32 ulps; the bf16 output rounds at 2^-9). tanh.approx would be one MUFU
-// op instead of two, but its ~2^-11 absolute error near tanh = -1 wipes out
-// silu(g) for g < -6 (h + h tanh(h) cancels): not used.
-__device__ __forceinline__ float swiglu(float g, float u) {
-  return __fdividef(g, 1.0f + __expf(-g)) * u;
 }
 
 __device__ __forceinline__ float bf16_round(float v) {
