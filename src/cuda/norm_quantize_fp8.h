@@ -19,7 +19,7 @@
 namespace specstack::cuda {
 
 // Whether the fused kernels take these operands (dim a multiple of 16 up to
-// 24576, x and w 16-byte aligned: cases where rmsnorm runs its 4-wide kernel).
+// 32768, x and w 16-byte aligned: cases where rmsnorm runs its 4-wide kernel).
 bool norm_quantize_fp8_supported(const float* x, const float* w, int32_t dim);
 
 // q[r, :] = e4m3(bf16(rmsnorm(x[r, :]) * w) / q_scale[r]), q_scale[r] = amax / 448.

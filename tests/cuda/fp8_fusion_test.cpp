@@ -41,7 +41,7 @@ TEST(Fp8Fusion, NormQuantizeEqualsNormThenQuantize) {
   SS_REQUIRE_GPU();
   std::mt19937 rng(53);
   const float eps = 1e-6f;
-  for (int32_t dim : {16, 272, 3584, 4096, 8192}) {  // 8192: two vectors per thread
+  for (int32_t dim : {16, 272, 3584, 4096, 8192, 16384}) {  // 8192 / 16384: 2 / 4 vectors a thread
     for (int32_t rows : {1, 7, 300}) {
       SCOPED_TRACE(::testing::Message() << "dim " << dim << " rows " << rows);
       // Residual rows of mixed magnitude (one all zero: scale 1, q 0).
