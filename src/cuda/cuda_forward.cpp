@@ -39,6 +39,28 @@ constexpr int32_t kFlashMinRows = 16;
 // kernel runs one CTA per token, so few rows leave it latency-bound.
 constexpr int32_t kFp8FuseMinRows = 256;
 
+// A tail layer's logit row alone (StepMeta::tail_rows_only) on the paged
+// kernel, set up as an eager batch-1 decode row of that context would be:
+// the run kernel (runs: a run of one row) with its run-time split when it is
+// on for this head dim, else the per-token kernel's partitions.
+struct TailRowSplit {
+  int32_t partition = kPartitionSize;
+  bool runs = false;
+  int32_t run_split = 0;
+  int32_t grid_parts = 0;
+};
+TailRowSplit tail_row_split(bool run_kernel, int64_t n_kv_heads, int64_t head_dim, int32_t n_keys) {
+  const auto kv_heads = static_cast<int32_t>(n_kv_heads);
+  TailRowSplit split;
+  split.partition = paged_attention_partition_size(1, kv_heads);
+  split.runs = run_kernel && run_attention_supported(static_cast<int32_t>(head_dim));
+  if (split.runs) {
+    split.run_split = run_attention_split(1, kv_heads, n_keys);
+    split.grid_parts = run_attention_eager_grid_parts(1, kv_heads);
+  }
+  return split;
+}
+
 // Appends sections to the staged int32 buffer and remembers their offsets.
 struct Stager {
   std::vector<int32_t>& data;
@@ -130,6 +152,12 @@ MetaOffsets plan_step(const ForwardBatch& batch, int64_t block_size, bool flash_
     paged.clear();
     for (int32_t r = 0; r < graph_batch; ++r) paged.push_back(r);
   }
+  if (!meta.flash.empty()) {
+    o.flash_seq = s.add(meta.flash.size());
+    for (size_t j = 0; j < meta.flash.size(); ++j) staged[o.flash_seq + j] = meta.flash[j].seq;
+    o.one_run = s.add(2);
+    staged[o.one_run] = 1;  // token_run: a run of one row; run_first: row 0
+  }
   meta.tail_rows_only = !graph && meta.n_logit_rows < n;
   if (meta.tail_rows_only) {
     std::vector<char> wants_logits(size_t(n), 0);
@@ -198,6 +226,8 @@ void set_device_pointers(const MetaOffsets& o, int32_t* base, CudaModel::StepMet
   meta.paged_run = o.paged_run > 0 ? base + o.paged_run : nullptr;
   meta.paged_n_runs = o.paged_run > 0 ? o.n_runs : 0;
   meta.paged_run_first = o.paged_run_first > 0 ? base + o.paged_run_first : nullptr;
+  meta.flash_seq = o.flash_seq > 0 ? base + o.flash_seq : nullptr;
+  meta.one_run = o.one_run > 0 ? base + o.one_run : nullptr;
 }
 
 void CudaModel::forward(const ForwardBatch& batch, KvCache& kv_base, Tensor& logits) {
@@ -231,6 +261,7 @@ void CudaModel::forward(const ForwardBatch& batch, KvCache& kv_base, Tensor& log
   SS_CUDA_CHECK(cudaMemcpyAsync(meta_device_.data(), meta_host_, staged.size() * sizeof(int32_t),
                                 cudaMemcpyHostToDevice, stream_));
   set_device_pointers(offsets, meta_device_.data(), meta);
+  size_t workspace_floats = 0;  // paged attention's split-K partials, the tail rows' included
   if (meta.n_paged > 0) {
     meta.paged_partition =
         paged_attention_partition_size(meta.n_paged, static_cast<int32_t>(config_.n_kv_heads));
@@ -245,15 +276,28 @@ void CudaModel::forward(const ForwardBatch& batch, KvCache& kv_base, Tensor& log
         meta.paged_run != nullptr ? run_attention_eager_grid_parts(
                                         meta.paged_n_runs, static_cast<int32_t>(config_.n_kv_heads))
                                   : 0;
-    attn_workspace_.reserve(paged_attention_workspace_floats(
+    workspace_floats = paged_attention_workspace_floats(
         meta.n_paged, static_cast<int32_t>(config_.n_heads), static_cast<int32_t>(config_.head_dim),
-        meta.paged_max_context, meta.paged_partition, meta.paged_run_split));
-    meta.attn_workspace = attn_workspace_.data();
+        meta.paged_max_context, meta.paged_partition, meta.paged_run_split);
     if (meta.paged_begin < 0) {
       compact_q_.reserve(size_t(meta.n_paged) * q_width);
       compact_out_.reserve(size_t(meta.n_paged) * q_width);
     }
   }
+  if (meta.tail_rows_only) {
+    for (const FlashJob& job : meta.flash) {
+      if (!job.last_row_logits) continue;
+      const TailRowSplit split =
+          tail_row_split(run_group() > 0, config_.n_kv_heads, config_.head_dim, job.n_keys);
+      workspace_floats =
+          std::max(workspace_floats,
+                   paged_attention_workspace_floats(1, static_cast<int32_t>(config_.n_heads),
+                                                    static_cast<int32_t>(config_.head_dim),
+                                                    job.n_keys, split.partition, split.run_split));
+    }
+  }
+  attn_workspace_.reserve(workspace_floats);
+  meta.attn_workspace = attn_workspace_.data();
   const size_t capture_count = meta.capture_rows.size() * config_.n_layers * q_width;
   grow_pinned(reinterpret_cast<void**>(&capture_host_), &capture_host_capacity_,
               capture_count * sizeof(bf16));
@@ -477,16 +521,62 @@ Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv,
   const int32_t window = c.layer_is_sliding(l) ? static_cast<int32_t>(c.sliding_window) : 0;
   const int32_t block_size = static_cast<int32_t>(kv.shape().block_size);
   bf16* attn = attn_.data();  // [n, q_width]
-  for (const FlashJob& job : meta.flash) {
-    // The tail: a job's last row alone, if it wants logits (tail_rows_only).
-    if (tail && !job.last_row_logits) continue;
-    const int32_t row0 = tail ? job.row0 + job.n_rows - 1 : job.row0;
+  // Eager query capture copies (to the host) sit between the KV write and
+  // attention: the next kernel cannot launch programmatically after a copy
+  // (cuda/pdl.h). A capture graph copies with a kernel (copy_rows).
+  const bool after_copy = !meta.capture_rows.empty();
+  for (size_t j = 0; j < meta.flash.size(); ++j) {
+    const FlashJob& job = meta.flash[j];
+    if (tail) {
+      // The tail: a job's last row alone, if it wants logits
+      // (tail_rows_only), on the split-K paged kernel. The flash kernel
+      // would give that one row one CTA per head walking every key tile:
+      // H100, 8K keys, 0.24 ms (qwen2.5-0.5b) / 0.28 ms (qwen2.5-7b), as long
+      // as the whole layer's heaviest CTA (docs/benchmarks.md "session 42").
+      if (!job.last_row_logits) continue;
+      const int32_t row = job.row0 + job.n_rows - 1;
+      PagedAttentionArgs a;
+      a.q = qkv + int64_t(row) * qkv_width;
+      a.q_stride = qkv_width;
+      a.k_cache = kv.k(l);
+      a.v_cache = kv.v(l);
+      a.slot_positions = kv.slot_positions();
+      a.block_tables = meta.block_tables;
+      a.max_blocks_per_seq = meta.max_blocks;
+      a.token_seq = meta.flash_seq + j;
+      a.token_slot = meta.token_slot + row;
+      a.token_pos = meta.pos + row;
+      a.n_tokens = 1;
+      a.n_heads = n_heads;
+      a.n_kv_heads = n_kv_heads;
+      a.head_dim = head_dim;
+      a.block_size = block_size;
+      a.scale = scale;
+      a.sliding_window = window;
+      a.max_context = job.n_keys;
+      const TailRowSplit split =
+          tail_row_split(run_group() > 0, c.n_kv_heads, c.head_dim, job.n_keys);
+      a.partition_size = split.partition;
+      if (split.runs) {
+        a.token_run = meta.one_run;
+        a.n_runs = 1;
+        a.run_first = meta.one_run + 1;
+        a.run_split = split.run_split;
+        a.run_grid_parts = split.grid_parts;
+      }
+      a.out = attn + int64_t(row) * q_width;
+      a.out_stride = q_width;
+      a.workspace = meta.attn_workspace;
+      a.pdl = !after_copy;
+      paged_attention(a, stream_);
+      continue;
+    }
     FlashAttentionArgs a;
-    a.q = qkv + int64_t(row0) * qkv_width;
+    a.q = qkv + int64_t(job.row0) * qkv_width;
     a.q_stride = qkv_width;
-    a.q_slot = meta.token_slot + row0;
-    a.q_pos = meta.pos + row0;
-    a.n_rows = tail ? 1 : job.n_rows;
+    a.q_slot = meta.token_slot + job.row0;
+    a.q_pos = meta.pos + job.row0;
+    a.n_rows = job.n_rows;
     a.k_cache = kv.k(l);
     a.v_cache = kv.v(l);
     a.slot_positions = kv.slot_positions();
@@ -498,14 +588,10 @@ Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv,
     a.head_dim = head_dim;
     a.scale = scale;
     a.sliding_window = window;
-    a.out = attn + int64_t(row0) * q_width;
+    a.out = attn + int64_t(job.row0) * q_width;
     a.out_stride = q_width;
     flash_attention(a, stream_);
   }
-  // Eager query capture copies (to the host) sit between the KV write and
-  // attention: the next kernel cannot launch programmatically after a copy
-  // (cuda/pdl.h). A capture graph copies with a kernel (copy_rows).
-  const bool after_copy = !meta.capture_rows.empty();
   if (meta.n_paged > 0) {
     const bool compact = meta.paged_begin < 0;
     SS_CHECK(!(compact && graph_safe));

@@ -61,6 +61,11 @@ struct CudaModel::StepMeta {
   // Flash jobs; their q_slot / q_pos are the step's token arrays at row0.
   int32_t* token_slot = nullptr;  // [n_tokens]
   std::vector<FlashJob> flash;
+  // With flash jobs: [flash.size()] each job's seq, and {1, 0} (token_run and
+  // run_first of one row alone): a tail layer's logit row attends on the
+  // paged kernel as a decode row would.
+  int32_t* flash_seq = nullptr;
+  int32_t* one_run = nullptr;
   std::vector<int32_t> capture_rows;  // host
   // Where paged attention's split-K partials go (eager or a graph's own).
   float* attn_workspace = nullptr;
@@ -88,6 +93,8 @@ struct MetaOffsets {
   size_t paged_run = 0;        // 0: no runs staged
   int32_t n_runs = 0;          // runs in paged_run (sizes the run kernel's partitions)
   size_t paged_run_first = 0;  // 0: not staged (graph steps)
+  size_t flash_seq = 0;        // 0: not staged (no flash jobs)
+  size_t one_run = 0;
 };
 
 // Fills `meta` (host fields) and `staged` for a batch. With graph_batch > 0
