@@ -211,7 +211,6 @@ bool CudaModel::forward_follow(std::span<const ForwardBatch> steps, KvCache& kv_
     std::memcpy(metas + j * meta_words, staged.data(), meta_words * sizeof(int32_t));
   }
   const PickInputs in = upload_pick_inputs(steps[0], n);
-  const auto vocab = static_cast<int32_t>(config_.vocab_size);
   for (size_t j = 0; j < n_steps; ++j) {
     SS_CUDA_CHECK(cudaMemcpyAsync(graph->meta.data(), metas + j * meta_words,
                                   meta_words * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
@@ -219,8 +218,7 @@ bool CudaModel::forward_follow(std::span<const ForwardBatch> steps, KvCache& kv_
     SS_CUDA_CHECK(cudaMemcpyAsync(graph->meta.data() + ids_offset, picked_ids_.data(),
                                   size_t(n) * sizeof(int32_t), cudaMemcpyDeviceToDevice, stream_));
     SS_CUDA_CHECK(cudaGraphLaunch(graph->exec, stream_));
-    sample_tokens(logits_.data(), n, vocab, vocab, in.temperature, in.top_k, in.top_p, in.min_p,
-                  in.uniform, in.mask, picked_ids_.data(), stream_);
+    pick_tokens(n, in);
     SS_CUDA_CHECK(cudaMemcpyAsync(picks + j * size_t(n), picked_ids_.data(),
                                   size_t(n) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
     if (capture_count > 0) {

@@ -190,10 +190,14 @@ class CudaModel final : public ForwardModel {
     const int32_t* keep = nullptr;          // [rows] kept row or -1 (ForwardBatch::keep_rows)
     int32_t max_top_logprobs = -1;          // over the rows; -1: no row wants logprobs
     TokenMaskRows mask;                     // empty when no row is masked
+    bool all_greedy = false;                // every row's temperature <= 0 (or NaN)
   };
   // The step's row sampling (ForwardBatch::sampling; empty: argmax) and
   // grammar masks (ForwardBatch::masks) to the device in one copy on the stream.
   PickInputs upload_pick_inputs(const ForwardBatch& batch, int32_t n_rows);
+  // picked_ids_ = the rows' tokens from logits_ (sample_tokens; greedy_tokens,
+  // many CTAs a row, when every row is greedy).
+  void pick_tokens(int32_t n_rows, const PickInputs& in);
   // The picked tokens' logprobs (cuda/logprobs.h) computed and queued for
   // the host; collect_logprobs, after the stream sync, fills batch.logprobs.
   void queue_logprobs(int32_t n_rows, const PickInputs& in);
@@ -234,7 +238,8 @@ class CudaModel final : public ForwardModel {
   DeviceBuffer<bf16> head_in_;        // [rows, hidden] final-normed rows that want logits
   DeviceBuffer<float> logits_;        // [rows, vocab]
   DeviceBuffer<int32_t> picked_ids_;  // [rows] chosen tokens
-  int32_t device_picks_ = -1;         // rows of picked_ids_ the last forward picked; -1: none
+  DeviceBuffer<unsigned long long> greedy_keys_;  // greedy_tokens' per-slice keys
+  int32_t device_picks_ = -1;  // rows of picked_ids_ the last forward picked; -1: none
   // [5 * rows] sampling parameters, then [rows] row_mask and [n_masks, ceil(vocab / 32)]
   // bits (upload_pick_inputs)
   DeviceBuffer<uint32_t> pick_inputs_;

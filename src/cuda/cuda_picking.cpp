@@ -38,9 +38,7 @@ void CudaModel::finish_step(const ForwardBatch& batch, int32_t n_rows, Tensor& l
   if (n_rows > 0) {
     if (batch.prepare_masks != nullptr) (*batch.prepare_masks)();
     const PickInputs in = upload_pick_inputs(batch, n_rows);
-    picked_ids_.reserve(size_t(n_rows));
-    sample_tokens(logits_.data(), n_rows, static_cast<int32_t>(vocab), vocab, in.temperature,
-                  in.top_k, in.top_p, in.min_p, in.uniform, in.mask, picked_ids_.data(), stream_);
+    pick_tokens(n_rows, in);
     if (!batch.keep_rows.empty()) keep_rows(batch, n_rows, in);
     // Verifications re-pick their rows (the emitted tokens) before the
     // picks come down and logprobs are taken of them.
@@ -74,6 +72,20 @@ void CudaModel::finish_step(const ForwardBatch& batch, int32_t n_rows, Tensor& l
   }
 }
 
+void CudaModel::pick_tokens(int32_t n_rows, const PickInputs& in) {
+  const auto vocab = static_cast<int32_t>(config_.vocab_size);
+  picked_ids_.reserve(size_t(n_rows));
+  if (in.all_greedy) {  // H100, 150K vocab: ~15 us on one CTA a row (docs/benchmarks.md "session
+                        // 42")
+    greedy_keys_.reserve(greedy_workspace_words(n_rows, vocab));
+    greedy_tokens(logits_.data(), n_rows, vocab, vocab, in.mask, greedy_keys_.data(),
+                  picked_ids_.data(), stream_);
+    return;
+  }
+  sample_tokens(logits_.data(), n_rows, vocab, vocab, in.temperature, in.top_k, in.top_p, in.min_p,
+                in.uniform, in.mask, picked_ids_.data(), stream_);
+}
+
 CudaModel::PickInputs CudaModel::upload_pick_inputs(const ForwardBatch& batch, int32_t n_rows) {
   // One staging copy, 4-byte words: temperature, top_p, min_p, uniform,
   // top_k, top_logprobs, keep [n_rows] each, then (masked steps) row_mask
@@ -102,8 +114,10 @@ CudaModel::PickInputs CudaModel::upload_pick_inputs(const ForwardBatch& batch, i
     SS_CHECK_LE(top[r], kMaxTopLogprobs);
     in.max_top_logprobs = std::max(in.max_top_logprobs, top[r]);
   }
+  in.all_greedy = true;
   for (size_t r = 0; r < n; ++r) {
     const RowSampling s = batch.sampling.empty() ? RowSampling{} : batch.sampling[r];
+    in.all_greedy = in.all_greedy && !(s.temperature > 0.0f);  // sample_tokens' greedy test
     f[r] = s.temperature;
     f[n + r] = s.top_p;
     f[2 * n + r] = s.min_p;

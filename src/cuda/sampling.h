@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace specstack::cuda {
@@ -33,6 +34,17 @@ void sample_tokens(const float* logits, int32_t n_rows, int32_t vocab, int64_t l
                    const float* temperature, const int32_t* top_k, const float* top_p,
                    const float* min_p, const float* uniform, const TokenMaskRows& mask,
                    int32_t* out, cudaStream_t stream);
+
+// sample_tokens' greedy rule for rows the caller knows are all greedy
+// (temperature <= 0): out[r] = the lowest index of the row's largest logit,
+// read as sample_tokens reads it (NaN as -inf, -0 as +0, masked tokens -inf;
+// a row of -inf picks 0). Bit-identical to sample_tokens on such rows, on
+// many CTAs a row (greedy_tokens.cu). workspace: greedy_workspace_words(n_rows,
+// vocab) words, no initial contents. n_rows <= 65535.
+size_t greedy_workspace_words(int32_t n_rows, int32_t vocab);
+void greedy_tokens(const float* logits, int32_t n_rows, int32_t vocab, int64_t ld,
+                   const TokenMaskRows& mask, unsigned long long* workspace, int32_t* out,
+                   cudaStream_t stream);
 
 // MoE routing: probs = softmax(router_logits[t, :]) in fp32 over all
 // experts; ids[t, :] = the k most likely experts in descending order (ties:

@@ -162,7 +162,8 @@ struct Row {
 
 // Runs rows through sample_tokens with row stride ld = vocab + pad (the pad
 // holds huge logits that must never be read), returns the tokens.
-std::vector<int32_t> run_gpu(const std::vector<Row>& rows, int32_t vocab, int32_t pad) {
+std::vector<int32_t> run_gpu(const std::vector<Row>& rows, int32_t vocab, int32_t pad,
+                             bool greedy = false) {
   const int64_t ld = vocab + pad;
   std::vector<float> logits(rows.size() * ld, 1e30f);
   std::vector<float> temperature, top_p, min_p, uniform;
@@ -198,6 +199,14 @@ std::vector<int32_t> run_gpu(const std::vector<Row>& rows, int32_t vocab, int32_
     d_row_mask = ct::upload(row_mask);
     mask.bits = d_bits.data();
     mask.row_mask = d_row_mask.data();
+  }
+  if (greedy) {  // greedy_tokens: the caller knows every row is greedy
+    DeviceBuffer<unsigned long long> keys(
+        greedy_workspace_words(static_cast<int32_t>(rows.size()), vocab));
+    keys.fill_bytes(0xA5);  // no initial contents are needed
+    greedy_tokens(d_logits.data(), static_cast<int32_t>(rows.size()), vocab, ld, mask, keys.data(),
+                  d_out.data(), nullptr);
+    return d_out.download();
   }
   sample_tokens(d_logits.data(), static_cast<int32_t>(rows.size()), vocab, ld, d_temperature.data(),
                 d_top_k.data(), d_top_p.data(), d_min_p.data(), d_uniform.data(), mask,
@@ -476,6 +485,86 @@ TEST(CudaSampling, MaskedRowsMatchReference) {
       }
       EXPECT_EQ(got[rows.size() - 2], 0);
       EXPECT_EQ(got[rows.size() - 1], 0);
+    }
+  }
+}
+
+// greedy_tokens (many CTAs a row) against sample_tokens' one-CTA greedy pass
+// and the reference, on rows built to catch a slice-merging mistake: equal
+// maxima in different slices (the lowest index wins), NaN (never wins), -0
+// against +0 (one value: the lower index wins), +inf, rows of -inf (token 0),
+// grammar masks, vocabularies of one slice, several, and not a multiple of 4.
+TEST(CudaSampling, GreedyTokensEqualSampleTokens) {
+  SS_REQUIRE_GPU();
+  std::mt19937 rng(61);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int32_t vocab : {1, 5, 3000, 16388, 151936, 200003}) {
+    const size_t words = size_t(vocab + 31) / 32;
+    std::vector<Row> rows;
+    for (int i = 0; i < 40; ++i) {
+      Row row;
+      row.temperature = 0.0f;
+      row.logits = peaked_logits(rng, vocab, vocab > 10000 ? 6.0f : 2.0f);
+      const float top = *std::max_element(row.logits.begin(), row.logits.end());
+      auto at = [&](int64_t i) -> float& { return row.logits[size_t(i % vocab)]; };
+      switch (i % 10) {
+        case 0:
+          break;
+        case 1:  // the max three times, far apart (other slices): the first wins
+          at(vocab - 1) = top + 1.0f;
+          at(vocab / 2) = top + 1.0f;
+          at(vocab / 3 + 1) = top + 1.0f;
+          break;
+        case 2:  // NaN everywhere around a max
+          for (int64_t j = 0; j < vocab; j += 7) at(j) = nan;
+          at(vocab - 2) = top + 2.0f;
+          break;
+        case 3:  // -0 and +0 are one value; every other logit below them
+          for (float& v : row.logits) v = -std::abs(v) - 1.0f;
+          at(vocab - 1) = 0.0f;
+          at(vocab / 2) = -0.0f;
+          break;
+        case 4:  // +inf twice
+          at(vocab - 3) = kInf;
+          at(vocab * 2 / 3) = kInf;
+          break;
+        case 5:  // all -inf or NaN: token 0
+          for (int64_t j = 0; j < vocab; ++j) at(j) = j % 2 == 0 ? -kInf : nan;
+          break;
+        case 6:  // masked, half the tokens
+          row.mask.assign(words, 0);
+          for (int32_t t = 0; t < vocab; ++t) {
+            if (unit(rng) < 0.5f) row.mask[size_t(t) / 32] |= 1u << (t % 32);
+          }
+          break;
+        case 7: {  // masked: everything but the argmax
+          const auto arg =
+              std::max_element(row.logits.begin(), row.logits.end()) - row.logits.begin();
+          row.mask.assign(words, ~0u);
+          row.mask[size_t(arg) / 32] &= ~(1u << (arg % 32));
+          break;
+        }
+        case 8:  // masked: nothing admitted
+          row.mask.assign(words, 0);
+          break;
+        case 9:  // one equal value everywhere: token 0
+          for (float& v : row.logits) v = 1.5f;
+          break;
+      }
+      rows.push_back(std::move(row));
+    }
+    for (int32_t pad : {0, 5}) {  // float4 and scalar loads
+      SCOPED_TRACE(::testing::Message() << "vocab " << vocab << " pad " << pad);
+      const std::vector<int32_t> greedy = run_gpu(rows, vocab, pad, /*greedy=*/true);
+      const std::vector<int32_t> sampled = run_gpu(rows, vocab, pad);
+      ASSERT_EQ(greedy.size(), rows.size());
+      for (size_t r = 0; r < rows.size(); ++r) {
+        const Reference ref = sample_tokens_reference(rows[r].logits.data(), vocab, 0.0f, 0, 1.0f,
+                                                      0.5f, rows[r].mask);
+        EXPECT_EQ(greedy[r], ref.token) << "row " << r;
+        EXPECT_EQ(greedy[r], sampled[r]) << "row " << r;
+      }
     }
   }
 }
