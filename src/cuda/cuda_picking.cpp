@@ -75,8 +75,9 @@ void CudaModel::finish_step(const ForwardBatch& batch, int32_t n_rows, Tensor& l
 void CudaModel::pick_tokens(int32_t n_rows, const PickInputs& in) {
   const auto vocab = static_cast<int32_t>(config_.vocab_size);
   picked_ids_.reserve(size_t(n_rows));
-  if (in.all_greedy) {  // H100, 150K vocab: ~15 us on one CTA a row (docs/benchmarks.md "session
-                        // 42")
+  // All greedy: many CTAs a row (one CTA reads a 150K-vocab row in ~15 us on
+  // an H100: docs/benchmarks.md "session 42").
+  if (in.all_greedy && n_rows <= kGreedyTokensMaxRows) {
     greedy_keys_.reserve(greedy_workspace_words(n_rows, vocab));
     greedy_tokens(logits_.data(), n_rows, vocab, vocab, in.mask, greedy_keys_.data(),
                   picked_ids_.data(), stream_);

@@ -118,7 +118,7 @@ void greedy_tokens(const float* logits, int32_t n_rows, int32_t vocab, int64_t l
   if (n_rows <= 0) return;
   SS_CHECK_GT(vocab, 0);
   SS_CHECK_GE(ld, int64_t{vocab});
-  SS_CHECK_LE(n_rows, 65535);  // gridDim.y
+  SS_CHECK_LE(n_rows, kGreedyTokensMaxRows);  // gridDim.y
   SS_CHECK(workspace != nullptr);
   const int32_t slice = greedy_slice(vocab);
   const int32_t splits = (vocab + slice - 1) / slice;

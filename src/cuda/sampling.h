@@ -40,7 +40,9 @@ void sample_tokens(const float* logits, int32_t n_rows, int32_t vocab, int64_t l
 // read as sample_tokens reads it (NaN as -inf, -0 as +0, masked tokens -inf;
 // a row of -inf picks 0). Bit-identical to sample_tokens on such rows, on
 // many CTAs a row (greedy_tokens.cu). workspace: greedy_workspace_words(n_rows,
-// vocab) words, no initial contents. n_rows <= 65535.
+// vocab) words, no initial contents. n_rows <= kGreedyTokensMaxRows (a grid
+// dimension; sample_tokens takes larger steps).
+constexpr int32_t kGreedyTokensMaxRows = 65535;
 size_t greedy_workspace_words(int32_t n_rows, int32_t vocab);
 void greedy_tokens(const float* logits, int32_t n_rows, int32_t vocab, int64_t ld,
                    const TokenMaskRows& mask, unsigned long long* workspace, int32_t* out,
