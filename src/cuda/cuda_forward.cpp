@@ -525,6 +525,21 @@ Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv,
   // attention: the next kernel cannot launch programmatically after a copy
   // (cuda/pdl.h). A capture graph copies with a kernel (copy_rows).
   const bool after_copy = !meta.capture_rows.empty();
+  // The layer's paged-attention fields (the tail rows' and the paged rows' calls).
+  PagedAttentionArgs paged_layer;
+  paged_layer.k_cache = kv.k(l);
+  paged_layer.v_cache = kv.v(l);
+  paged_layer.slot_positions = kv.slot_positions();
+  paged_layer.block_tables = meta.block_tables;
+  paged_layer.max_blocks_per_seq = meta.max_blocks;
+  paged_layer.n_heads = n_heads;
+  paged_layer.n_kv_heads = n_kv_heads;
+  paged_layer.head_dim = head_dim;
+  paged_layer.block_size = block_size;
+  paged_layer.scale = scale;
+  paged_layer.sliding_window = window;
+  paged_layer.out_stride = q_width;
+  paged_layer.workspace = meta.attn_workspace;
   for (size_t j = 0; j < meta.flash.size(); ++j) {
     const FlashJob& job = meta.flash[j];
     if (tail) {
@@ -535,24 +550,13 @@ Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv,
       // as the whole layer's heaviest CTA (docs/benchmarks.md "session 42").
       if (!job.last_row_logits) continue;
       const int32_t row = job.row0 + job.n_rows - 1;
-      PagedAttentionArgs a;
+      PagedAttentionArgs a = paged_layer;
       a.q = qkv + int64_t(row) * qkv_width;
       a.q_stride = qkv_width;
-      a.k_cache = kv.k(l);
-      a.v_cache = kv.v(l);
-      a.slot_positions = kv.slot_positions();
-      a.block_tables = meta.block_tables;
-      a.max_blocks_per_seq = meta.max_blocks;
       a.token_seq = meta.flash_seq + j;
       a.token_slot = meta.token_slot + row;
       a.token_pos = meta.pos + row;
       a.n_tokens = 1;
-      a.n_heads = n_heads;
-      a.n_kv_heads = n_kv_heads;
-      a.head_dim = head_dim;
-      a.block_size = block_size;
-      a.scale = scale;
-      a.sliding_window = window;
       a.max_context = job.n_keys;
       const TailRowSplit split =
           tail_row_split(run_group() > 0, c.n_kv_heads, c.head_dim, job.n_keys);
@@ -565,8 +569,6 @@ Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv,
         a.run_grid_parts = split.grid_parts;
       }
       a.out = attn + int64_t(row) * q_width;
-      a.out_stride = q_width;
-      a.workspace = meta.attn_workspace;
       a.pdl = !after_copy;
       paged_attention(a, stream_);
       continue;
@@ -595,7 +597,7 @@ Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv,
   if (meta.n_paged > 0) {
     const bool compact = meta.paged_begin < 0;
     SS_CHECK(!(compact && graph_safe));
-    PagedAttentionArgs a;
+    PagedAttentionArgs a = paged_layer;
     if (compact) {
       gather_rows(qkv, qkv_width, meta.paged_rows, meta.n_paged, static_cast<int32_t>(q_width),
                   compact_q_.data(), stream_, /*pdl=*/!after_copy);
@@ -607,12 +609,6 @@ Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv,
       a.q_stride = qkv_width;
       a.out = attn + int64_t(meta.paged_begin) * q_width;
     }
-    a.out_stride = q_width;
-    a.k_cache = kv.k(l);
-    a.v_cache = kv.v(l);
-    a.slot_positions = kv.slot_positions();
-    a.block_tables = meta.block_tables;
-    a.max_blocks_per_seq = meta.max_blocks;
     a.token_seq = meta.paged_seq;
     a.token_slot = meta.paged_slot;
     a.token_pos = meta.paged_pos;
@@ -623,15 +619,8 @@ Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv,
     a.run_grid_parts = meta.paged_run_grid_parts;
     a.run_split = meta.paged_run_split;
     a.n_tokens = meta.n_paged;
-    a.n_heads = n_heads;
-    a.n_kv_heads = n_kv_heads;
-    a.head_dim = head_dim;
-    a.block_size = block_size;
-    a.scale = scale;
-    a.sliding_window = window;
     a.max_context = meta.paged_max_context;
     a.partition_size = meta.paged_partition;
-    a.workspace = meta.attn_workspace;
     a.pdl = compact || !after_copy;
     paged_attention(a, stream_);
     if (compact) {
