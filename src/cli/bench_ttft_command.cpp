@@ -325,7 +325,7 @@ int run_bench_ttft(const BenchTtftFlags& f) {
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
     std::printf(
-        "| %lld | %g | %.3f | %.3f | %.2fx | %.3f | %.3f | %.3f | %.1f | %.1f | %.1f (%.1f) | %.1f "
+        "| %lld | %g | %.4f | %.4f | %.2fx | %.3f | %.3f | %.3f | %.1f | %.1f | %.1f (%.1f) | %.1f "
         "| %.1f "
         "|\n",
         static_cast<long long>(r.length), r.keep, r.ttft_full, r.ttft_spec, r.speedup, r.r,
