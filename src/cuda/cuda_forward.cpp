@@ -39,24 +39,25 @@ constexpr int32_t kFlashMinRows = 16;
 // kernel runs one CTA per token, so few rows leave it latency-bound.
 constexpr int32_t kFp8FuseMinRows = 256;
 
-// A tail layer's logit row alone (StepMeta::tail_rows_only) on the paged
-// kernel, set up as an eager batch-1 decode row of that context would be:
-// the run kernel (runs: a run of one row) with its run-time split when it is
-// on for this head dim, else the per-token kernel's partitions.
-struct TailRowSplit {
-  int32_t partition = kPartitionSize;
-  bool runs = false;
-  int32_t run_split = 0;
-  int32_t grid_parts = 0;
+// The split-K setup of an eager step's paged attention: n_tokens queries in
+// n_runs runs (runs: the run kernel is on and the runs are staged) at
+// contexts up to max_context. The step's paged rows and a tail layer's logit
+// row alone (StepMeta::tail_rows_only: one query, one run) both take it.
+struct PagedSplit {
+  int32_t partition = kPartitionSize;  // the per-token kernel's partition
+  int32_t run_split = 0;               // the run kernel's run-time split (0: none)
+  int32_t grid_parts = 0;              // the run kernel's CTAs along partitions
 };
-TailRowSplit tail_row_split(bool run_kernel, int64_t n_kv_heads, int64_t head_dim, int32_t n_keys) {
+PagedSplit eager_paged_split(int32_t n_tokens, int32_t n_runs, bool runs, int64_t n_kv_heads,
+                             int32_t max_context) {
   const auto kv_heads = static_cast<int32_t>(n_kv_heads);
-  TailRowSplit split;
-  split.partition = paged_attention_partition_size(1, kv_heads);
-  split.runs = run_kernel && run_attention_supported(static_cast<int32_t>(head_dim));
-  if (split.runs) {
-    split.run_split = run_attention_split(1, kv_heads, n_keys);
-    split.grid_parts = run_attention_eager_grid_parts(1, kv_heads);
+  PagedSplit split;
+  split.partition = paged_attention_partition_size(n_tokens, kv_heads);
+  if (runs) {
+    split.run_split = run_attention_split(n_runs, kv_heads, max_context);
+    // The step's contexts are known: about one wave of CTAs, each
+    // accumulating its share of the partitions (run_attention_eager_grid_parts).
+    split.grid_parts = run_attention_eager_grid_parts(n_runs, kv_heads);
   }
   return split;
 }
@@ -263,19 +264,12 @@ void CudaModel::forward(const ForwardBatch& batch, KvCache& kv_base, Tensor& log
   set_device_pointers(offsets, meta_device_.data(), meta);
   size_t workspace_floats = 0;  // paged attention's split-K partials, the tail rows' included
   if (meta.n_paged > 0) {
-    meta.paged_partition =
-        paged_attention_partition_size(meta.n_paged, static_cast<int32_t>(config_.n_kv_heads));
-    meta.paged_run_split =
-        meta.paged_run != nullptr
-            ? run_attention_split(meta.paged_n_runs, static_cast<int32_t>(config_.n_kv_heads),
-                                  meta.paged_max_context)
-            : 0;
-    // The step's contexts are known: about one wave of CTAs, each
-    // accumulating its share of the partitions (run_attention_eager_grid_parts).
-    meta.paged_run_grid_parts =
-        meta.paged_run != nullptr ? run_attention_eager_grid_parts(
-                                        meta.paged_n_runs, static_cast<int32_t>(config_.n_kv_heads))
-                                  : 0;
+    const PagedSplit split =
+        eager_paged_split(meta.n_paged, meta.paged_n_runs, meta.paged_run != nullptr,
+                          config_.n_kv_heads, meta.paged_max_context);
+    meta.paged_partition = split.partition;
+    meta.paged_run_split = split.run_split;
+    meta.paged_run_grid_parts = split.grid_parts;
     workspace_floats = paged_attention_workspace_floats(
         meta.n_paged, static_cast<int32_t>(config_.n_heads), static_cast<int32_t>(config_.head_dim),
         meta.paged_max_context, meta.paged_partition, meta.paged_run_split);
@@ -287,8 +281,8 @@ void CudaModel::forward(const ForwardBatch& batch, KvCache& kv_base, Tensor& log
   if (meta.tail_rows_only) {
     for (const FlashJob& job : meta.flash) {
       if (!job.last_row_logits) continue;
-      const TailRowSplit split =
-          tail_row_split(run_group() > 0, config_.n_kv_heads, config_.head_dim, job.n_keys);
+      const PagedSplit split =
+          eager_paged_split(1, 1, run_group() > 0, config_.n_kv_heads, job.n_keys);
       workspace_floats =
           std::max(workspace_floats,
                    paged_attention_workspace_floats(1, static_cast<int32_t>(config_.n_heads),
@@ -558,10 +552,9 @@ Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv,
       a.token_pos = meta.pos + row;
       a.n_tokens = 1;
       a.max_context = job.n_keys;
-      const TailRowSplit split =
-          tail_row_split(run_group() > 0, c.n_kv_heads, c.head_dim, job.n_keys);
+      const PagedSplit split = eager_paged_split(1, 1, run_group() > 0, c.n_kv_heads, job.n_keys);
       a.partition_size = split.partition;
-      if (split.runs) {
+      if (run_group() > 0) {  // as plan_step stages runs for paged rows
         a.token_run = meta.one_run;
         a.n_runs = 1;
         a.run_first = meta.one_run + 1;

@@ -460,20 +460,7 @@ void embedding(const bf16* table, const int32_t* ids, int32_t n, int32_t dim, fl
 
 namespace {
 
-// Launches kernel<W, kIters> for a row of dim with the fewest register
-// passes (kIters) that hold it: row_threads(dim, W) threads of W elements.
-template <int W, template <int, int> class Kernel, typename... Args>
-void launch_norm(int32_t rows, int32_t dim, cudaStream_t stream, Args... args) {
-  const int threads = row_threads(dim, W);
-  const int64_t iters = (int64_t{dim} + int64_t{threads} * W - 1) / (int64_t{threads} * W);
-  const dim3 grid(static_cast<unsigned>(rows));
-  if (iters <= 1) return launch_pdl(Kernel<W, 1>::fn, grid, threads, 0, stream, true, args...);
-  if (iters <= 2) return launch_pdl(Kernel<W, 2>::fn, grid, threads, 0, stream, true, args...);
-  if (iters <= 4) return launch_pdl(Kernel<W, 4>::fn, grid, threads, 0, stream, true, args...);
-  if (iters <= 8) return launch_pdl(Kernel<W, 8>::fn, grid, threads, 0, stream, true, args...);
-  fail_cuda("rmsnorm", "row too long (more than 8 x 1024 vectors)", __FILE__, __LINE__);
-}
-
+// The norms' kernels for launch_norm (row_reduce.cuh).
 template <int W, int kIters>
 struct RmsnormKernel {
   static constexpr auto fn = rmsnorm_kernel<W, kIters>;

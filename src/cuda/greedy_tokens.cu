@@ -11,7 +11,6 @@
 // as in the one-CTA pass. Pass 2, a warp a row: the max of the row's keys,
 // unpacked into out[r]. No atomics: the result is the same max in any order.
 #include <algorithm>
-#include <climits>
 #include <cstddef>
 #include <cstdint>
 

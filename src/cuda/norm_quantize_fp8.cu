@@ -98,21 +98,16 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-// Launches norm_quantize_kernel<kAdd, kIters> with the fewest register
-// passes that hold a row (dim <= 8 x 1024 x kW: norm_quantize_fp8_supported).
-template <bool kAdd, typename... Args>
-void launch_norm_quantize(int32_t rows, int32_t dim, cudaStream_t stream, Args... args) {
-  const int threads = row_threads(dim, kW);
-  const int64_t iters = (int64_t{dim} + int64_t{threads} * kW - 1) / (int64_t{threads} * kW);
-  const dim3 grid(static_cast<unsigned>(rows));
-  if (iters <= 1)
-    return launch_pdl(norm_quantize_kernel<kAdd, 1>, grid, threads, 0, stream, true, args...);
-  if (iters <= 2)
-    return launch_pdl(norm_quantize_kernel<kAdd, 2>, grid, threads, 0, stream, true, args...);
-  if (iters <= 4)
-    return launch_pdl(norm_quantize_kernel<kAdd, 4>, grid, threads, 0, stream, true, args...);
-  launch_pdl(norm_quantize_kernel<kAdd, 8>, grid, threads, 0, stream, true, args...);
-}
+// For launch_norm (row_reduce.cuh: the fewest register passes that hold a
+// row; dim <= 8 x 1024 x kW: norm_quantize_fp8_supported).
+template <int W, int kIters>
+struct NormQuantizeKernel {
+  static constexpr auto fn = norm_quantize_kernel<false, kIters>;
+};
+template <int W, int kIters>
+struct AddNormQuantizeKernel {
+  static constexpr auto fn = norm_quantize_kernel<true, kIters>;
+};
 
 void check_operands(const char* what, const float* x, const float* w, int32_t dim) {
   if (!norm_quantize_fp8_supported(x, w, dim)) {
@@ -133,9 +128,10 @@ void rmsnorm_quantize_fp8(const float* x, const float* w, float eps, int32_t row
                           fp8* q, float* q_scale, cudaStream_t stream) {
   if (rows <= 0) return;
   check_operands("rmsnorm_quantize_fp8", x, w, dim);
-  launch_norm_quantize<false>(rows, dim, stream, const_cast<float*>(x),
-                              static_cast<const bf16*>(nullptr), static_cast<const float*>(nullptr),
-                              static_cast<const float*>(nullptr), w, eps, dim, q, q_scale);
+  launch_norm<kW, NormQuantizeKernel>(rows, dim, stream, const_cast<float*>(x),
+                                      static_cast<const bf16*>(nullptr),
+                                      static_cast<const float*>(nullptr),
+                                      static_cast<const float*>(nullptr), w, eps, dim, q, q_scale);
 }
 
 void add_rmsnorm_quantize_fp8(float* x, const bf16* delta, const Fp8Scales& delta_scales,
@@ -150,8 +146,8 @@ void add_rmsnorm_quantize_fp8(float* x, const bf16* delta, const Fp8Scales& delt
     fail_cuda("add_rmsnorm_quantize_fp8", "delta scales need both row and column scales", __FILE__,
               __LINE__);
   }
-  launch_norm_quantize<true>(rows, dim, stream, x, delta, delta_scales.row, delta_scales.col, w,
-                             eps, dim, q, q_scale);
+  launch_norm<kW, AddNormQuantizeKernel>(rows, dim, stream, x, delta, delta_scales.row,
+                                         delta_scales.col, w, eps, dim, q, q_scale);
 }
 
 }  // namespace specstack::cuda

@@ -1,12 +1,18 @@
 // Warp and CTA reductions shared by the row kernels (elementwise.cu's norms,
-// norm_quantize_fp8.cu, attention.cu), and the norms' launch width. One
+// norm_quantize_fp8.cu, attention.cu), and the norms' launch width and
+// register passes. One
 // definition on purpose: norm_quantize_fp8's sum of squares is bit-identical
 // to rmsnorm's only while both add the same floats in the same order
 // (Fp8Fusion.NormQuantizeEqualsNormThenQuantize checks it).
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cstdint>
+
+#include "cuda/cuda_check.h"
+#include "cuda/pdl.h"
 
 namespace specstack::cuda {
 
@@ -65,6 +71,21 @@ inline int row_threads(int32_t dim, int w) {
   const int64_t vectors = (static_cast<int64_t>(dim) + w - 1) / w;
   const int64_t threads = (vectors + kRowWarp - 1) / kRowWarp * kRowWarp;
   return static_cast<int>(std::clamp<int64_t>(threads, kRowWarp, 1024));
+}
+
+// Launches Kernel<W, kIters>::fn, one CTA a row of dim, with the fewest
+// register passes kIters (1, 2, 4 or 8) that hold the row in
+// row_threads(dim, W) threads of W elements each (PDL launch).
+template <int W, template <int, int> class Kernel, typename... Args>
+void launch_norm(int32_t rows, int32_t dim, cudaStream_t stream, Args... args) {
+  const int threads = row_threads(dim, W);
+  const int64_t iters = (int64_t{dim} + int64_t{threads} * W - 1) / (int64_t{threads} * W);
+  const dim3 grid(static_cast<unsigned>(rows));
+  if (iters <= 1) return launch_pdl(Kernel<W, 1>::fn, grid, threads, 0, stream, true, args...);
+  if (iters <= 2) return launch_pdl(Kernel<W, 2>::fn, grid, threads, 0, stream, true, args...);
+  if (iters <= 4) return launch_pdl(Kernel<W, 4>::fn, grid, threads, 0, stream, true, args...);
+  if (iters <= 8) return launch_pdl(Kernel<W, 8>::fn, grid, threads, 0, stream, true, args...);
+  fail_cuda("rmsnorm", "row too long (more than 8 x 1024 vectors)", __FILE__, __LINE__);
 }
 
 }  // namespace specstack::cuda
