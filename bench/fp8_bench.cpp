@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_data.h"
+#include "bench_timing.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_buffer.h"
 #include "cuda/elementwise.h"
@@ -43,34 +45,9 @@ struct Shape {
   bool silu;  // out = width; the weight has 2 * out rows
 };
 
-void fill_random(DeviceBuffer<__nv_bfloat16>& buf, std::mt19937& rng) {
-  std::uniform_real_distribution<float> dist(-0.05f, 0.05f);
-  std::vector<__nv_bfloat16> host(buf.size());
-  for (auto& v : host) v = __float2bfloat16(dist(rng));
-  buf.upload(host);
-}
-
 template <typename Call>
 double time_us(int copies, Call call, cudaStream_t stream) {
-  constexpr int kBatch = 20, kBatches = 7;
-  for (int i = 0; i < 5; ++i) call(i % copies);
-  cudaEvent_t start, stop;
-  SS_CUDA_CHECK(cudaEventCreate(&start));
-  SS_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<double> per_call;
-  for (int b = 0; b < kBatches; ++b) {
-    SS_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int i = 0; i < kBatch; ++i) call(i % copies);
-    SS_CUDA_CHECK(cudaEventRecord(stop, stream));
-    SS_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    SS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    per_call.push_back(1000.0 * ms / kBatch);
-  }
-  SS_CUDA_CHECK(cudaEventDestroy(start));
-  SS_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(per_call.begin(), per_call.end());
-  return per_call[per_call.size() / 2];
+  return specstack::bench::median_us_rotating(copies, call, 20, stream);
 }
 
 // One shape's weights in `copies` copies, bf16 and e4m3.
@@ -93,7 +70,7 @@ Weights make_weights(const Shape& s, std::mt19937& rng, cudaStream_t stream) {
   const double bytes = double(w.rows) * double(w.in) * 2;
   w.copies = std::max(2, int(200e6 / bytes) + 1);
   w.w16.resize(size_t(w.copies * w.rows * w.in));
-  fill_random(w.w16, rng);
+  specstack::bench::fill_random_bf16(w.w16, rng);
   w.w8.resize(w.w16.size());
   w.scale.resize(size_t(w.copies * w.rows));
   quantize_rows_fp8(w.w16.data(), w.in, w.copies * w.rows, w.in, w.w8.data(), w.scale.data(),
@@ -118,8 +95,8 @@ void bench_fusions(cudaStream_t stream, std::mt19937& rng) {
     }
     DeviceBuffer<__nv_bfloat16> delta{rows * kHidden}, h{rows * kHidden}, qkv{rows * kWidth},
         k_cache{rows * kKvHeads * kHeadDim}, v_cache{rows * kKvHeads * kHeadDim};
-    fill_random(delta, rng);
-    fill_random(qkv, rng);
+    specstack::bench::fill_random_bf16(delta, rng);
+    specstack::bench::fill_random_bf16(qkv, rng);
     DeviceBuffer<fp8> q{rows * kHidden};
     std::vector<int32_t> pos(rows);
     for (int32_t t = 0; t < n; ++t) pos[size_t(t)] = t;
@@ -173,7 +150,7 @@ void bench_fusions(cudaStream_t stream, std::mt19937& rng) {
     // with its scales, into the down GEMM's e4m3 rows.
     constexpr int64_t kInter = 18944;
     DeviceBuffer<__nv_bfloat16> gate_up{rows * 2 * kInter};
-    fill_random(gate_up, rng);
+    specstack::bench::fill_random_bf16(gate_up, rng);
     DeviceBuffer<float> gu_scale{size_t{2 * kInter}};
     gu_scale.upload(std::vector<float>(size_t{2 * kInter}, 0.01f));
     DeviceBuffer<fp8> act8{rows * kInter};
@@ -212,7 +189,7 @@ int main(int argc, char** argv) {
   constexpr int64_t kPrefill = 8192;
   DeviceBuffer<__nv_bfloat16> x(size_t(kPrefill) * 18944), y(size_t(kPrefill) * 2 * 18944),
       act(size_t(kPrefill) * 18944);
-  fill_random(x, rng);
+  specstack::bench::fill_random_bf16(x, rng);
   Gemm gemm(stream);
   gemm.reserve_fp8_activations(kPrefill, 18944);
   DeviceBuffer<uint8_t> workspace(size_t(64) << 20);

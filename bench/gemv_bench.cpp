@@ -12,6 +12,8 @@
 #include <random>
 #include <vector>
 
+#include "bench_data.h"
+#include "bench_timing.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_buffer.h"
 #include "cuda/gemv.h"
@@ -27,36 +29,9 @@ struct Shape {
   bool silu;  // out = width; the weight has 2 * out rows
 };
 
-// Fills a bf16 buffer with small random values on the host (once per size).
-void fill_random(DeviceBuffer<__nv_bfloat16>& buf, std::mt19937& rng) {
-  std::uniform_real_distribution<float> dist(-0.05f, 0.05f);
-  std::vector<__nv_bfloat16> host(buf.size());
-  for (auto& v : host) v = __float2bfloat16(dist(rng));
-  buf.upload(host);
-}
-
-// Median microseconds per call of `call(copy)` over rotating weight copies.
 template <typename Call>
 double time_us(int copies, Call call, cudaStream_t stream) {
-  constexpr int kBatch = 40, kBatches = 7;
-  for (int i = 0; i < 5; ++i) call(i % copies);
-  cudaEvent_t start, stop;
-  SS_CUDA_CHECK(cudaEventCreate(&start));
-  SS_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<double> per_call;
-  for (int b = 0; b < kBatches; ++b) {
-    SS_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int i = 0; i < kBatch; ++i) call(i % copies);
-    SS_CUDA_CHECK(cudaEventRecord(stop, stream));
-    SS_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    SS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    per_call.push_back(1000.0 * ms / kBatch);
-  }
-  SS_CUDA_CHECK(cudaEventDestroy(start));
-  SS_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(per_call.begin(), per_call.end());
-  return per_call[per_call.size() / 2];
+  return specstack::bench::median_us_rotating(copies, call, 40, stream);
 }
 
 }  // namespace
@@ -74,7 +49,7 @@ int main() {
   SS_CUDA_CHECK(cudaStreamCreate(&stream));
   std::mt19937 rng(1);
   DeviceBuffer<__nv_bfloat16> x(size_t(8) * 18944), y(size_t(8) * 152064);
-  fill_random(x, rng);
+  specstack::bench::fill_random_bf16(x, rng);
   std::printf("| shape | rows | kernel | us | weight GB/s |\n|---|---|---|---|---|\n");
   for (const Shape& s : shapes) {
     const int64_t w_rows = s.silu ? 2 * s.out : s.out;
@@ -83,7 +58,7 @@ int main() {
     const int copies = static_cast<int>(std::max<size_t>(3, (size_t(200) << 20) / bytes + 1));
     DeviceBuffer<__nv_bfloat16> w(w_elems * copies);
     DeviceBuffer<__nv_bfloat16> one(w_elems);
-    fill_random(one, rng);
+    specstack::bench::fill_random_bf16(one, rng);
     for (int c = 0; c < copies; ++c) {
       SS_CUDA_CHECK(
           cudaMemcpy(w.data() + c * w_elems, one.data(), bytes, cudaMemcpyDeviceToDevice));
