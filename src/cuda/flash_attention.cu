@@ -61,11 +61,13 @@
 #include "cuda/cuda_check.h"
 #include "cuda/flash_attention.h"
 #include "cuda/flash_attention_hopper.h"
+#include "cuda/flash_attention_rows.cuh"
 #include "cuda/ptx_primitives.cuh"
 
 namespace specstack::cuda {
 namespace {
 
+using namespace flash_rows;  // physical_row, clamp_i32, first_window_tile
 using namespace ptx;  // cp.async, ldmatrix, mma.sync, exp2, bf16 packing (cuda/ptx_primitives.cuh)
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -103,16 +105,6 @@ struct Shape {
   static_assert(kBlockN % 32 == 0, "tile positions are read one warp-width at a time");
 };
 
-// Physical cache row of key slot j, or -1 past the sequence's keys.
-__device__ __forceinline__ int32_t physical_row(const FlashAttentionArgs& a, int32_t j) {
-  if (j >= a.n_keys) return -1;
-  return __ldg(a.block_table + j / a.block_size) * a.block_size + j % a.block_size;
-}
-
-__device__ __forceinline__ int32_t clamp_i32(int64_t v) {
-  return static_cast<int32_t>(v < INT_MIN ? INT_MIN : (v > INT_MAX ? INT_MAX : v));
-}
-
 // Min/max over the CTA; every thread gets the result. red [3][kWarps] i32 smem.
 template <int kWarps>
 __device__ __forceinline__ void block_reduce(int32_t& min_a, int32_t& max_b, int32_t& min_c,
@@ -134,43 +126,6 @@ __device__ __forceinline__ void block_reduce(int32_t& min_a, int32_t& max_b, int
     min_c = min(min_c, red[2 * kWarps + w]);
   }
   __syncthreads();  // red may be reused
-}
-
-// Sliding window: the first key tile that can hold a key visible by position,
-// i.e. the first slot in [0, kv_end) whose position is > min_thresh (the
-// smallest q_pos - window of the CTA's rows), divided by kBlockN; n_tiles if
-// none. Exact for any positions: every position before the answer is read.
-// The last key of tile 0 is checked first (one load), which settles the
-// common case of a context shorter than the window; then rounds of kThreads *
-// kPerThread keys whose loads are all independent.
-template <int kWarps, int kBlockN>
-__device__ int32_t first_window_tile(const FlashAttentionArgs& a, int32_t kv_end,
-                                     int32_t min_thresh, int32_t* red) {
-  constexpr int kThreads = 32 * kWarps;
-  constexpr int kPerThread = 16;
-  const int32_t n_tiles = (kv_end + kBlockN - 1) / kBlockN;
-  if (kv_end <= kBlockN || __ldg(a.slot_positions + physical_row(a, kBlockN - 1)) > min_thresh) {
-    return 0;
-  }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int32_t base = 0; base < kv_end; base += kThreads * kPerThread) {
-    int32_t first = INT_MAX;
-#pragma unroll
-    for (int i = 0; i < kPerThread; ++i) {
-      const int32_t j = base + i * kThreads + static_cast<int32_t>(threadIdx.x);
-      if (j < kv_end && __ldg(a.slot_positions + physical_row(a, j)) > min_thresh) {
-        first = min(first, j);
-      }
-    }
-    first = __reduce_min_sync(kFullMask, first);
-    if (lane == 0) red[warp] = first;
-    __syncthreads();
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) first = min(first, red[w]);
-    __syncthreads();                               // red is reused by the next round
-    if (first != INT_MAX) return first / kBlockN;  // uniform across the CTA
-  }
-  return n_tiles;
 }
 
 template <class S>
@@ -248,7 +203,7 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
   const int32_t kv_end = max_lim + 1;
   const int32_t t_end = (kv_end + kBlockN - 1) / kBlockN;
   const int32_t t_begin =
-      window ? first_window_tile<S::kWarps, kBlockN>(a, kv_end, min_thresh, s_red) : 0;
+      window ? first_window_tile<S::kThreads, kBlockN, 16>(a, kv_end, min_thresh, s_red) : 0;
 
   // 2. Q tile -> smem (cp.async group 0), zero rows past n_rows.
   const int chunk_col =

@@ -72,12 +72,15 @@
 #include "cuda/alignment.h"
 #include "cuda/cuda_check.h"
 #include "cuda/flash_attention_hopper.h"
+#include "cuda/flash_attention_rows.cuh"
 #include "cuda/sm90a.h"
 #include "cuda/wgmma.cuh"
 
 namespace specstack::cuda {
 
 namespace {
+
+using namespace flash_rows;  // physical_row, clamp_i32, first_window_tile
 
 constexpr int kBlockN = 128;  // keys per tile
 
@@ -184,16 +187,6 @@ __device__ __forceinline__ void gemm_pv(float (&o)[kHeadDim / 2], uint32_t (&p)[
   fence_regs(p);
 }
 
-// Physical cache row of key slot j, or -1 past the sequence's keys.
-__device__ __forceinline__ int32_t physical_row(const FlashAttentionArgs& a, int32_t j) {
-  if (j >= a.n_keys) return -1;
-  return __ldg(a.block_table + j / a.block_size) * a.block_size + j % a.block_size;
-}
-
-__device__ __forceinline__ int32_t clamp_i32(int64_t v) {
-  return static_cast<int32_t>(v < INT_MIN ? INT_MIN : (v > INT_MAX ? INT_MAX : v));
-}
-
 // Max of a, min of b over the CTA; every thread gets the result. red [2][kWarps].
 template <int kWarps>
 __device__ __forceinline__ void block_reduce(int32_t& max_a, int32_t& min_b, int32_t* red) {
@@ -211,38 +204,6 @@ __device__ __forceinline__ void block_reduce(int32_t& max_a, int32_t& min_b, int
     min_b = min(min_b, red[kWarps + w]);
   }
   __syncthreads();  // red may be reused
-}
-
-// Sliding window: the first tile that can hold a key visible by position (the
-// first slot in [0, kv_end) whose position is > min_thresh, / kBlockN), or
-// n_tiles if none: exact for positions in any order (the FA2 kernel's scan).
-template <int kThreads>
-__device__ int32_t first_window_tile(const FlashAttentionArgs& a, int32_t kv_end,
-                                     int32_t min_thresh, int32_t* red) {
-  constexpr int kPerThread = 8;
-  const int32_t n_tiles = (kv_end + kBlockN - 1) / kBlockN;
-  if (kv_end <= kBlockN || __ldg(a.slot_positions + physical_row(a, kBlockN - 1)) > min_thresh) {
-    return 0;
-  }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int32_t base = 0; base < kv_end; base += kThreads * kPerThread) {
-    int32_t first = INT_MAX;
-#pragma unroll
-    for (int i = 0; i < kPerThread; ++i) {
-      const int32_t j = base + i * kThreads + static_cast<int32_t>(threadIdx.x);
-      if (j < kv_end && __ldg(a.slot_positions + physical_row(a, j)) > min_thresh) {
-        first = min(first, j);
-      }
-    }
-    first = __reduce_min_sync(kFullMask, first);
-    if (lane == 0) red[warp] = first;
-    __syncthreads();
-#pragma unroll
-    for (int w = 0; w < kThreads / 32; ++w) first = min(first, red[w]);
-    __syncthreads();                               // red is reused by the next round
-    if (first != INT_MAX) return first / kBlockN;  // uniform across the CTA
-  }
-  return n_tiles;
 }
 
 #endif  // !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -309,7 +270,8 @@ __global__ void __launch_bounds__(Tiling<kHeadDim>::kThreads, 1)
   block_reduce<kWarps>(max_lim, min_thresh, s_red);
   const int32_t kv_end = max_lim + 1;
   const int32_t t_end = (kv_end + kBlockN - 1) / kBlockN;
-  const int32_t t_begin = window ? first_window_tile<T::kThreads>(a, kv_end, min_thresh, s_red) : 0;
+  const int32_t t_begin =
+      window ? first_window_tile<T::kThreads, kBlockN, 8>(a, kv_end, min_thresh, s_red) : 0;
   const int32_t n_tiles = max(t_end - t_begin, 0);
 
   if (tid < 128) {
