@@ -27,7 +27,8 @@
 // visible slot are never loaded, and with a sliding window a leading run of
 // tiles that no row sees by position is skipped (found by reading the
 // positions); every loaded tile is masked per element where a warp's rows
-// need it.
+// need it (a causal-only mask compares each column with one bound a row and
+// reads no key positions; rows past n_rows never make a tile masked).
 //
 // Shared-memory operands use the 128-byte swizzle of the wgmma canonical
 // layouts. A tile of R rows x 128 bf16 is stored as two halves (dims 0..63,
@@ -345,8 +346,14 @@ __global__ void __launch_bounds__(Tiling<kHeadDim>::kThreads, 1)
     const int32_t thr0 = s_thresh[ra], thr1 = s_thresh[ra + 8];
     // Warp-uniform: a tile needs the causal mask when it ends past some row's
     // last slot, the window mask when some key position is <= some row's thresh.
-    const int32_t w_min_lim = __reduce_min_sync(kFullMask, min(lim0, lim1));
-    const int32_t w_max_thr = __reduce_max_sync(kFullMask, max(thr0, thr1));
+    // Rows past n_rows (a partial last block) are never stored, so they take no
+    // part: counted in (lim -1), they sent every tile of the CTA down the masked
+    // path, ~1.8x the time a tile (per-CTA timeline, H100, session 44).
+    const bool ok0 = row0 + ra < a.n_rows, ok1 = row0 + ra + 8 < a.n_rows;
+    const int32_t w_min_lim =
+        __reduce_min_sync(kFullMask, min(ok0 ? lim0 : INT_MAX, ok1 ? lim1 : INT_MAX));
+    const int32_t w_max_thr =
+        __reduce_max_sync(kFullMask, max(ok0 ? thr0 : INT_MIN, ok1 ? thr1 : INT_MIN));
     const uint32_t q_addr = base + L::kQOffset + cwg * L::kHalves * kHalfQ;
 
     // Q: 64 rows x kChunks chunks; zero rows past n_rows.
@@ -392,21 +399,27 @@ __global__ void __launch_bounds__(Tiling<kHeadDim>::kThreads, 1)
         for (int u = 0; u < kBlockN / 32; ++u) lo = min(lo, pos[lane + 32 * u]);
         window_mask = __reduce_min_sync(kFullMask, lo) <= w_max_thr;
       }
-      if (k0 + kBlockN - 1 > w_min_lim || window_mask) {
+      if (window_mask) {
 #pragma unroll
         for (int j = 0; j < kBlockN / 8; ++j) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int col = 8 * j + 2 * t4 + e;
-            const int32_t key = k0 + col;
-            bool vis0 = key <= lim0, vis1 = key <= lim1;
-            if (window_mask) {
-              const int32_t kp = pos[col];
-              vis0 = vis0 && kp > thr0;
-              vis1 = vis1 && kp > thr1;
-            }
-            if (!vis0) s[4 * j + e] = -INFINITY;
-            if (!vis1) s[4 * j + 2 + e] = -INFINITY;
+            const int32_t key = k0 + col, kp = pos[col];
+            if (!(key <= lim0 && kp > thr0)) s[4 * j + e] = -INFINITY;
+            if (!(key <= lim1 && kp > thr1)) s[4 * j + 2 + e] = -INFINITY;
+          }
+        }
+      } else if (k0 + kBlockN - 1 > w_min_lim) {
+        // Causal only, no key positions read: key k0 + 8 j + 2 t4 + e is
+        // visible to a row iff 8 j + e <= lim - k0 - 2 t4.
+        const int32_t c0 = lim0 - k0 - 2 * t4, c1 = lim1 - k0 - 2 * t4;
+#pragma unroll
+        for (int j = 0; j < kBlockN / 8; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            if (8 * j + e > c0) s[4 * j + e] = -INFINITY;
+            if (8 * j + e > c1) s[4 * j + 2 + e] = -INFINITY;
           }
         }
       }
