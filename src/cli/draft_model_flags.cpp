@@ -10,6 +10,7 @@ void DraftModelFlags::add_to(CLI::App& command) {
                      "with the target's tokenizer)");
   command.add_option("--draft-config", config_path,
                      "the draft's config.json with --dummy-weights (default: --draft's)");
+  add_draft_quantization_option(command, quantization);
 }
 
 Status DraftModelFlags::validate(const ModelFlags& model) const {
@@ -19,7 +20,46 @@ Status DraftModelFlags::validate(const ModelFlags& model) const {
   if (has_draft() && dir.empty() && !model.dummy_weights) {
     return make_error("--draft DIR is required (or --dummy-weights --draft-config F)");
   }
+  SS_TRY(draft_weight_quantization(quantization, model));
   return Status::ok_status();
+}
+
+Result<ModelInstanceOptions> DraftModelFlags::instance_options(const ModelFlags& model) const {
+  ModelInstanceOptions options;
+  options.model_dir = dir;
+  options.config_path = config_path;
+  options.dummy_weights = model.dummy_weights;
+  options.dtype_override = model.dtype;
+  options.block_size = model.block_size;
+  // Beside its target: speculative decoding runs draft and target steps in
+  // one loop, so a host draft would stall a GPU target.
+  options.device = model.device == "cuda" ? Device::kCuda : Device::kCpu;
+  options.gpu_memory_fraction = model.gpu_memory_fraction;
+  options.cuda_graphs = !model.no_cuda_graphs;
+  SS_ASSIGN_OR_RETURN(options.kv_dtype, model.kv_dtype_option());  // the target's
+  SS_ASSIGN_OR_RETURN(options.quantization, draft_weight_quantization(quantization, model));
+  return options;
+}
+
+void add_draft_quantization_option(CLI::App& command, std::string& quantization) {
+  command
+      .add_option("--draft-quantization", quantization,
+                  "the draft's weights: none (as stored) or fp8 (--device cuda, Hopper: linear "
+                  "layers to e4m3 with per-channel scales); the target's --quantization does "
+                  "not apply to the draft")
+      ->check(CLI::IsMember({"none", "fp8"}));
+}
+
+Result<WeightQuantization> draft_weight_quantization(const std::string& quantization,
+                                                     const ModelFlags& model) {
+  if (quantization.empty() || quantization == "none") return WeightQuantization::kNone;
+  if (quantization != "fp8") {
+    return errorf("--draft-quantization: unknown value '{}' (expected none or fp8)", quantization);
+  }
+  if (model.device != "cuda") {
+    return make_error("--draft-quantization fp8 needs --device cuda (Hopper FP8 GEMMs)");
+  }
+  return WeightQuantization::kFp8;
 }
 
 void add_specprefill_tuning(CLI::App& command, SpecPrefillOptions& settings) {
@@ -138,19 +178,9 @@ Result<ModelConfig> load_draft_config(const DraftModelFlags& draft, const ModelC
 Result<std::unique_ptr<ModelInstance>> load_draft_model(const DraftModelFlags& draft,
                                                         const ModelFlags& model, int64_t kv_tokens,
                                                         int64_t step_tokens, Backend& backend) {
-  ModelInstanceOptions options;
-  options.model_dir = draft.dir;
-  options.config_path = draft.config_path;
-  options.dummy_weights = model.dummy_weights;
-  options.dtype_override = model.dtype;
-  options.block_size = model.block_size;
+  SS_ASSIGN_OR_RETURN(ModelInstanceOptions options, draft.instance_options(model));
   options.kv_tokens = kv_tokens;
   options.max_tokens_per_step = std::max(options.max_tokens_per_step, step_tokens);
-  options.device =
-      model.device == "cuda" ? Device::kCuda : Device::kCpu;  // draft beside its target
-  options.gpu_memory_fraction = model.gpu_memory_fraction;
-  options.cuda_graphs = !model.no_cuda_graphs;
-  SS_ASSIGN_OR_RETURN(options.kv_dtype, model.kv_dtype_option());  // the target's
   auto instance = ModelInstance::create(options, backend);
   if (!instance.ok()) return errorf("draft: {}", instance.message());
   return instance;

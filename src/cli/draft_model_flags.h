@@ -22,14 +22,30 @@
 namespace specstack::cli {
 
 struct DraftModelFlags {
-  std::string dir;          // --draft: HF folder of the draft
-  std::string config_path;  // --draft-config: its config.json with --dummy-weights
+  std::string dir;                    // --draft: HF folder of the draft
+  std::string config_path;            // --draft-config: its config.json with --dummy-weights
+  std::string quantization = "none";  // --draft-quantization none|fp8
 
   void add_to(CLI::App& command);
   bool has_draft() const { return !dir.empty() || !config_path.empty(); }
   // The draft follows the target's --dummy-weights, --dtype and --block-size.
   Status validate(const ModelFlags& model) const;
+  // What the draft loads with: its folder or config, the target's device,
+  // dtype, block size, memory fraction, graphs and KV dtype, and
+  // --draft-quantization (not the target's --quantization). KV sizes are the
+  // caller's.
+  Result<ModelInstanceOptions> instance_options(const ModelFlags& model) const;
 };
+
+// --draft-quantization: the draft's own weight format, independent of the
+// target's --quantization (an e4m3 draft under a bf16 target changes only
+// which chunks SpecPrefill keeps and which tokens speculative decoding
+// proposes; the output stays the target's). The eval commands, which have
+// their own --draft, register it through this too.
+void add_draft_quantization_option(CLI::App& command, std::string& quantization);
+// none or fp8; fp8 needs --device cuda (Hopper FP8 GEMMs).
+Result<WeightQuantization> draft_weight_quantization(const std::string& quantization,
+                                                     const ModelFlags& model);
 
 // --specprefill-lookahead, --specprefill-chunk, --specprefill-pool.
 void add_specprefill_tuning(CLI::App& command, SpecPrefillOptions& settings);

@@ -19,6 +19,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "cli/commands.h"
+#include "cli/draft_model_flags.h"
 #include "cli/eval_prompts.h"
 #include "engine/generator.h"
 #include "engine/specprefill_stage.h"
@@ -30,6 +31,7 @@ namespace {
 struct EvalFlags {
   ModelFlags model;
   std::string draft_dir;
+  std::string draft_quantization = "none";  // --draft-quantization none|fp8
   std::string filler_model = "models/tinystories-656k";
   std::vector<double> keeps = {0.1, 0.2, 0.3};
   std::vector<double> depths = {0.1, 0.5, 0.9};
@@ -259,6 +261,8 @@ int run_ppl_eval(const EvalFlags& f, ModelInstance& target, ModelInstance& draft
 
 int run_eval(const std::string& task, const EvalFlags& f) {
   if (f.draft_dir.empty()) return report_error("--draft is required");
+  const auto draft_quantization = draft_weight_quantization(f.draft_quantization, f.model);
+  if (!draft_quantization.ok()) return report_error(draft_quantization.message());
   for (double keep : f.keeps) {
     if (!(keep > 0 && keep <= 1))
       return report_error(fmt::format("--keep must be in (0, 1], got {}", keep));
@@ -282,8 +286,8 @@ int run_eval(const std::string& task, const EvalFlags& f) {
   ModelInstanceOptions draft_options = *target_options;
   draft_options.model_dir = f.draft_dir;
   draft_options.config_path.clear();
-  // --quantization is the target's (ModelFlags); the draft loads as stored.
-  draft_options.quantization = WeightQuantization::kNone;
+  // --quantization is the target's (ModelFlags); the draft has its own.
+  draft_options.quantization = *draft_quantization;
   // Every case's draft work runs at once: room for all of them (+ a block each).
   draft_options.kv_tokens = static_cast<int64_t>(f.n) *
                             static_cast<int64_t>(std::max<size_t>(1, f.depths.size())) *
@@ -316,6 +320,7 @@ std::function<int()> add_eval_command(CLI::App& app) {
     CLI::App* sub = eval->add_subcommand(name, std::string(name) + " probe");
     flags->model.add_to(*sub);
     sub->add_option("--draft", flags->draft_dir, "draft model folder (same tokenizer)")->required();
+    add_draft_quantization_option(*sub, flags->draft_quantization);
     sub->add_option("--filler-model", flags->filler_model, "model that writes the story filler");
     sub->add_option("--keep", flags->keeps, "keep fractions")->delimiter(',');
     sub->add_option("--n", flags->n, "cases per group")->check(CLI::PositiveNumber);

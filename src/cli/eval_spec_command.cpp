@@ -22,6 +22,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "cli/commands.h"
+#include "cli/draft_model_flags.h"
 #include "cli/eval_prompts.h"
 #include "engine/engine.h"
 
@@ -33,6 +34,7 @@ using SteadyClock = std::chrono::steady_clock;
 struct EvalSpecFlags {
   ModelFlags model;
   std::string draft_dir;
+  std::string draft_quantization = "none";  // --draft-quantization none|fp8
   std::string filler_model = "models/tinystories-656k";
   int32_t n = 100;              // prompts per task
   int32_t story_context = 256;  // story prompt length (tokens)
@@ -170,6 +172,7 @@ std::string row_line(const Row& row, size_t n_prompts) {
 
 Status validate(const EvalSpecFlags& f) {
   if (f.draft_dir.empty()) return make_error("--draft is required");
+  SS_TRY(draft_weight_quantization(f.draft_quantization, f.model));
   for (int32_t k : f.ks)
     if (k < 1 || k > 16) return errorf("--k: {} is not in [1, 16]", k);
   for (double t : f.temperatures)
@@ -221,8 +224,9 @@ int run_eval_spec(const EvalSpecFlags& f) {
   ModelInstanceOptions draft_options = *options;
   draft_options.model_dir = f.draft_dir;
   draft_options.config_path.clear();
-  // --quantization is the target's (ModelFlags); the draft loads as stored.
-  draft_options.quantization = WeightQuantization::kNone;
+  // --quantization is the target's (ModelFlags); the draft has its own
+  // (checked by validate()).
+  draft_options.quantization = draft_weight_quantization(f.draft_quantization, f.model).value();
   auto draft = ModelInstance::create(draft_options, backend);
   if (!draft.ok()) return report_error(draft.message());
   if ((*draft)->config().vocab_size != (*target)->config().vocab_size)
@@ -303,6 +307,7 @@ std::function<int()> add_eval_spec_command(CLI::App& eval) {
       "spec", "speculative decoding acceptance on story and needle prompts (real, not emulated)");
   flags->model.add_to(*spec);
   spec->add_option("--draft", flags->draft_dir, "draft model folder (same tokenizer)")->required();
+  add_draft_quantization_option(*spec, flags->draft_quantization);
   spec->add_option("--filler-model", flags->filler_model, "model that writes the story filler");
   spec->add_option("--n", flags->n, "prompts per task (story, needle)")->check(CLI::PositiveNumber);
   spec->add_option("--story-context", flags->story_context, "story prompt length in tokens")

@@ -90,17 +90,7 @@ Status validate_draft_flags(const DraftFlags& draft, const ModelFlags& model,
 Result<DraftPlan> plan_draft(const DraftFlags& draft, const ModelFlags& model,
                              const ModelConfig& target_config, const Tokenizer& target_tokenizer) {
   DraftPlan plan;
-  plan.options.model_dir = draft.source.dir;
-  plan.options.config_path = draft.source.config_path;
-  plan.options.dummy_weights = model.dummy_weights;
-  plan.options.dtype_override = model.dtype;
-  plan.options.block_size = model.block_size;
-  // Beside its target, as load_draft_model does: speculative decoding runs
-  // draft and target steps in one loop, so a host draft would stall a GPU target.
-  plan.options.device = model.device == "cuda" ? Device::kCuda : Device::kCpu;
-  plan.options.gpu_memory_fraction = model.gpu_memory_fraction;
-  plan.options.cuda_graphs = !model.no_cuda_graphs;
-  SS_ASSIGN_OR_RETURN(plan.options.kv_dtype, model.kv_dtype_option());  // the target's
+  SS_ASSIGN_OR_RETURN(plan.options, draft.source.instance_options(model));
   // Not load_draft_config(): it compares config vocab sizes, which a real
   // draft may pad differently; its tokenizer is compared instead.
   auto config = load_model_config(draft.source.config_path.empty() ? draft.source.dir
@@ -183,13 +173,14 @@ std::string describe_draft(const DraftFlags& draft, const ModelFlags& model,
       draft.specprefill ? fmt::format("on for prompts of >= {} uncached tokens", settings.threshold)
                         : std::string("only for requests with \"specprefill\": true");
   return fmt::format(
-      "specstack: draft '{}': {}, {} layers, hidden {}, vocab {}, weights {:.1f} MiB (loaded in "
+      "specstack: draft '{}': {}, {} layers, hidden {}, vocab {}, weights {:.1f} MiB{} (loaded in "
       "{:.2f} s), KV cache {} blocks ({:.1f} MiB); speculative prefill {}: keep {:g}%, "
       "lookahead {}, chunk {}, pool {}",
       name, architecture_name(config.arch), config.n_layers, config.hidden_size, config.vocab_size,
-      instance.model().weight_bytes() / 1048576.0, load_seconds, instance.pool().n_blocks(),
-      instance.kv().nbytes() / 1048576.0, mode, settings.keep_pct * 100, settings.lookahead,
-      settings.chunk, settings.pool_kernel);
+      instance.model().weight_bytes() / 1048576.0,
+      draft.source.quantization == "fp8" ? " (fp8 linear layers)" : "", load_seconds,
+      instance.pool().n_blocks(), instance.kv().nbytes() / 1048576.0, mode, settings.keep_pct * 100,
+      settings.lookahead, settings.chunk, settings.pool_kernel);
 }
 
 }  // namespace specstack::cli

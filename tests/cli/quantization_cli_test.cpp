@@ -51,5 +51,31 @@ TEST(CliQuantization, ErrorsWhereTheFlagDoesNotApply) {
   EXPECT_NE(bad.err.find("--quantization"), std::string::npos) << bad.err;
 }
 
+TEST(CliQuantization, DraftQuantizationIsTheDraftsOwnAndCudaOnly) {
+  // --draft-quantization fp8 loads the draft's linear layers as e4m3 (CUDA,
+  // Hopper); on the CPU every command with a draft refuses it by name, and a
+  // CPU format is no draft format.
+  const std::string model = testing::golden_model_dir("tinystories-656k");
+  const std::string with_draft = " --model " + model + " --draft " + model;
+  for (const std::string& command :
+       {"generate" + with_draft + " --prompt hi --specprefill",
+        "bench ttft --dummy-weights --config " + model + "/config.json --draft-config " + model +
+            "/config.json --lengths 64",
+        "eval needle" + with_draft + " --n 1 --context 64", "eval spec" + with_draft + " --n 1"}) {
+    SCOPED_TRACE(command);
+    expect_clean_error(testing::run_specstack(command + " --draft-quantization fp8"),
+                       "--draft-quantization fp8 needs --device cuda");
+    const CommandResult cpu_format = testing::run_specstack(command + " --draft-quantization q8_0");
+    EXPECT_NE(cpu_format.exit_code, 0);
+    EXPECT_NE(cpu_format.err.find("--draft-quantization"), std::string::npos) << cpu_format.err;
+  }
+  // "none" is the default spelled out: the draft runs as stored.
+  const CommandResult none =
+      testing::run_specstack("generate" + with_draft +
+                             " --prompt 'Once upon a time' -n 4 --threads 2 --specprefill "
+                             "--draft-quantization none");
+  EXPECT_EQ(none.exit_code, 0) << none.err;
+}
+
 }  // namespace
 }  // namespace specstack

@@ -96,6 +96,8 @@ TEST(CliServeSpecPrefill, OutOfRangeSettingsAreOneClearError) {
   expect_clean_error(run_serve_to_exit("--model " + tinystories() + " --draft-config " +
                                        tinystories() + "/config.json"),
                      "--draft-config is only used with --dummy-weights");
+  expect_clean_error(run_serve_to_exit(base + "--draft-quantization fp8"),
+                     "--draft-quantization fp8 needs --device cuda");
 }
 
 TEST(CliServeSpecPrefill, DraftWithAnotherTokenizerIsRejectedNamingTheId) {
