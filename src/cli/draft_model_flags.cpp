@@ -62,6 +62,10 @@ Result<WeightQuantization> draft_weight_quantization(const std::string& quantiza
   return WeightQuantization::kFp8;
 }
 
+const char* weight_format(const std::string& quantization) {
+  return quantization.empty() || quantization == "none" ? "as stored" : quantization.c_str();
+}
+
 void add_specprefill_tuning(CLI::App& command, SpecPrefillOptions& settings) {
   command.add_option("--specprefill-lookahead", settings.lookahead,
                      "query steps the draft scores with (default 8)");

@@ -46,6 +46,9 @@ void add_draft_quantization_option(CLI::App& command, std::string& quantization)
 // none or fp8; fp8 needs --device cuda (Hopper FP8 GEMMs).
 Result<WeightQuantization> draft_weight_quantization(const std::string& quantization,
                                                      const ModelFlags& model);
+// "as stored" for "" / "none", else the --quantization / --draft-quantization
+// value itself (an eval's header line names both models' formats).
+const char* weight_format(const std::string& quantization);
 
 // --specprefill-lookahead, --specprefill-chunk, --specprefill-pool.
 void add_specprefill_tuning(CLI::App& command, SpecPrefillOptions& settings);

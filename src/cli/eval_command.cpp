@@ -297,8 +297,11 @@ int run_eval(const std::string& task, const EvalFlags& f) {
   if ((*draft)->config().vocab_size != (*target)->config().vocab_size) {
     return report_error("the draft's vocabulary differs from the target's");
   }
-  std::fprintf(stderr, "specstack eval %s: target %s, draft %s, context %d, %d cases per group\n",
-               task.c_str(), f.model.model_dir.c_str(), f.draft_dir.c_str(), f.context, f.n);
+  // The weight formats are part of what a quality result means: name them.
+  std::fprintf(stderr,
+               "specstack eval %s: target %s (%s), draft %s (%s), context %d, %d cases per group\n",
+               task.c_str(), f.model.model_dir.c_str(), weight_format(f.model.quantization),
+               f.draft_dir.c_str(), weight_format(f.draft_quantization), f.context, f.n);
   if (task == "ppl") return run_ppl_eval(f, **target, **draft, *tokenizer, *filler);
   if (task == "json")
     return run_answer_eval(f, **target, **draft, *tokenizer, json_cases(f, *tokenizer));

@@ -232,9 +232,10 @@ int run_eval_spec(const EvalSpecFlags& f) {
   if ((*draft)->config().vocab_size != (*target)->config().vocab_size)
     return report_error("the draft's vocabulary differs from the target's");
   std::fprintf(stderr,
-               "specstack eval spec: target %s, draft %s; %zu prompts (%d story of ~%d tokens, "
-               "%zu needle of ~%d), %d tokens each, batch %d\n",
-               f.model.model_dir.c_str(), f.draft_dir.c_str(), prompts.size(), f.n, f.story_context,
+               "specstack eval spec: target %s (%s), draft %s (%s); %zu prompts (%d story of ~%d "
+               "tokens, %zu needle of ~%d), %d tokens each, batch %d\n",
+               f.model.model_dir.c_str(), weight_format(f.model.quantization), f.draft_dir.c_str(),
+               weight_format(f.draft_quantization), prompts.size(), f.n, f.story_context,
                prompts.size() - static_cast<size_t>(f.n), f.context, f.gen, f.batch);
 
   // Warm-up (not reported): the target's prefix cache, and the draft's

@@ -27,7 +27,8 @@ std::string model_args() {
 }
 
 TEST(CliEval, NeedleRunsAndReportsFullVersusSparseSideBySide) {
-  Output out = run("eval needle " + model_args() + " --context 256 --n 2 --depths 0.1,0.9 --keep 0.5,1.0");
+  Output out =
+      run("eval needle " + model_args() + " --context 256 --n 2 --depths 0.1,0.9 --keep 0.5,1.0");
   ASSERT_EQ(out.exit_code, 0) << out.text;
   EXPECT_NE(out.text.find("| depth 10% | 2 |"), std::string::npos) << out.text;
   EXPECT_NE(out.text.find("| depth 90% | 2 |"), std::string::npos) << out.text;
@@ -38,9 +39,14 @@ TEST(CliEval, NeedleRunsAndReportsFullVersusSparseSideBySide) {
 }
 
 TEST(CliEval, JsonAndPerplexityRun) {
-  Output json = run("eval json " + model_args() + " --context 200 --n 2 --keep 0.5");
+  Output json =
+      run("eval json " + model_args() +
+          " --context 200 --n 2 --keep 0.5 --quantization q8_0 --draft-quantization none");
   ASSERT_EQ(json.exit_code, 0) << json.text;
   EXPECT_NE(json.text.find("| json | 2 |"), std::string::npos) << json.text;
+  // The header names each model's weight format: a quality result depends on them.
+  EXPECT_NE(json.text.find(" (q8_0), draft "), std::string::npos) << json.text;
+  EXPECT_NE(json.text.find(" (as stored), context 200"), std::string::npos) << json.text;
   Output ppl = run("eval ppl " + model_args() + " --context 300 --n 2 --keep 0.5,1.0");
   ASSERT_EQ(ppl.exit_code, 0) << ppl.text;
   EXPECT_NE(ppl.text.find("| full |"), std::string::npos) << ppl.text;
