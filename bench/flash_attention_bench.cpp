@@ -5,7 +5,10 @@
 // position = slot. Per point: 2 warm-up calls, then the median of 6 timed calls (CUDA events),
 // printed as TFLOP/s (4 x head_dim x visible (query, key) pairs x heads per second), and the
 // largest relative difference between the two paths' outputs (max |a - b| / max |b|), which
-// should stay at bf16 rounding (~1e-2) or the numbers mean nothing.
+// should stay at bf16 rounding (~1e-2) or the numbers mean nothing. Where the FP8 path
+// (cuda/flash_attention_fp8.h: e4m3 operands quantized by the call itself, causal points only)
+// runs, its TFLOP/s (the whole call, quantizing passes included; same FLOP count) and its
+// largest relative difference from the FA2 output (e4m3 rounding: a few percent).
 //   build/bench/flash_attention_bench [--points N:first_slot:window:heads:kv_heads:head_dim,...]
 // The default points are the causal prefills of the goals (32 / 8 heads at head dim 128,
 // 4K-32K, a 4096 sliding window, a late 2048-row chunk) and the drafts' head dim 64 shapes
@@ -22,6 +25,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -32,6 +36,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/device_buffer.h"
 #include "cuda/flash_attention.h"
+#include "cuda/flash_attention_fp8.h"
 #include "cuda/flash_attention_hopper.h"
 
 using namespace specstack::cuda;
@@ -101,7 +106,7 @@ class HeatGemm {
   cublasHandle_t handle_ = nullptr;
 };
 
-double median_ms(const FlashAttentionArgs& a, HeatGemm* heat) {
+double median_ms(const std::function<void()>& attend, HeatGemm* heat) {
   cudaEvent_t start, stop;
   SS_CUDA_CHECK(cudaEventCreate(&start));
   SS_CUDA_CHECK(cudaEventCreate(&stop));
@@ -109,7 +114,7 @@ double median_ms(const FlashAttentionArgs& a, HeatGemm* heat) {
   for (int it = 0; it < 8; ++it) {
     if (heat != nullptr) heat->run();
     SS_CUDA_CHECK(cudaEventRecord(start));
-    flash_attention(a, nullptr);
+    attend();
     SS_CUDA_CHECK(cudaEventRecord(stop));
     SS_CUDA_CHECK(cudaEventSynchronize(stop));
     float t = 0;
@@ -178,7 +183,7 @@ void run_point(const Point& p, HeatGemm* heat) {
   }();
   for (int path = hopper ? 0 : 1; path < 2; ++path) {
     set_flash_attention_hopper_enabled(path == 0);
-    tflops[path] = flops / (median_ms(a, heat) * 1e-3) / 1e12;
+    tflops[path] = flops / (median_ms([&] { flash_attention(a, nullptr); }, heat) * 1e-3) / 1e12;
     const std::vector<__nv_bfloat16> host = out.download();
     outs[path].resize(host.size());
     for (size_t i = 0; i < host.size(); ++i) outs[path][i] = __bfloat162float(host[i]);
@@ -194,8 +199,24 @@ void run_point(const Point& p, HeatGemm* heat) {
     std::snprintf(hopper_tflops, sizeof(hopper_tflops), "%.1f", tflops[0]);
     std::snprintf(rel_diff, sizeof(rel_diff), "%.2g", diff / std::max(scale, 1e-30));
   }
-  std::printf("| %d | %d | %d | %d / %d | %d | %s | %.1f | %s |\n", n_rows, p.first_slot, p.window,
-              p.heads, p.kv_heads, hd, hopper_tflops, tflops[1], rel_diff);
+  char fp8_tflops[32] = "n/a", fp8_diff[32] = "n/a";
+  if (flash_attention_fp8_supported(a)) {
+    const size_t bytes = flash_attention_fp8_workspace_bytes(a);
+    DeviceBuffer<unsigned char> workspace(bytes);
+    const double ms =
+        median_ms([&] { flash_attention_fp8(a, workspace.data(), bytes, nullptr); }, heat);
+    std::snprintf(fp8_tflops, sizeof(fp8_tflops), "%.1f", flops / (ms * 1e-3) / 1e12);
+    const std::vector<__nv_bfloat16> host = out.download();
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < host.size(); ++i) {
+      diff = std::max(diff, double(std::fabs(__bfloat162float(host[i]) - outs[1][i])));
+      scale = std::max(scale, double(std::fabs(outs[1][i])));
+    }
+    std::snprintf(fp8_diff, sizeof(fp8_diff), "%.2g", diff / std::max(scale, 1e-30));
+  }
+  std::printf("| %d | %d | %d | %d / %d | %d | %s | %.1f | %s | %s | %s |\n", n_rows, p.first_slot,
+              p.window, p.heads, p.kv_heads, hd, hopper_tflops, tflops[1], rel_diff, fp8_tflops,
+              fp8_diff);
 }
 
 }  // namespace
@@ -225,7 +246,7 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "| rows | first slot | window | heads | head dim | Hopper TFLOP/s | FA2 TFLOP/s | max rel "
-      "diff |\n|---|---|---|---|---|---|---|---|\n");
+      "diff | FP8 TFLOP/s | FP8 max rel diff |\n|---|---|---|---|---|---|---|---|---|---|\n");
   std::unique_ptr<HeatGemm> heat = between_gemms ? std::make_unique<HeatGemm>() : nullptr;
   // ~0.3 s of GEMMs first: a prefill step's clocks settle only after tens of
   // ms at the power limit (a 7B 8K step's first ~12 layers ran faster).

@@ -9,6 +9,7 @@
 #include "cuda/cuda_model_internal.h"
 #include "cuda/elementwise.h"
 #include "cuda/flash_attention.h"
+#include "cuda/flash_attention_fp8.h"
 #include "cuda/norm_quantize_fp8.h"
 #include "cuda/qkv_rope_gemv.h"
 #include "cuda/rope_kv.h"
@@ -585,7 +586,16 @@ Fp8Scales CudaModel::attention(int64_t l, const StepMeta& meta, CudaKvCache& kv,
     a.sliding_window = window;
     a.out = attn + int64_t(job.row0) * q_width;
     a.out_stride = q_width;
-    flash_attention(a, stream_);
+    if (options_.fp8_attention && flash_attention_fp8_supported(a) &&
+        (fp8_attention_all_ || a.n_keys >= flash_attention_fp8_min_keys(head_dim))) {
+      // Grows once to the largest job (cudaFree waits for the device).
+      const size_t bytes = flash_attention_fp8_workspace_bytes(a);
+      fp8_attention_workspace_.reserve(bytes);
+      flash_attention_fp8(a, fp8_attention_workspace_.data(), bytes, stream_);
+      ++fp8_attention_jobs_;
+    } else {
+      flash_attention(a, stream_);
+    }
   }
   if (meta.n_paged > 0) {
     const bool compact = meta.paged_begin < 0;

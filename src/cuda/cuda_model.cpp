@@ -38,6 +38,11 @@ CudaModel::CudaModel(ModelConfig config, const CudaModelOptions& options)
   tail_rows_only_ = last_layer_for_logit_rows_only();  // StepMeta::tail_rows_only allowed
   const char* follow = std::getenv("SPECSTACK_FOLLOW_GRAPHS");
   follow_graphs_ = follow == nullptr ? kFollowGraphsDefault : std::string_view(follow) != "0";
+  const char* fp8_attention = std::getenv("SPECSTACK_FP8_ATTENTION");
+  if (fp8_attention != nullptr && std::string_view(fp8_attention) == "0") {
+    options_.fp8_attention = false;
+  }
+  fp8_attention_all_ = fp8_attention != nullptr && std::string_view(fp8_attention) == "all";
 }
 
 CudaModel::~CudaModel() {

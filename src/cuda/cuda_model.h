@@ -49,6 +49,13 @@ struct CudaModelOptions {
   // too (the FP8 GEMM and GEMV need 16-byte rows). SPECSTACK_FP8_LM_HEAD=0
   // keeps the head in bf16 (for A/B runs).
   bool fp8_weights = false;
+  // With fp8_weights: prefill attention (flash jobs) on e4m3 operands where
+  // flash_attention_fp8_supported (Hopper, head dim 64 / 128, no sliding
+  // window; cuda/flash_attention_fp8.h), the KV cache staying bf16.
+  // Taken for jobs of at least flash_attention_fp8_min_keys keys, where it
+  // pays. SPECSTACK_FP8_ATTENTION=0 keeps the bf16 kernel, =all takes the
+  // e4m3 one for every supported job (A/B runs, tests).
+  bool fp8_attention = false;
 };
 
 struct DeviceExpert {
@@ -116,6 +123,8 @@ class CudaModel final : public ForwardModel {
   // Batch-1 decode steps launched (or captured into a graph) as one kernel
   // (cuda/one_launch_decode.h; tests prove the path ran).
   int64_t one_launch_steps() const { return one_launch_steps_; }
+  // Flash attention calls (one a job and layer) that ran on e4m3 operands.
+  int64_t fp8_attention_jobs() const { return fp8_attention_jobs_; }
   // Whether this model's shapes and weights take the one-launch step at all.
   bool one_launch_available() const { return one_launch_grid_ > 0; }
   // Tests: at most this many key splits a kv head in the one-launch step's
@@ -256,6 +265,10 @@ class CudaModel final : public ForwardModel {
   DeviceBuffer<bf16> compact_out_;  // [n, H * D]
   DeviceBuffer<float> tail_x_;      // [logit rows, hidden] the last layer's residual rows
   DeviceBuffer<bf16> tail_attn_;    // [logit rows, H * D] their attention outputs
+  // flash_attention_fp8's quantized operands (grown to the largest job seen).
+  DeviceBuffer<uint8_t> fp8_attention_workspace_;
+  bool fp8_attention_all_ = false;  // SPECSTACK_FP8_ATTENTION=all
+  int64_t fp8_attention_jobs_ = 0;  // flash jobs (x layers) run on the e4m3 kernel
   // score_prompt's scratch (grown, kept between prompts).
   DeviceBuffer<float> score_queries_;    // [n_steps, n_layers, H * D]
   DeviceBuffer<int32_t> score_table_;    // the scored sequence's block table

@@ -159,6 +159,29 @@ __device__ __forceinline__ void wgmma_m64n128_e4m3(float (&d)[64], uint64_t desc
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
+// d (64xN f32) += A (64 x 32 e4m3, registers: a0 = row g, k 4t..4t+3; a1 = row
+// g + 8; a2 / a3 the same at k + 16, byte i of a register is k + i) * B (32 x
+// N e4m3, smem, K-major): O += P V^T-stored V in flash_attention_fp8.cu.
+__device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2,
+                                              uint32_t a3, uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " SS_WGMMA_D64
+      ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+      : SS_D64
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(1));
+}
+
+__device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2,
+                                              uint32_t a3, uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " SS_WGMMA_D32
+      ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+      : SS_D32
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(1));
+}
+
 // d (64x128 f32) += A (64x16 bf16, registers) * B (16x128, smem, MN-major): O += P V.
 __device__ __forceinline__ void wgmma_rs(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2,
                                          uint32_t a3, uint64_t desc_b) {

@@ -166,6 +166,7 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create_on_gpu(
   if (!options.cuda_graphs) gpu.model.graph_batch_sizes.clear();
   gpu.model.run_attention = options.run_attention;
   gpu.model.fp8_weights = options.quantization == WeightQuantization::kFp8;
+  gpu.model.fp8_attention = gpu.model.fp8_weights;
   gpu.kv_blocks = options.kv_blocks;
   if (gpu.kv_blocks <= 0 && options.kv_tokens > 0) {
     gpu.kv_blocks = (options.kv_tokens + options.block_size - 1) / options.block_size;
