@@ -285,13 +285,7 @@ std::vector<Case> cases() {
 TEST(CudaFlashAttentionFp8, Supported) {
   SS_REQUIRE_HOPPER();
   DeviceBuffer<__nv_bfloat16> buf(64);
-  FlashAttentionArgs a;
-  a.q = a.k_cache = a.v_cache = buf.data();
-  a.out = buf.data();
-  a.q_stride = a.out_stride = 4096;
-  a.n_heads = 32;
-  a.n_kv_heads = 8;
-  a.block_size = 16;
+  FlashAttentionArgs a = shape_args(buf.data(), 128);
   for (int32_t hd : {64, 128}) {
     a.head_dim = hd;
     EXPECT_TRUE(flash_attention_fp8_supported(a))

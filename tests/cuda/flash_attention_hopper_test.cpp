@@ -63,14 +63,7 @@ TEST(CudaFlashAttentionHopper, SupportedAndSwitch) {
   SS_REQUIRE_HOPPER();
   HopperSwitch restore;
   DeviceBuffer<__nv_bfloat16> buf(64);
-  FlashAttentionArgs a;
-  a.q = a.k_cache = a.v_cache = buf.data();
-  a.out = buf.data();
-  a.q_stride = a.out_stride = 4096;
-  a.n_heads = 32;
-  a.n_kv_heads = 8;
-  a.block_size = 16;
-  a.head_dim = 128;
+  FlashAttentionArgs a = shape_args(buf.data(), 128);
   EXPECT_TRUE(flash_attention_hopper_enabled());
   EXPECT_TRUE(flash_attention_hopper_supported(a))
       << "on Hopper the build must carry the sm_90a kernel (CMAKE_CUDA_ARCHITECTURES 90a)";

@@ -45,6 +45,20 @@ struct HopperSwitch {
   ~HopperSwitch() { set_flash_attention_hopper_enabled(true); }
 };
 
+// Args of a 32 / 8-head shape with 16-byte aligned rows over a dummy buffer
+// (nothing runs on them): what the *_supported checks look at.
+inline FlashAttentionArgs shape_args(__nv_bfloat16* buf, int32_t head_dim) {
+  FlashAttentionArgs a;
+  a.q = a.k_cache = a.v_cache = buf;
+  a.out = buf;
+  a.q_stride = a.out_stride = 4096;
+  a.n_heads = 32;
+  a.n_kv_heads = 8;
+  a.block_size = 16;
+  a.head_dim = head_dim;
+  return a;
+}
+
 enum class Positions { kDense, kSparse, kShuffled };
 
 struct Case {
