@@ -34,6 +34,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/flash_attention_fp8.h"
 #include "cuda/flash_attention_hopper.h"
+#include "cuda/flash_attention_softmax.cuh"
 #include "cuda/fp8_device.cuh"
 #include "cuda/sm90a.h"
 #include "cuda/wgmma.cuh"
@@ -438,47 +439,11 @@ __global__ void __launch_bounds__(Fp8Tiling<kHeadDim>::kThreads, 1)
 
     auto softmax = [&](int32_t t) {
       const int32_t k0 = t * kBlockN;
-      if (k0 + kBlockN - 1 > w_min_lim) {
-        const int32_t c0 = lim0 - k0 - 2 * t4, c1 = lim1 - k0 - 2 * t4;
-#pragma unroll
-        for (int j = 0; j < kBlockN / 8; ++j) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            if (8 * j + e > c0) s[4 * j + e] = -INFINITY;
-            if (8 * j + e > c1) s[4 * j + 2 + e] = -INFINITY;
-          }
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        float mx = row_max[i];
-#pragma unroll
-        for (int j = 0; j < kBlockN / 8; ++j)
-          mx = fmaxf(mx, fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
-        const float sub = mx == -INFINITY ? 0.0f : mx * scale_log2[i];
-        alpha[i] = fast_exp2(row_max[i] * scale_log2[i] - sub);
-        row_max[i] = mx;
-        float sum = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kBlockN / 8; ++j) {
-          s[4 * j + 2 * i] = fast_exp2(fmaf(s[4 * j + 2 * i], scale_log2[i], -sub));
-          s[4 * j + 2 * i + 1] = fast_exp2(fmaf(s[4 * j + 2 * i + 1], scale_log2[i], -sub));
-          sum += s[4 * j + 2 * i] + s[4 * j + 2 * i + 1];
-        }
-        row_sum[i] = row_sum[i] * alpha[i] + sum;
-      }
+      if (k0 + kBlockN - 1 > w_min_lim) flash_softmax::causal_mask<kBlockN>(s, k0, lim0, lim1, t4);
+      flash_softmax::online_softmax<kBlockN>(s, row_max, row_sum, alpha, scale_log2[0],
+                                             scale_log2[1]);
     };
-    auto rescale_o = [&] {
-#pragma unroll
-      for (int j = 0; j < kHeadDim / 8; ++j) {
-        o[4 * j] *= alpha[0];
-        o[4 * j + 1] *= alpha[0];
-        o[4 * j + 2] *= alpha[1];
-        o[4 * j + 3] *= alpha[1];
-      }
-    };
+    auto rescale_o = [&] { flash_softmax::rescale<kHeadDim>(o, alpha); };
     auto pack_p = [&] {
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
@@ -536,13 +501,7 @@ __global__ void __launch_bounds__(Fp8Tiling<kHeadDim>::kThreads, 1)
     // Epilogue: O / l times V's channel scales in bf16, staged (swizzled
     // halves of 64 dims) for 16-byte row stores.
     float inv[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float l = row_sum[i];
-      l += __shfl_xor_sync(kFullMask, l, 1);
-      l += __shfl_xor_sync(kFullMask, l, 2);
-      inv[i] = l > 0.0f ? 1.0f / l : 0.0f;
-    }
+    flash_softmax::inverse_row_sums(row_sum, inv);
     unsigned char* const s_out = smem + T::kOutOffset + cwg * T::kOutTile;
     const float* const vsc = a.v_scale + kv_head * kHeadDim;
     const int r = 16 * wi + g;

@@ -74,6 +74,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/flash_attention_hopper.h"
 #include "cuda/flash_attention_rows.cuh"
+#include "cuda/flash_attention_softmax.cuh"
 #include "cuda/sm90a.h"
 #include "cuda/wgmma.cuh"
 
@@ -411,49 +412,11 @@ __global__ void __launch_bounds__(Tiling<kHeadDim>::kThreads, 1)
           }
         }
       } else if (k0 + kBlockN - 1 > w_min_lim) {
-        // Causal only, no key positions read: key k0 + 8 j + 2 t4 + e is
-        // visible to a row iff 8 j + e <= lim - k0 - 2 t4.
-        const int32_t c0 = lim0 - k0 - 2 * t4, c1 = lim1 - k0 - 2 * t4;
-#pragma unroll
-        for (int j = 0; j < kBlockN / 8; ++j) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            if (8 * j + e > c0) s[4 * j + e] = -INFINITY;
-            if (8 * j + e > c1) s[4 * j + 2 + e] = -INFINITY;
-          }
-        }
+        flash_softmax::causal_mask<kBlockN>(s, k0, lim0, lim1, t4);
       }
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        float mx = row_max[i];
-#pragma unroll
-        for (int j = 0; j < kBlockN / 8; ++j)
-          mx = fmaxf(mx, fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
-        // Nothing visible yet: subtract 0 so exp2(-inf - 0) = 0 instead of NaN.
-        const float sub = mx == -INFINITY ? 0.0f : mx * scale_log2;
-        alpha[i] = fast_exp2(row_max[i] * scale_log2 - sub);  // old max -inf -> 0
-        row_max[i] = mx;
-        float sum = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kBlockN / 8; ++j) {
-          s[4 * j + 2 * i] = fast_exp2(fmaf(s[4 * j + 2 * i], scale_log2, -sub));
-          s[4 * j + 2 * i + 1] = fast_exp2(fmaf(s[4 * j + 2 * i + 1], scale_log2, -sub));
-          sum += s[4 * j + 2 * i] + s[4 * j + 2 * i + 1];
-        }
-        row_sum[i] = row_sum[i] * alpha[i] + sum;
-      }
+      flash_softmax::online_softmax<kBlockN>(s, row_max, row_sum, alpha, scale_log2, scale_log2);
     };
-    auto rescale_o = [&] {
-#pragma unroll
-      for (int j = 0; j < kHeadDim / 8; ++j) {
-        o[4 * j] *= alpha[0];
-        o[4 * j + 1] *= alpha[0];
-        o[4 * j + 2] *= alpha[1];
-        o[4 * j + 3] *= alpha[1];
-      }
-    };
+    auto rescale_o = [&] { flash_softmax::rescale<kHeadDim>(o, alpha); };
     auto pack_p = [&] {
 #pragma unroll
       for (int i = 0; i < 32; ++i) p[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
@@ -507,13 +470,7 @@ __global__ void __launch_bounds__(Tiling<kHeadDim>::kThreads, 1)
     // Epilogue: O / l in bf16, staged in this warpgroup's Q tile (every warp's
     // wgmmas are complete after the barrier), then 16-byte row stores.
     float inv[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float l = row_sum[i];
-      l += __shfl_xor_sync(kFullMask, l, 1);
-      l += __shfl_xor_sync(kFullMask, l, 2);
-      inv[i] = l > 0.0f ? 1.0f / l : 0.0f;  // no visible key: zeros
-    }
+    flash_softmax::inverse_row_sums(row_sum, inv);
     bar_sync(kBarConsumer + cwg, 128);
     fence_proxy_async();
     unsigned char* const s_out = smem + L::kQOffset + cwg * L::kHalves * kHalfQ;
