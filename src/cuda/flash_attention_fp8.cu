@@ -11,9 +11,9 @@
 // e4m3 wgmma takes both operands K-major. S = Q K^T: Q and K rows are head_dim
 // bytes in 128-byte swizzled rows (at head dim 64 the row's second half is
 // never written nor read: two k-steps instead of four, the one swizzle mode
-// the FP8 GEMMs here already use, for 8 KB more shared memory). O = P V: the
-// B operand is V^T (rows = dims, 128 keys = 128 bytes a row, 128-byte swizzle),
-// written so by the quantize pass, and A = P from registers. The A fragment of
+// the FP8 GEMMs here already use, for 144 KB of shared memory instead of 100).
+// O = P V: the B operand is V^T (rows = dims, 128 keys = 128 bytes a row,
+// 128-byte swizzle), written so by the quantize pass, and A = P from registers. The A fragment of
 // an m64nNk32 e4m3 MMA holds, per thread (g = lane / 4, t = lane % 4), k = 4t ..
 // 4t + 3 and 16 + 4t .. of rows g and g + 8, while the S accumulator holds
 // columns 8j + 2t + {0, 1}; rather than shuffle P between lanes, V^T stores
