@@ -44,7 +44,8 @@ namespace specstack::cuda {
 namespace {
 
 constexpr int kBlockN = 128;    // keys per tile
-constexpr int kAmaxKeys = 64;   // keys per CTA of the amax pass
+constexpr int kAmaxKeys = 256;  // keys per CTA of the amax pass
+constexpr int kAmaxThreads = 256;
 constexpr int kGroupKeys = 32;  // keys per CTA of the K / V quantize pass
 constexpr int kQuantThreads = 256;
 
@@ -125,28 +126,66 @@ __device__ __forceinline__ int64_t cache_row(const FlashAttentionArgs& a, int32_
   return int64_t{__ldg(a.block_table + key / a.block_size)} * a.block_size + key % a.block_size;
 }
 
-// Grid (ceil(n_keys / kAmaxKeys), n_kv_heads), block head_dim / 2: thread i
-// folds dims 2i, 2i + 1 of kAmaxKeys keys into the channel amax (as f32 bits:
-// non-negative floats order as unsigned integers). A thread's 64 keys are a
-// chain of dependent loads, ~50 us whatever the length (H100: 1696 rows ran
-// at 0.54x the bf16 kernel); docs/next/fp8-attention-prepass.patch issues
-// them in rounds of four 16-byte loads, not yet run on a GPU.
-__global__ void fp8_kv_amax_kernel(const FlashAttentionArgs a, uint32_t* k_bits, uint32_t* v_bits) {
-  const int32_t kvh = blockIdx.y, d = 2 * threadIdx.x;
-  const int32_t first = blockIdx.x * kAmaxKeys, last = min(first + kAmaxKeys, a.n_keys);
-  float k0 = 0.0f, k1 = 0.0f, v0 = 0.0f, v1 = 0.0f;
-  for (int32_t key = first; key < last; ++key) {
-    const int64_t at = (cache_row(a, key) * a.n_kv_heads + kvh) * a.head_dim + d;
-    const float2 k = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(a.k_cache + at));
-    const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(a.v_cache + at));
-    k0 = fmaxf(k0, fabsf(k.x)), k1 = fmaxf(k1, fabsf(k.y));
-    v0 = fmaxf(v0, fabsf(v.x)), v1 = fmaxf(v1, fabsf(v.y));
+// Grid (ceil(n_keys / kAmaxKeys), n_kv_heads), block kAmaxThreads: the CTA's
+// keys in rounds of kAmaxThreads / (head_dim / 8) keys, a thread one 16-byte
+// chunk of K and of V per round, every round's loads issued before any is
+// folded (a thread walking its keys one load at a time was a chain of ~64
+// dependent round trips); then the channel amax over the CTA in shared memory
+// and one atomicMax per channel (as f32 bits: non-negative floats order as
+// unsigned integers). H100, session 46: the whole e4m3 call at 1696 rows went
+// 186 -> 267 TFLOP/s (0.52x -> 0.75x the bf16 kernel), 4096 454 -> 528, 8192
+// 654 -> 692-700; 32K unchanged (the passes are a few % of it there).
+__global__ void __launch_bounds__(kAmaxThreads)
+    fp8_kv_amax_kernel(const FlashAttentionArgs a, uint32_t* k_bits, uint32_t* v_bits) {
+  __shared__ float part[2][kAmaxThreads][8 + 1];  // per thread: its chunk's 8 dims, K and V
+  const int32_t kvh = blockIdx.y, hd = a.head_dim, chunks = hd / 8;
+  const int32_t per_round = kAmaxThreads / chunks, c = threadIdx.x % chunks;
+  const int32_t first = blockIdx.x * kAmaxKeys;
+  float km[8] = {}, vm[8] = {};
+  constexpr int kRounds = 4;  // loads in flight per thread: 2 x kRounds
+  for (int32_t base = first; base < first + kAmaxKeys; base += per_round * kRounds) {
+    uint4 kr[kRounds], vr[kRounds];
+#pragma unroll
+    for (int u = 0; u < kRounds; ++u) {
+      const int32_t key = base + u * per_round + threadIdx.x / chunks;
+      kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+      if (key < min(first + kAmaxKeys, a.n_keys)) {
+        const int64_t at = (cache_row(a, key) * a.n_kv_heads + kvh) * hd + 8 * c;
+        kr[u] = *reinterpret_cast<const uint4*>(a.k_cache + at);
+        vr[u] = *reinterpret_cast<const uint4*>(a.v_cache + at);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kRounds; ++u) {
+      const auto* k2 = reinterpret_cast<const __nv_bfloat162*>(&kr[u]);
+      const auto* v2 = reinterpret_cast<const __nv_bfloat162*>(&vr[u]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 kf = __bfloat1622float2(k2[e]), vf = __bfloat1622float2(v2[e]);
+        km[2 * e] = fmaxf(km[2 * e], fabsf(kf.x));
+        km[2 * e + 1] = fmaxf(km[2 * e + 1], fabsf(kf.y));
+        vm[2 * e] = fmaxf(vm[2 * e], fabsf(vf.x));
+        vm[2 * e + 1] = fmaxf(vm[2 * e + 1], fabsf(vf.y));
+      }
+    }
   }
-  const int32_t c = kvh * a.head_dim + d;
-  atomicMax(k_bits + c, __float_as_uint(k0));
-  atomicMax(k_bits + c + 1, __float_as_uint(k1));
-  atomicMax(v_bits + c, __float_as_uint(v0));
-  atomicMax(v_bits + c + 1, __float_as_uint(v1));
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    part[0][threadIdx.x][e] = km[e];
+    part[1][threadIdx.x][e] = vm[e];
+  }
+  __syncthreads();
+  // Thread i < head_dim folds channel i over the threads that held its chunk.
+  if (static_cast<int32_t>(threadIdx.x) < hd) {
+    const int32_t ch = threadIdx.x / 8, e = threadIdx.x % 8;
+    float k = 0.0f, v = 0.0f;
+    for (int32_t t = ch; t < per_round * chunks; t += chunks) {
+      k = fmaxf(k, part[0][t][e]);
+      v = fmaxf(v, part[1][t][e]);
+    }
+    atomicMax(k_bits + kvh * hd + threadIdx.x, __float_as_uint(k));
+    atomicMax(v_bits + kvh * hd + threadIdx.x, __float_as_uint(v));
+  }
 }
 
 // Grid (keys_padded / 32, n_kv_heads), block kQuantThreads. Keys past n_keys
@@ -188,12 +227,20 @@ __global__ void __launch_bounds__(kQuantThreads)
     *reinterpret_cast<uint2*>(k8 + (int64_t{kvh} * keys_padded + key) * hd + 8 * c) = out;
   }
   // V: the group into shared memory, then rows of V^T, 4 keys (bytes) a thread-step.
-  for (int32_t i = threadIdx.x; i < kGroupKeys * hd; i += blockDim.x) {
-    const int32_t r = i / hd, d = i % hd, key = key0 + r;
-    v_s[r * (hd + 1) + d] =
-        key < a.n_keys
-            ? __bfloat162float(a.v_cache[(cache_row(a, key) * a.n_kv_heads + kvh) * hd + d])
-            : 0.0f;
+  for (int32_t i = threadIdx.x; i < kGroupKeys * chunks; i += blockDim.x) {
+    const int32_t r = i / chunks, c = i % chunks, key = key0 + r;
+    uint4 raw = make_uint4(0, 0, 0, 0);
+    if (key < a.n_keys) {
+      raw = *reinterpret_cast<const uint4*>(a.v_cache +
+                                            (cache_row(a, key) * a.n_kv_heads + kvh) * hd + 8 * c);
+    }
+    const auto* x2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 f = __bfloat1622float2(x2[e]);
+      v_s[r * (hd + 1) + 8 * c + 2 * e] = f.x;
+      v_s[r * (hd + 1) + 8 * c + 2 * e + 1] = f.y;
+    }
   }
   __syncthreads();
   for (int32_t i = threadIdx.x; i < hd * (kGroupKeys / 4); i += blockDim.x) {
@@ -587,8 +634,8 @@ void flash_attention_fp8(const FlashAttentionArgs& args, void* workspace, size_t
   const int32_t hd = args.head_dim, kvh = args.n_kv_heads;
   // k_bits and v_bits are adjacent: one memset clears both.
   SS_CUDA_CHECK(cudaMemsetAsync(k_bits, 0, s.k_scale - s.k_bits, stream));
-  fp8_kv_amax_kernel<<<dim3((args.n_keys + kAmaxKeys - 1) / kAmaxKeys, kvh), hd / 2, 0, stream>>>(
-      args, k_bits, v_bits);
+  fp8_kv_amax_kernel<<<dim3((args.n_keys + kAmaxKeys - 1) / kAmaxKeys, kvh), kAmaxThreads, 0,
+                       stream>>>(args, k_bits, v_bits);
   SS_CUDA_CHECK_LAUNCH();
   const size_t v_smem = size_t(kGroupKeys) * (hd + 1) * sizeof(float);
   fp8_kv_quantize_kernel<<<dim3(s.keys_padded / kGroupKeys, kvh), kQuantThreads, v_smem, stream>>>(

@@ -44,10 +44,10 @@ size_t flash_attention_fp8_workspace_bytes(const FlashAttentionArgs& args);
 bool flash_attention_fp8_supported(const FlashAttentionArgs& args);
 
 // The fewest keys at which the e4m3 path (its quantizing passes included) ran
-// faster than the bf16 kernel on an H100 (flash_attention_bench, 2026-12-07):
-// head dim 128 from 8192 keys (1.12x; 1696 keys 0.54x), head dim 64 from
-// 16384 (1.04x; 8192 0.89x). Below, the passes and (at head dim 64, where the
-// softmax bounds a tile) the kernel do not pay.
+// faster than the bf16 kernel on an H100 (flash_attention_bench, session 46,
+// the passes with their loads in flight): head dim 128 from 8192 keys (1.17x;
+// 4096 0.99x, 1696 0.75x), head dim 64 from 16384 (1.08x; 8192 1.00x, a tie:
+// at head dim 64 the softmax, not the GEMMs, bounds a tile).
 int32_t flash_attention_fp8_min_keys(int32_t head_dim);
 
 // Requires flash_attention_fp8_supported(args) and workspace_bytes >=

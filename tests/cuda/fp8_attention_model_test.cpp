@@ -4,10 +4,10 @@
 // prefilled in one chunk, every flash job on the e4m3 kernel
 // (SPECSTACK_FP8_ATTENTION=all) against the same e4m3-linear model with bf16
 // attention (=0). The rounding of Q, K, V and P in every layer moves the
-// logits by the printed amounts. The bounds are generous guesses (the kernel
-// level measured 0.1 overall against exact attention on random data): this
-// test has not yet run on a GPU (session 45 ran out of device time); tighten
-// them to about twice what it prints once it has.
+// logits by the printed amounts. Measured on an H100 (session 46): mean row
+// error 0.152, worst row 0.185 (qwen2.5-0.5b), 0.109 / 0.125 (qwen3-0.6b);
+// dummy weights give flat attention, the hard case for relative error. The
+// bounds sit ~1.6-1.9x above them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,8 +29,8 @@ namespace specstack {
 namespace {
 
 constexpr double kMeanRowTolerance =
-    0.2;  // mean over rows of ||fp8 attn - bf16 attn|| / ||bf16 attn||
-constexpr double kWorstRowTolerance = 0.5;
+    0.25;  // mean over rows of ||fp8 attn - bf16 attn|| / ||bf16 attn||
+constexpr double kWorstRowTolerance = 0.35;
 
 std::unique_ptr<ModelInstance> load(const char* fp8_attention, const ModelInstanceOptions& options,
                                     CpuBackend& backend) {
