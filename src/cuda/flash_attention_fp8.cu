@@ -122,8 +122,13 @@ __host__ __device__ inline int32_t vt_position(int32_t j) {
   return 16 * h + 4 * t + 2 * i_hi + i_lo;
 }
 
-__device__ __forceinline__ int64_t cache_row(const FlashAttentionArgs& a, int32_t key) {
-  return int64_t{__ldg(a.block_table + key / a.block_size)} * a.block_size + key % a.block_size;
+// Element offset in k_cache / v_cache of 16-byte chunk c (dims 8 c .. 8 c + 7)
+// of kv head kvh of key (< n_keys), through the block table.
+__device__ __forceinline__ int64_t chunk_offset(const FlashAttentionArgs& a, int32_t key,
+                                                int32_t kvh, int32_t c) {
+  const int64_t row =
+      int64_t{__ldg(a.block_table + key / a.block_size)} * a.block_size + key % a.block_size;
+  return (row * a.n_kv_heads + kvh) * a.head_dim + 8 * c;
 }
 
 // Grid (ceil(n_keys / kAmaxKeys), n_kv_heads), block kAmaxThreads: the CTA's
@@ -150,7 +155,7 @@ __global__ void __launch_bounds__(kAmaxThreads)
       const int32_t key = base + u * per_round + threadIdx.x / chunks;
       kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
       if (key < min(first + kAmaxKeys, a.n_keys)) {
-        const int64_t at = (cache_row(a, key) * a.n_kv_heads + kvh) * hd + 8 * c;
+        const int64_t at = chunk_offset(a, key, kvh, c);
         kr[u] = *reinterpret_cast<const uint4*>(a.k_cache + at);
         vr[u] = *reinterpret_cast<const uint4*>(a.v_cache + at);
       }
@@ -210,8 +215,7 @@ __global__ void __launch_bounds__(kQuantThreads)
     const int32_t r = i / chunks, c = i % chunks, key = key0 + r;
     uint2 out = make_uint2(0, 0);
     if (key < a.n_keys) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(
-          a.k_cache + (cache_row(a, key) * a.n_kv_heads + kvh) * hd + 8 * c);
+      const uint4 raw = *reinterpret_cast<const uint4*>(a.k_cache + chunk_offset(a, key, kvh, c));
       const auto* x2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
       auto* o2 = reinterpret_cast<__nv_fp8x2_storage_t*>(&out);
 #pragma unroll
@@ -231,8 +235,7 @@ __global__ void __launch_bounds__(kQuantThreads)
     const int32_t r = i / chunks, c = i % chunks, key = key0 + r;
     uint4 raw = make_uint4(0, 0, 0, 0);
     if (key < a.n_keys) {
-      raw = *reinterpret_cast<const uint4*>(a.v_cache +
-                                            (cache_row(a, key) * a.n_kv_heads + kvh) * hd + 8 * c);
+      raw = *reinterpret_cast<const uint4*>(a.v_cache + chunk_offset(a, key, kvh, c));
     }
     const auto* x2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
