@@ -16,6 +16,7 @@
 #include "base/mapped_file.h"
 #include "gguf/gguf_file.h"
 #include "model/gguf_config.h"
+#include "model/stored_quantization.h"
 
 namespace specstack {
 
@@ -411,20 +412,12 @@ Result<ModelConfig> parse_object(const json& root, const std::string& where) {
                    config.arch == Architecture::kArchitectureQwen3Moe;
   SS_ASSIGN_OR_RETURN(config.sliding_window, parse_sliding_window(fields, config.arch));
   SS_TRY(parse_special_tokens(fields, config));
-  // Checkpoints stored quantized (FP8 compressed-tensors / fbgemm_fp8, GPTQ,
-  // AWQ, ...) carry scale tensors the loader does not read: refuse them with
-  // the method's name rather than failing later on a tensor's dtype.
+  // Checkpoints stored quantized: FP8 ones are read (model/stored_quantization.h),
+  // the rest refused with the method's name rather than failing later on a
+  // tensor's dtype.
   if (const json* quant = fields.find("quantization_config"); quant != nullptr) {
-    std::string method = "unknown";
-    if (quant->is_object() && quant->contains("quant_method") &&
-        (*quant)["quant_method"].is_string()) {
-      method = (*quant)["quant_method"].get<std::string>();
-    }
-    return errorf(
-        "{}: checkpoints stored quantized are not supported (quantization_config quant_method "
-        "'{}'); load the bf16/f16 checkpoint instead (with --device cuda, --quantization fp8 "
-        "quantizes it at load)",
-        fields.where(), printable(method, 40));
+    SS_ASSIGN_OR_RETURN(config.stored_quantization,
+                        parse_stored_quantization(*quant, fields.where()));
   }
   SS_ASSIGN_OR_RETURN(config.weight_dtype, parse_dtype(fields));
   return config;

@@ -41,6 +41,7 @@ std::optional<DType> parse_dtype_name(const std::string& name) {
   if (name == "F32") return DType::kF32;
   if (name == "BF16") return DType::kBF16;
   if (name == "F16") return DType::kF16;
+  if (name == "F8_E4M3") return DType::kF8E4M3;
   if (name == "I32") return DType::kI32;  // reference tensors (token ids)
   return std::nullopt;
 }
@@ -68,7 +69,8 @@ Result<SafetensorsEntry> parse_entry(const std::string& name, const json& value,
   const std::string& dtype_name = dtype_it->get_ref<const std::string&>();
   std::optional<DType> dtype = parse_dtype_name(dtype_name);
   if (!dtype) {
-    return errorf("{} has dtype {}; supported: F32, BF16, F16, I32", who, printable(dtype_name));
+    return errorf("{} has dtype {}; supported: F32, BF16, F16, F8_E4M3, I32", who,
+                  printable(dtype_name));
   }
   entry.dtype = *dtype;
 

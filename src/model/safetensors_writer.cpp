@@ -19,6 +19,8 @@ const char* safetensors_dtype(DType dtype) {
       return "F16";
     case DType::kI32:
       return "I32";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
     default:
       return "?";  // block-quantized types have no safetensors dtype
   }

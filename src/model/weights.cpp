@@ -9,6 +9,7 @@
 #include "gguf/gguf_file.h"
 #include "model/gguf_weights.h"
 #include "model/safetensors.h"
+#include "model/stored_quantization.h"
 
 namespace specstack {
 namespace {
@@ -31,7 +32,12 @@ Tensor to_f32(const Tensor& src) {
 
 class SafetensorsSource final : public WeightSource {
  public:
-  explicit SafetensorsSource(WeightFiles files) : files_(std::move(files)) {}
+  explicit SafetensorsSource(WeightFiles files) : files_(std::move(files)) {
+    for (const std::string& name : files_.names()) {
+      Result<Tensor> tensor = files_.get(name);  // a view (HF aligns every tensor)
+      if (tensor.ok() && tensor->dtype() == DType::kF8E4M3) has_e4m3_ = true;
+    }
+  }
   bool has(const std::string& name) const override { return files_.contains(name); }
   Result<Tensor> get(const std::string& name, const std::vector<int64_t>& shape,
                      bool /*is_norm*/) override {
@@ -43,12 +49,30 @@ class SafetensorsSource final : public WeightSource {
     }
     if (tensor.dtype() == DType::kI32)
       return errorf("weights: tensor '{}' is not floating point", name);
+    if (tensor.dtype() == DType::kF8E4M3) return dequantize_e4m3(name, tensor);
     return tensor;
   }
-  bool tensors_are_views() const override { return true; }
+  // An FP8 checkpoint's matrices come back as fresh bf16 buffers, which a
+  // tensor-parallel rank should copy its rows out of rather than keep whole.
+  bool tensors_are_views() const override { return !has_e4m3_; }
 
  private:
+  // An FP8 checkpoint's matrix and its `<name>_scale`, as bf16.
+  Result<Tensor> dequantize_e4m3(const std::string& name, const Tensor& q) {
+    const std::string scale_name = name + "_scale";
+    if (!files_.contains(scale_name)) {
+      return errorf("weights: tensor '{}' is F8_E4M3 without its scale '{}'", name, scale_name);
+    }
+    SS_ASSIGN_OR_RETURN(Tensor scale, files_.get(scale_name));
+    if (scale.dtype() != DType::kF32 && scale.dtype() != DType::kBF16 &&
+        scale.dtype() != DType::kF16) {
+      return errorf("weights: scale '{}' is not floating point", scale_name);
+    }
+    return dequantize_e4m3_matrix(name, q, to_f32(scale));
+  }
+
   WeightFiles files_;
+  bool has_e4m3_ = false;
 };
 
 class DummySource final : public WeightSource {
@@ -266,7 +290,14 @@ Result<ModelWeights> load_weights(const ModelConfig& config, const std::string& 
     return load_gguf_weights(config, model_dir, on_progress, options);
   }
   SS_ASSIGN_OR_RETURN(std::unique_ptr<WeightSource> source, open_safetensors_source(model_dir));
-  return build_quantized_weights(config, *source, options.quantization, on_progress);
+  SS_ASSIGN_OR_RETURN(ModelWeights weights,
+                      build_quantized_weights(config, *source, options.quantization, on_progress));
+  if (!config.stored_quantization.empty()) {
+    const std::string note = "FP8 checkpoint (" + config.stored_quantization +
+                             "): e4m3 matrices dequantized to bf16 at load";
+    weights.load_note = weights.load_note.empty() ? note : note + "; " + weights.load_note;
+  }
+  return weights;
 }
 
 ModelWeights make_dummy_weights(const ModelConfig& config, uint64_t seed,

@@ -15,11 +15,15 @@ namespace specstack {
 // VNNI kernels (AVX-512 VNNI, AVX-VNNI) in panels of 16 rows (backend/cpu/quant_panels.h):
 // the same bytes per element, but a row is not contiguous, so it is never
 // sliced, viewed by rows, written to a file or given to another backend.
+// kF8E4M3 (OCP FP8 e4m3fn: bias 7, no infinities, 0x7f / 0xff NaN) is
+// storage only: FP8 checkpoints' matrices, dequantized at load
+// (model/weights.cpp) with their scales.
 enum class DType : uint8_t {
   kF32,
   kBF16,
   kF16,
   kI32,
+  kF8E4M3,
   kQ8_0,
   kQ4_0,
   kQ5_0,
@@ -61,6 +65,8 @@ inline size_t dtype_block_bytes(DType dtype) {
       return 2;
     case DType::kI32:
       return 4;
+    case DType::kF8E4M3:
+      return 1;
     case DType::kQ8_0:
       return 34;  // f16 d, int8 q[32]
     case DType::kQ4_0:
@@ -100,6 +106,8 @@ inline const char* dtype_name(DType dtype) {
       return "f16";
     case DType::kI32:
       return "i32";
+    case DType::kF8E4M3:
+      return "f8_e4m3";
     case DType::kQ8_0:
       return "q8_0";
     case DType::kQ4_0:
@@ -132,6 +140,22 @@ inline uint16_t f32_to_bf16(float value) {
   if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);  // NaN
   uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
   return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+// e4m3fn to f32, exact: (1 + m / 8) 2^(e - 7), subnormals m / 8 2^-6.
+inline float e4m3_to_f32(uint8_t bits) {
+  const int exponent = (bits >> 3) & 0xf, mantissa = bits & 0x7;
+  float magnitude;
+  if (exponent == 0xf && mantissa == 0x7) {
+    magnitude = __builtin_nanf("");
+  } else if (exponent == 0) {
+    magnitude = static_cast<float>(mantissa) * 0x1p-9f;
+  } else {
+    uint32_t wide =
+        static_cast<uint32_t>(exponent - 7 + 127) << 23 | static_cast<uint32_t>(mantissa) << 20;
+    std::memcpy(&magnitude, &wide, 4);
+  }
+  return (bits & 0x80) ? -magnitude : magnitude;
 }
 
 // IEEE half precision, portable (the hot paths use F16C where available).

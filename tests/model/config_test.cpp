@@ -191,21 +191,89 @@ ModelConfig parse_ok(const json& j) {
   return config.ok() ? config.value() : ModelConfig{};
 }
 
-TEST(ConfigTest, QuantizedCheckpointsAreRefusedByMethod) {
-  // HF's FP8 checkpoints (compressed-tensors, fbgemm_fp8) carry weight_scale
-  // tensors the loader does not read: one line naming the method.
-  for (const char* method : {"compressed-tensors", "fbgemm_fp8"}) {
+json fp8_compressed_tensors(const std::string& strategy) {
+  return {{"quant_method", "compressed-tensors"},
+          {"format", "float-quantized"},
+          {"ignore", {"lm_head"}},
+          {"config_groups",
+           {{"group_0",
+             {{"targets", {"Linear"}},
+              {"weights",
+               {{"num_bits", 8},
+                {"type", "float"},
+                {"strategy", strategy},
+                {"symmetric", true},
+                {"dynamic", false}}},
+              {"input_activations",
+               {{"num_bits", 8}, {"type", "float"}, {"strategy", "token"}, {"dynamic", true}}}}}}}};
+}
+
+TEST(ConfigTest, Fp8CheckpointsAreReadAndOtherQuantizedOnesRefusedByMethod) {
+  // FP8 (model/stored_quantization.h): compressed-tensors float-quantized
+  // with per-channel or per-tensor scales, and fbgemm_fp8.
+  for (const char* strategy : {"channel", "tensor"}) {
     json j = golden_json("qwen2");
-    j["quantization_config"] = {{"quant_method", method}, {"activation_scheme", "dynamic"}};
+    j["quantization_config"] = fp8_compressed_tensors(strategy);
+    EXPECT_EQ(parse_ok(j).stored_quantization, "compressed-tensors") << strategy;
+  }
+  json fbgemm = golden_json("qwen2");
+  fbgemm["quantization_config"] = {{"quant_method", "fbgemm_fp8"},
+                                   {"activation_scale_ub", 1200.0},
+                                   {"modules_to_not_convert", {"lm_head"}}};
+  EXPECT_EQ(parse_ok(fbgemm).stored_quantization, "fbgemm_fp8");
+  json null_config = golden_json("qwen2");
+  null_config["quantization_config"] = nullptr;  // HF writes null for "none"
+  EXPECT_EQ(parse_ok(null_config).stored_quantization, "");
+
+  // Other methods: one line naming the method.
+  for (const char* method : {"gptq", "awq", "bitsandbytes", "fp8"}) {
+    json j = golden_json("qwen2");
+    j["quantization_config"] = {{"quant_method", method}, {"weight_block_size", {128, 128}}};
     Result<ModelConfig> config = parse_json(j);
-    ASSERT_FALSE(config.ok());
-    EXPECT_NE(config.message().find(std::string("'") + method + "'"), std::string::npos)
+    ASSERT_FALSE(config.ok()) << method;
+    EXPECT_NE(config.message().find(std::string("quant_method '") + method + "'"),
+              std::string::npos)
         << config.message();
     EXPECT_EQ(config.message().find('\n'), std::string::npos);
   }
-  json null_config = golden_json("qwen2");
-  null_config["quantization_config"] = nullptr;  // HF writes null for "none"
-  EXPECT_TRUE(parse_json(null_config).ok());
+  // compressed-tensors that is not per-channel / per-tensor FP8: named why.
+  struct Refusal {
+    const char* what;
+    std::function<void(json&)> edit;
+    const char* message;
+  };
+  const std::vector<Refusal> refusals = {
+      {"int4 packed", [](json& q) { q["format"] = "pack-quantized"; }, "format 'pack-quantized'"},
+      {"int8 weights", [](json& q) { q["config_groups"]["group_0"]["weights"]["type"] = "int"; },
+       "weights of type 'int'"},
+      {"4-bit float", [](json& q) { q["config_groups"]["group_0"]["weights"]["num_bits"] = 4; },
+       "with 4 bits"},
+      {"group scales",
+       [](json& q) { q["config_groups"]["group_0"]["weights"]["strategy"] = "group"; },
+       "weight strategy 'group'"},
+      {"block scales",
+       [](json& q) { q["config_groups"]["group_0"]["weights"]["strategy"] = "block"; },
+       "weight strategy 'block'"},
+      {"dynamic weights",
+       [](json& q) { q["config_groups"]["group_0"]["weights"]["dynamic"] = true; },
+       "dynamic weight scales"},
+      {"fp8 kv cache",
+       [](json& q) {
+         q["kv_cache_scheme"] = {{"num_bits", 8}, {"type", "float"}};
+       },
+       "kv_cache_scheme"},
+      {"no groups", [](json& q) { q.erase("config_groups"); }, "without config_groups"},
+  };
+  for (const Refusal& r : refusals) {
+    json j = golden_json("qwen2");
+    json q = fp8_compressed_tensors("channel");
+    r.edit(q);
+    j["quantization_config"] = q;
+    Result<ModelConfig> config = parse_json(j);
+    ASSERT_FALSE(config.ok()) << r.what;
+    EXPECT_NE(config.message().find(r.message), std::string::npos) << config.message();
+    EXPECT_EQ(config.message().find('\n'), std::string::npos);
+  }
 }
 
 TEST(ConfigTest, RopeSpellings) {

@@ -230,7 +230,7 @@ TEST(SafetensorsHeaderTest, CorruptHeadersAreErrors) {
       {"dtype type", entry_file(R"({"dtype": 5, "shape": [1], "data_offsets": [0, 4]})"),
        "'dtype' must be a string"},
       {"dtype I64", entry_file(R"({"dtype": "I64", "shape": [1], "data_offsets": [0, 8]})"),
-       "tensor 'x' has dtype I64; supported: F32, BF16, F16"},
+       "tensor 'x' has dtype I64; supported: F32, BF16, F16, F8_E4M3, I32"},
       {"negative dim", entry_file(R"({"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]})"),
        "'shape' entries must be non-negative integers"},
       {"float dim", entry_file(R"({"dtype": "F32", "shape": [1.5], "data_offsets": [0, 4]})"),
