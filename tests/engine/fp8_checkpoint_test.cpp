@@ -16,6 +16,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/model_instance.h"
+#include "fp8_checkpoint_config.h"
 #include "golden_reference.h"
 #include "golden_run.h"
 #include "model/safetensors.h"
@@ -110,21 +111,7 @@ class Fp8Checkpoint {
     fs::create_directories(dir_);
     const std::string src = golden_model_dir(name);
     json config = json::parse(testing::read_text(src + "/config.json"));
-    config["quantization_config"] = {
-        {"quant_method", "compressed-tensors"},
-        {"format", "float-quantized"},
-        {"ignore", {"lm_head"}},
-        {"config_groups",
-         {{"group_0",
-           {{"targets", {"Linear"}},
-            {"weights",
-             {{"num_bits", 8},
-              {"type", "float"},
-              {"strategy", strategy},
-              {"symmetric", true},
-              {"dynamic", false}}},
-            {"input_activations",
-             {{"num_bits", 8}, {"type", "float"}, {"strategy", "token"}, {"dynamic", true}}}}}}}};
+    config["quantization_config"] = testing::fp8_compressed_tensors_config(strategy);
     std::ofstream(dir_ + "/config.json") << config.dump(2);
     auto files = WeightFiles::open(src);
     SS_CHECK(files.ok());

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "base/mapped_file.h"
+#include "fp8_checkpoint_config.h"
 #include "test_util.h"
 
 namespace specstack {
@@ -191,29 +192,12 @@ ModelConfig parse_ok(const json& j) {
   return config.ok() ? config.value() : ModelConfig{};
 }
 
-json fp8_compressed_tensors(const std::string& strategy) {
-  return {{"quant_method", "compressed-tensors"},
-          {"format", "float-quantized"},
-          {"ignore", {"lm_head"}},
-          {"config_groups",
-           {{"group_0",
-             {{"targets", {"Linear"}},
-              {"weights",
-               {{"num_bits", 8},
-                {"type", "float"},
-                {"strategy", strategy},
-                {"symmetric", true},
-                {"dynamic", false}}},
-              {"input_activations",
-               {{"num_bits", 8}, {"type", "float"}, {"strategy", "token"}, {"dynamic", true}}}}}}}};
-}
-
 TEST(ConfigTest, Fp8CheckpointsAreReadAndOtherQuantizedOnesRefusedByMethod) {
   // FP8 (model/stored_quantization.h): compressed-tensors float-quantized
   // with per-channel or per-tensor scales, and fbgemm_fp8.
   for (const char* strategy : {"channel", "tensor"}) {
     json j = golden_json("qwen2");
-    j["quantization_config"] = fp8_compressed_tensors(strategy);
+    j["quantization_config"] = testing::fp8_compressed_tensors_config(strategy);
     EXPECT_EQ(parse_ok(j).stored_quantization, "compressed-tensors") << strategy;
   }
   json fbgemm = golden_json("qwen2");
@@ -266,7 +250,7 @@ TEST(ConfigTest, Fp8CheckpointsAreReadAndOtherQuantizedOnesRefusedByMethod) {
   };
   for (const Refusal& r : refusals) {
     json j = golden_json("qwen2");
-    json q = fp8_compressed_tensors("channel");
+    json q = testing::fp8_compressed_tensors_config("channel");
     r.edit(q);
     j["quantization_config"] = q;
     Result<ModelConfig> config = parse_json(j);
