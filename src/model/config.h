@@ -40,12 +40,11 @@ struct RopeConfig {
 };
 
 struct MoeConfig {
-  int64_t n_experts = 0;                 // num_experts / num_local_experts; 0 = dense model
-  int64_t n_experts_per_token = 0;       // num_experts_per_tok
+  int64_t n_experts = 0;              // num_experts / num_local_experts; 0 = dense model
+  int64_t n_experts_per_token = 0;    // num_experts_per_tok
   int64_t expert_intermediate_size = 0;  // moe_intermediate_size
   bool norm_topk_prob = false;
-  int64_t decoder_sparse_step =
-      1;  // layer l is MoE iff (l+1) % step == 0 and l not in mlp_only_layers
+  int64_t decoder_sparse_step = 1;    // layer l is MoE iff (l+1) % step == 0 and l not in mlp_only_layers
   std::vector<int64_t> mlp_only_layers;
 };
 
@@ -57,8 +56,8 @@ struct ModelConfig {
   int64_t intermediate_size = 0;  // dense MLP width (also for mlp_only_layers of a MoE)
   int64_t n_layers = 0;
   int64_t n_heads = 0;
-  int64_t n_kv_heads = 0;  // defaults to n_heads
-  int64_t head_dim = 0;    // defaults to hidden_size / n_heads
+  int64_t n_kv_heads = 0;   // defaults to n_heads
+  int64_t head_dim = 0;     // defaults to hidden_size / n_heads
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
   RopeConfig rope;
@@ -67,7 +66,7 @@ struct ModelConfig {
   bool qk_norm = false;         // qwen3 / qwen3_moe
   int64_t sliding_window = 0;   // 0 = full attention on every layer
   MoeConfig moe;
-  int32_t bos_token_id = -1;  // -1 = none
+  int32_t bos_token_id = -1;    // -1 = none
   std::vector<int32_t> eos_token_ids;
   DType weight_dtype = DType::kF32;  // torch_dtype / dtype; what --dummy-weights uses
   // quant_method of an FP8 checkpoint ("compressed-tensors", "fbgemm_fp8"),
