@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
 #include <vector>
+
+#include "base/load_shares.h"
 
 namespace specstack::gguf {
 namespace {
@@ -232,21 +233,14 @@ Status dequantize_rows(uint32_t type, const uint8_t* src, int64_t rows, int64_t 
   const int64_t row_bytes = row / traits->block_elements * traits->block_bytes;
   // Rows split over threads for the large matrices (a 1B model is ~1e9
   // elements); each row is whole blocks, so the split never cuts a block.
-  const int64_t n_threads =
-      rows * row < (1 << 20) ? 1 : std::max<int64_t>(1, std::thread::hardware_concurrency());
-  const int64_t chunk = (rows + n_threads - 1) / n_threads;
-  std::vector<Status> results(static_cast<size_t>(n_threads));
-  auto work = [&](int64_t t) {
-    const int64_t begin = std::min(rows, t * chunk), end = std::min(rows, (t + 1) * chunk);
+  const int64_t shares = load_share_count(rows * row);
+  std::vector<Status> results(static_cast<size_t>(shares));
+  run_load_shares(rows, shares, [&](int64_t share, int64_t begin, int64_t end) {
     if (begin < end) {
-      results[static_cast<size_t>(t)] =
+      results[static_cast<size_t>(share)] =
           dequantize(type, src + begin * row_bytes, (end - begin) * row, dst + begin * row);
     }
-  };
-  std::vector<std::thread> threads;
-  for (int64_t t = 1; t < n_threads; ++t) threads.emplace_back(work, t);
-  work(0);
-  for (auto& thread : threads) thread.join();
+  });
   for (const Status& s : results) {
     if (!s.ok()) return s.error();
   }

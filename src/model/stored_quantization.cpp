@@ -2,9 +2,7 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <thread>
-#include <vector>
+#include "base/load_shares.h"
 
 namespace specstack {
 namespace {
@@ -115,15 +113,8 @@ Result<Tensor> dequantize_e4m3_matrix(const std::string& name, const Tensor& q,
     }
   };
   // A 70B checkpoint holds ~7e10 of them: spread the rows over the cores.
-  const int64_t n_threads =
-      rows * cols < (1 << 20) ? 1 : std::max<int64_t>(1, std::thread::hardware_concurrency());
-  const int64_t chunk = (rows + n_threads - 1) / n_threads;
-  std::vector<std::thread> threads;
-  for (int64_t t = 1; t < n_threads; ++t) {
-    threads.emplace_back(convert_rows, std::min(rows, t * chunk), std::min(rows, (t + 1) * chunk));
-  }
-  convert_rows(0, std::min(rows, chunk));
-  for (auto& thread : threads) thread.join();
+  run_load_shares(rows, load_share_count(rows * cols),
+                  [&](int64_t, int64_t begin, int64_t end) { convert_rows(begin, end); });
   return out;
 }
 

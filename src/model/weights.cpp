@@ -3,9 +3,9 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
-#include <thread>
 #include <vector>
 
+#include "base/load_shares.h"
 #include "gguf/gguf_file.h"
 #include "model/gguf_weights.h"
 #include "model/safetensors.h"
@@ -142,14 +142,8 @@ Tensor make_dummy_tensor(DType dtype, const std::vector<int64_t>& shape, uint64_
       }
     }
   };
-  const int64_t n_threads = n < (1 << 20) ? 1 : std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> threads;
-  const int64_t chunk = (n + n_threads - 1) / n_threads;
-  for (int64_t t = 1; t < n_threads; ++t) {
-    threads.emplace_back(fill, std::min(n, t * chunk), std::min(n, (t + 1) * chunk));
-  }
-  fill(0, std::min(n, chunk));
-  for (auto& thread : threads) thread.join();
+  run_load_shares(n, load_share_count(n),
+                  [&](int64_t, int64_t begin, int64_t end) { fill(begin, end); });
   return out;
 }
 
